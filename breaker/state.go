@@ -1,0 +1,60 @@
+package breaker
+
+import (
+	"errors"
+	"time"
+)
+
+// State is a breaker's position: Closed, Open or HalfOpen.
+type State uint8
+
+const (
+	// Closed admits every call and counts consecutive failures.
+	Closed State = iota
+	// Open refuses every call until the reset timeout has passed.
+	Open
+	// HalfOpen has admitted one probe and refuses everything else until the
+	// probe reports.
+	HalfOpen
+)
+
+// String returns the name used in the breaker log and on status pages:
+// CLOSED, OPEN or HALF_OPEN.
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "CLOSED"
+	case Open:
+		return "OPEN"
+	case HalfOpen:
+		return "HALF_OPEN"
+	default:
+		return "UNKNOWN"
+	}
+}
+
+// ErrOpen is returned by Allow when the breaker refuses a call: it is open,
+// or half-open with its probe already out.
+var ErrOpen = errors.New("breaker: open")
+
+// Clock tells the time. The breaker reads time only through it, so tests can
+// drive the breaker with a fake clock and never sleep.
+type Clock interface {
+	Now() time.Time
+}
+
+// systemClock is the Clock used when Settings.Clock is nil.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Transition is one change of a breaker's state, as reported to
+// Settings.OnTransition.
+type Transition struct {
+	// Name is the breaker's name (the target it guards).
+	Name string
+	// From and To are the states before and after the change.
+	From, To State
+	// At is the breaker clock's time of the change.
+	At time.Time
+}
