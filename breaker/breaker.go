@@ -2,6 +2,13 @@
 // failures, opens after a threshold, refuses calls while open, and after a
 // reset timeout admits exactly one probe whose result closes or reopens it.
 //
+// Optional policies, all off in the zero Settings, extend that: a
+// failure-rate trip over a sliding window, slow successes counted as
+// failures, an open period that backs off after failed probes and is
+// lengthened by random jitter, a probe that is replaced when it never
+// reports, and manual control for an operator (HoldOpen, ForceClose,
+// Disable, Enable).
+//
 // The breaker owns no goroutines and no timers. It reads time only through
 // an injected Clock, so OPEN becomes HALF_OPEN on the first call after the
 // timeout, stamped with that call's time, and tests drive it with a fake
@@ -9,23 +16,49 @@
 //
 // Typical use:
 //
-//	b := breaker.New(breaker.Settings{Name: "CORE", FailThreshold: 5, ResetTimeout: 10 * time.Second})
+//	b := breaker.New(breaker.Settings{
+//		Name:          "CORE",
+//		FailThreshold: 5,
+//		ResetTimeout:  10 * time.Second,
+//		SlowCall:      2 * time.Second, // a success slower than this counts as a failure
+//	})
 //	ticket, err := b.Allow()
 //	if errors.Is(err, breaker.ErrOpen) {
 //		return fmt.Sprintf("circuit open; retry after %s", b.RetryAfter())
 //	}
+//	began := time.Now()
 //	failed := call() != nil
-//	b.Done(ticket, failed)
+//	b.DoneAfter(ticket, failed, time.Since(began))
 package breaker
 
 import (
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Settings configures a Breaker. The zero value of each field selects the
-// default given in its comment.
+// default given in its comment. Every policy beyond the consecutive count is
+// off in the zero value; with all of them off the breaker is the plain
+// consecutive-failure breaker. New copies the Settings, so changing them
+// afterwards does not affect the breaker.
+//
+// The policies combine in this order. A result is classified first: a
+// success that took longer than SlowCall is a failure for every rule below.
+// In CLOSED a failure adds one to the consecutive count and a success clears
+// it; with FailureRate set, the result also goes into the window. The
+// breaker opens as soon as either rule fires (FailThreshold failures in a
+// row, or a failed share of at least FailureRate among at least MinSamples
+// results in the window), unless it is disabled. Each open period lasts the
+// base period lengthened by its jitter share; the base period is
+// ResetTimeout, doubled by every failed probe up to MaxResetTimeout, and
+// back to ResetTimeout whenever the breaker closes. In HALF_OPEN the probe's
+// result alone decides; ProbeTimeout only lets a new probe replace a silent
+// one and changes neither the state nor the backoff. Manual control
+// overrides the rest: a held breaker stays OPEN whatever the time, and a
+// disabled one stays CLOSED whatever the results.
 type Settings struct {
 	// Name identifies the breaker in transitions; usually the target name.
 	Name string
@@ -33,21 +66,131 @@ type Settings struct {
 	// closed breaker. Zero or negative means 5.
 	FailThreshold int
 	// ResetTimeout is how long the breaker stays open before it admits a
-	// probe. Zero or negative means 10 seconds.
+	// probe; backoff and jitter lengthen it when they are set. Zero or
+	// negative means 10 seconds.
 	ResetTimeout time.Duration
 	// Clock supplies the time. Nil means the system clock.
 	Clock Clock
 	// OnTransition, if set, is called for every state change, in the order
-	// the changes happen. It runs under the breaker's lock so that each
-	// breaker's changes reach observers as an unbroken chain; it must
-	// therefore be fast and must never call back into the breaker.
+	// the changes happen, including those caused by HoldOpen, ForceClose and
+	// Disable. It runs under the breaker's lock so that each breaker's
+	// changes reach observers as an unbroken chain; it must therefore be
+	// fast and must never call back into the breaker.
 	OnTransition func(Transition)
+
+	// FailureRate turns on the failure-rate trip when it is above zero: a
+	// closed breaker also opens when, among the calls that ended within the
+	// last Window, there are at least MinSamples and the failed share is at
+	// least FailureRate. It is checked after every result, so the success
+	// that brings the count to MinSamples can open the breaker too. Values
+	// above 1 mean 1. Zero, negative or NaN means off.
+	//
+	// The window is a fixed ring of ten buckets of Window/10, so it covers
+	// between 9/10 of Window and Window of history and never counts a result
+	// older than Window. It holds results of the current closed period only:
+	// it is cleared on every state change and by ForceClose. With the policy
+	// on, every result in CLOSED is recorded under the breaker's lock and
+	// Done reads the clock; with it off, the closed path stays lock-free.
+	FailureRate float64
+	// Window is the span of time the failure rate looks back over. Zero or
+	// negative means one minute. It is ignored when FailureRate is off.
+	Window time.Duration
+	// MinSamples is the fewest results in the window for the failure rate
+	// to open the breaker, so that two calls with one failure do not count
+	// as a 50% failure rate. Zero or negative means 20. It is ignored when
+	// FailureRate is off.
+	MinSamples int
+
+	// SlowCall, when above zero, makes a call that succeeded but took
+	// longer than SlowCall (as given to DoneAfter) count as a failure for
+	// the breaker: for the consecutive count, the failure rate and a probe's
+	// outcome alike. Zero or negative means off.
+	SlowCall time.Duration
+
+	// MaxResetTimeout turns on backoff when it is above ResetTimeout: each
+	// failed probe doubles the open period, up to MaxResetTimeout, and the
+	// breaker closing (a successful probe, ForceClose or Disable) brings it
+	// back to ResetTimeout. Zero, or not above ResetTimeout, means no
+	// backoff.
+	MaxResetTimeout time.Duration
+
+	// ResetJitter, between 0 and 1, lengthens each open period by a random
+	// share of up to ResetJitter, so that several hubs do not probe a
+	// recovering target in the same instant: an open period of base length p
+	// lasts p + p×Rand()×ResetJitter, truncated to the nanosecond. The share
+	// is drawn once per open period, so RetryAfter and Snapshot report the
+	// real remaining time. Values above 1 mean 1. Zero, negative or NaN means
+	// off.
+	ResetJitter float64
+	// Rand returns the random share for the jitter, in [0, 1); values out of
+	// that range are clamped into [0, 1]. Nil means math/rand/v2's Float64.
+	// It is never called under the breaker's lock: the share for the next
+	// open period is drawn ahead, in New and again after each open period
+	// starts. It must be safe for concurrent use, as two goroutines may draw
+	// at once.
+	Rand func() float64
+
+	// ProbeTimeout, when above zero, keeps the breaker from hanging in
+	// HALF_OPEN: if the probe has not reported within ProbeTimeout of its
+	// admission, the next Allow admits a new probe, and the old probe's
+	// result is ignored when it comes. Zero or negative means off: the
+	// breaker waits for the probe however long it takes.
+	ProbeTimeout time.Duration
+}
+
+// Default values of the policy settings that have one.
+const (
+	defaultFailThreshold = 5
+	defaultResetTimeout  = 10 * time.Second
+	defaultWindow        = time.Minute
+	defaultMinSamples    = 20
+)
+
+// effective returns s with every default filled in and every policy that is
+// off zeroed, as Breaker.Settings reports it.
+func (s Settings) effective() Settings {
+	if s.FailThreshold <= 0 {
+		s.FailThreshold = defaultFailThreshold
+	}
+	s.FailThreshold = min(s.FailThreshold, maxFailures)
+	if s.ResetTimeout <= 0 {
+		s.ResetTimeout = defaultResetTimeout
+	}
+	if s.Clock == nil {
+		s.Clock = systemClock{}
+	}
+	if s.Rand == nil {
+		s.Rand = rand.Float64
+	}
+	if s.FailureRate > 0 {
+		s.FailureRate = min(s.FailureRate, 1)
+		if s.Window <= 0 {
+			s.Window = defaultWindow
+		}
+		if s.MinSamples <= 0 {
+			s.MinSamples = defaultMinSamples
+		}
+	} else {
+		s.FailureRate, s.Window, s.MinSamples = 0, 0, 0
+	}
+	s.SlowCall = max(s.SlowCall, 0)
+	if s.MaxResetTimeout <= s.ResetTimeout {
+		s.MaxResetTimeout = 0
+	}
+	if s.ResetJitter > 0 {
+		s.ResetJitter = min(s.ResetJitter, 1)
+	} else {
+		s.ResetJitter = 0
+	}
+	s.ProbeTimeout = max(s.ProbeTimeout, 0)
+	return s
 }
 
 // Ticket is the admission handed out by Allow. The caller gives it back
-// exactly once, to Done with the call's result or to Cancel when the call
-// was never made. A ticket from an earlier generation (admitted before the
-// breaker last changed state) is stale: its result is ignored.
+// exactly once, to Done or DoneAfter with the call's result or to Cancel
+// when the call was never made. A ticket from an earlier generation
+// (admitted before the breaker last changed state, or a probe replaced
+// after ProbeTimeout) is stale: its result is ignored.
 type Ticket struct {
 	generation uint32
 	probe      bool
@@ -56,14 +199,28 @@ type Ticket struct {
 // Probe reports whether the ticket admitted the half-open probe.
 func (t Ticket) Probe() bool { return t.probe }
 
-// Snapshot is a breaker's state at one instant, for status pages.
+// Snapshot is a breaker's state at one instant, for status pages. It is a
+// plain value, copied out under the breaker's lock.
 type Snapshot struct {
 	State State
-	// ConsecutiveFailures is the current count of failures in a row.
+	// ConsecutiveFailures is the current count of failures in a row. A
+	// disabled breaker keeps counting, so it may exceed the threshold.
 	ConsecutiveFailures int
-	// RetryAfter is how long until a probe may be admitted; zero when the
-	// breaker is closed or a probe could be admitted now.
+	// RetryAfter is how long until a probe may be admitted, jitter
+	// included; zero when the breaker is closed, when a probe could be
+	// admitted now, and when it is held open (no probe will be admitted
+	// until Enable; Held says so).
 	RetryAfter time.Duration
+	// Held reports that HoldOpen keeps the breaker open until Enable or
+	// ForceClose.
+	Held bool
+	// Disabled reports that Disable keeps the breaker closed and
+	// pass-through until Enable, HoldOpen or ForceClose.
+	Disabled bool
+	// RecentCalls and RecentFailures count the results in the failure-rate
+	// window and how many of them failed; both are zero when FailureRate is
+	// off.
+	RecentCalls, RecentFailures int
 }
 
 // The breaker's hot state lives in one 64-bit word so that CLOSED admits and
@@ -91,40 +248,70 @@ func pack(gen, fails uint32, s State) uint64 {
 //
 // In CLOSED, Allow and a successful Done are a single atomic load (plus a
 // compare-and-swap when a failure count must be cleared): no lock, no
-// allocation. Every state change happens under mu.
+// allocation. Every state change happens under mu. With FailureRate set,
+// every result in CLOSED is recorded under mu instead, because the window
+// and the count must move together and a result must never land in a window
+// cleared after its generation ended.
 type Breaker struct {
+	settings     Settings // effective settings, never changed after New
 	name         string
 	threshold    uint32
 	resetTimeout time.Duration
 	clock        Clock
 	onTransition func(Transition)
+	rateOn       bool
+	failureRate  float64
+	minSamples   int
+	slowCall     time.Duration
+	maxReset     time.Duration
+	jitter       float64
+	rand         func() float64
+	probeTimeout time.Duration
 
 	// word is read without mu; it is changed under mu, except that failure
-	// counts in CLOSED are changed by compare-and-swap without it.
+	// counts in CLOSED are changed by compare-and-swap without it when
+	// FailureRate is off.
 	word atomic.Uint64
 
-	mu       sync.Mutex
-	openedAt time.Time // guarded by mu; when the breaker last opened
-	probeOut bool      // guarded by mu; a half-open probe has been admitted and not reported
+	mu        sync.Mutex
+	openedAt  time.Time     // guarded by mu; when the current open period started
+	openFor   time.Duration // guarded by mu; length of the current open period, jitter included
+	period    time.Duration // guarded by mu; base open period, longer than resetTimeout while backing off
+	nextShare float64       // guarded by mu; the jitter share drawn for the next open period
+	redraw    bool          // guarded by mu; nextShare was used and a new one must be drawn
+	probeOut  bool          // guarded by mu; a half-open probe has been admitted and not reported
+	probeAt   time.Time     // guarded by mu; when the probe out was admitted
+	held      bool          // guarded by mu; HoldOpen is in force
+	disabled  bool          // guarded by mu; Disable is in force
+	win       window        // guarded by mu; results of the current closed period
 }
 
 // New returns a closed breaker configured by s.
 func New(s Settings) *Breaker {
+	e := s.effective()
 	b := &Breaker{
-		name:         s.Name,
-		threshold:    5,
-		resetTimeout: 10 * time.Second,
-		clock:        s.Clock,
-		onTransition: s.OnTransition,
+		settings:     e,
+		name:         e.Name,
+		threshold:    uint32(e.FailThreshold),
+		resetTimeout: e.ResetTimeout,
+		clock:        e.Clock,
+		onTransition: e.OnTransition,
+		rateOn:       e.FailureRate > 0,
+		failureRate:  e.FailureRate,
+		minSamples:   e.MinSamples,
+		slowCall:     e.SlowCall,
+		maxReset:     e.MaxResetTimeout,
+		jitter:       e.ResetJitter,
+		rand:         e.Rand,
+		probeTimeout: e.ProbeTimeout,
+		period:       e.ResetTimeout,
+		openFor:      e.ResetTimeout,
 	}
-	if s.FailThreshold > 0 {
-		b.threshold = uint32(min(s.FailThreshold, maxFailures))
+	if b.rateOn {
+		b.win = newWindow(e.Window)
 	}
-	if s.ResetTimeout > 0 {
-		b.resetTimeout = s.ResetTimeout
-	}
-	if b.clock == nil {
-		b.clock = systemClock{}
+	if b.jitter > 0 {
+		b.nextShare = b.drawShare()
 	}
 	return b
 }
@@ -132,10 +319,16 @@ func New(s Settings) *Breaker {
 // Name returns the name the breaker was created with.
 func (b *Breaker) Name() string { return b.name }
 
+// Settings returns the settings the breaker runs with: those given to New
+// with every default filled in, values out of range clamped, and the
+// policies that are off zeroed. Status pages show it as the effective
+// per-target configuration.
+func (b *Breaker) Settings() Settings { return b.settings }
+
 // Allow asks to make one call. It returns ErrOpen when the breaker refuses:
-// it is open and the reset timeout has not passed, or it is half-open with
-// its probe out. Otherwise the returned ticket must be given back to Done or
-// Cancel.
+// it is open and its open period has not passed, it is held open, or it is
+// half-open with its probe out. Otherwise the returned ticket must be given
+// back to Done, DoneAfter or Cancel.
 func (b *Breaker) Allow() (Ticket, error) {
 	if w := b.word.Load(); stateOf(w) == Closed {
 		return Ticket{generation: generationOf(w)}, nil
@@ -152,28 +345,45 @@ func (b *Breaker) allowSlow() (Ticket, error) {
 	case Closed:
 		return Ticket{generation: generationOf(w)}, nil
 	case Open:
-		if now.Sub(b.openedAt) < b.resetTimeout {
+		if b.held || now.Sub(b.openedAt) < b.openFor {
 			return Ticket{}, ErrOpen
 		}
 		w = b.setStateLocked(w, HalfOpen, now)
 	default: // HalfOpen
-		if b.probeOut {
+		if b.probeOut && (b.probeTimeout == 0 || now.Sub(b.probeAt) < b.probeTimeout) {
 			return Ticket{}, ErrOpen
 		}
-		// A fresh generation, so a probe that was handed back can never
-		// report for this one.
+		// A fresh generation, so a probe that was handed back, or one that
+		// outlived ProbeTimeout, can never report for this one.
 		w = pack(generationOf(w)+1, failuresOf(w), HalfOpen)
 		b.word.Store(w)
 	}
 	b.probeOut = true
+	b.probeAt = now
 	return Ticket{generation: generationOf(w), probe: true}, nil
 }
 
 // Done records the result of a call admitted with t. failed says whether the
-// call counts as a failure. A stale ticket is ignored.
+// call counts as a failure. A stale ticket is ignored. Done(t, failed) is
+// DoneAfter(t, failed, 0): the call is never slow.
 func (b *Breaker) Done(t Ticket, failed bool) {
+	b.DoneAfter(t, failed, 0)
+}
+
+// DoneAfter records the result of a call admitted with t that took took.
+// failed says whether the call failed; with SlowCall set, a success that
+// took longer than SlowCall counts as a failure too. A stale ticket is
+// ignored.
+func (b *Breaker) DoneAfter(t Ticket, failed bool, took time.Duration) {
+	if b.slowCall > 0 && took > b.slowCall {
+		failed = true
+	}
 	if t.probe {
 		b.probeDone(t, failed)
+		return
+	}
+	if b.rateOn {
+		b.doneInWindow(t, failed)
 		return
 	}
 	for {
@@ -201,30 +411,68 @@ func (b *Breaker) Done(t Ticket, failed bool) {
 }
 
 // failAtThreshold records a failure that may open the breaker. It rechecks
-// under mu because a success may have cleared the count meanwhile.
+// under mu because a success may have cleared the count meanwhile, and
+// because a disabled breaker only counts.
 func (b *Breaker) failAtThreshold(t Ticket) {
 	now := b.clock.Now()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	for {
 		w := b.word.Load()
 		if generationOf(w) != t.generation || stateOf(w) != Closed {
 			return
 		}
-		if failuresOf(w)+1 >= b.threshold {
+		n := failuresOf(w)
+		if n+1 >= b.threshold && !b.disabled {
 			b.setStateLocked(w+failureUnit, Open, now)
 			return
 		}
-		if b.word.CompareAndSwap(w, w+failureUnit) {
+		if n >= maxFailures || b.word.CompareAndSwap(w, w+failureUnit) {
 			return
 		}
 	}
 }
 
+// doneInWindow records a closed-state result when the failure-rate policy is
+// on. Everything happens under mu: the count, the window and the decision
+// to open.
+func (b *Breaker) doneInWindow(t Ticket, failed bool) {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.unlock()
+	w := b.word.Load()
+	if generationOf(w) != t.generation || stateOf(w) != Closed {
+		return
+	}
+	n := failuresOf(w)
+	switch {
+	case !failed:
+		n = 0
+	case n < maxFailures:
+		n++
+	}
+	nw := pack(generationOf(w), n, Closed)
+	total, failures := b.win.record(now, failed)
+	if !b.disabled && (n >= b.threshold || b.rateTripped(total, failures)) {
+		b.setStateLocked(nw, Open, now)
+		return
+	}
+	if nw != w {
+		b.word.Store(nw)
+	}
+}
+
+// rateTripped reports whether the window's counts open the breaker. The
+// share is compared as a quotient because division rounds once, so a share
+// of exactly FailureRate (3 of 10 against 0.3) is not lost to rounding.
+func (b *Breaker) rateTripped(total, failures int) bool {
+	return total >= b.minSamples && float64(failures)/float64(total) >= b.failureRate
+}
+
 func (b *Breaker) probeDone(t Ticket, failed bool) {
 	now := b.clock.Now()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	w := b.word.Load()
 	if generationOf(w) != t.generation || stateOf(w) != HalfOpen {
 		return
@@ -233,6 +481,15 @@ func (b *Breaker) probeDone(t Ticket, failed bool) {
 	if failed {
 		if failuresOf(w) < maxFailures {
 			w += failureUnit
+		}
+		if b.maxReset > 0 {
+			// Halve the cap rather than double the period so the product
+			// cannot overflow.
+			if b.period > b.maxReset/2 {
+				b.period = b.maxReset
+			} else {
+				b.period *= 2
+			}
 		}
 		b.setStateLocked(w, Open, now)
 		return
@@ -257,16 +514,25 @@ func (b *Breaker) Cancel(t Ticket) {
 }
 
 // setStateLocked moves the breaker from the state in w to the state to,
-// starting a new generation, and reports the change. Closing clears the
-// failure count. It returns the new word. b.mu must be held.
+// starting a new generation, and reports the change. Every change frees the
+// probe slot and clears the failure-rate window; closing also clears the
+// failure count and ends the backoff, and opening starts an open period
+// unless the breaker is held. It returns the new word. b.mu must be held.
 func (b *Breaker) setStateLocked(w uint64, to State, now time.Time) uint64 {
 	from := stateOf(w)
 	fails := failuresOf(w)
-	if to == Closed {
+	switch to {
+	case Closed:
 		fails = 0
+		b.period = b.resetTimeout
+	case Open:
+		if !b.held {
+			b.startOpenPeriodLocked(now)
+		}
 	}
-	if to == Open {
-		b.openedAt = now
+	b.probeOut = false
+	if b.rateOn {
+		b.win.clear()
 	}
 	nw := pack(generationOf(w)+1, fails, to)
 	b.word.Store(nw)
@@ -276,22 +542,76 @@ func (b *Breaker) setStateLocked(w uint64, to State, now time.Time) uint64 {
 	return nw
 }
 
-// RetryAfter returns how long until the breaker may admit a probe: zero when
-// it is closed, or when it is half-open (the probe's answer is due at any
-// moment).
+// startOpenPeriodLocked starts an open period of the current base length,
+// lengthened by the jitter share drawn for it. b.mu must be held.
+func (b *Breaker) startOpenPeriodLocked(now time.Time) {
+	b.openedAt = now
+	b.openFor = b.period
+	if b.jitter > 0 {
+		extra := time.Duration(float64(b.period) * (b.nextShare * b.jitter))
+		if extra > math.MaxInt64-b.openFor {
+			b.openFor = math.MaxInt64
+		} else {
+			b.openFor += extra
+		}
+		b.redraw = true
+	}
+}
+
+// unlock releases mu and then, if an open period used up the jitter share,
+// draws the next one. Drawing after the unlock keeps Rand, foreign code,
+// out from under the lock.
+func (b *Breaker) unlock() {
+	redraw := b.redraw
+	b.redraw = false
+	b.mu.Unlock()
+	if redraw {
+		share := b.drawShare()
+		b.mu.Lock()
+		b.nextShare = share
+		b.mu.Unlock()
+	}
+}
+
+// drawShare calls Rand and clamps its answer into [0, 1], so a faulty source
+// can neither shorten an open period nor stretch it past the jitter.
+func (b *Breaker) drawShare() float64 {
+	r := b.rand()
+	switch {
+	case !(r >= 0): // negative or NaN
+		return 0
+	case r > 1:
+		return 1
+	}
+	return r
+}
+
+// RetryAfter returns how long until the breaker may admit a probe, jitter
+// included: zero when it is closed, when it is half-open (the probe's answer
+// is due at any moment), and when it is held open (no probe is coming until
+// Enable; Snapshot's Held says so).
 func (b *Breaker) RetryAfter() time.Duration {
 	return b.Snapshot().RetryAfter
 }
 
-// Snapshot returns the breaker's state, failure count and retry hint.
+// Snapshot returns the breaker's state, failure count, retry hint, manual
+// control flags and failure-rate window counts.
 func (b *Breaker) Snapshot() Snapshot {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.word.Load()
-	s := Snapshot{State: stateOf(w), ConsecutiveFailures: int(failuresOf(w))}
-	if s.State == Open {
-		s.RetryAfter = max(b.openedAt.Add(b.resetTimeout).Sub(now), 0)
+	s := Snapshot{
+		State:               stateOf(w),
+		ConsecutiveFailures: int(failuresOf(w)),
+		Held:                b.held,
+		Disabled:            b.disabled,
+	}
+	if s.State == Open && !b.held {
+		s.RetryAfter = max(b.openedAt.Add(b.openFor).Sub(now), 0)
+	}
+	if b.rateOn {
+		s.RecentCalls, s.RecentFailures = b.win.counts(now)
 	}
 	return s
 }

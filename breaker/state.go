@@ -11,10 +11,13 @@ type State uint8
 const (
 	// Closed admits every call and counts consecutive failures.
 	Closed State = iota
-	// Open refuses every call until the reset timeout has passed.
+	// Open refuses every call until its open period has passed: the reset
+	// timeout, lengthened by backoff and jitter when they are set. A held
+	// breaker stays Open until Enable or ForceClose.
 	Open
 	// HalfOpen has admitted one probe and refuses everything else until the
-	// probe reports.
+	// probe reports, or until ProbeTimeout, when set, lets a new probe
+	// replace a silent one.
 	HalfOpen
 )
 

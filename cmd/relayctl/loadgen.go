@@ -1,0 +1,702 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/sourcegraph/conc"
+)
+
+// Histogram range and precision: 1µs to 60s at 3 significant digits.
+const (
+	histLowestUS  = 1
+	histHighestUS = 60_000_000
+	histSigFigs   = 3
+)
+
+const (
+	// latencyBatch is how many latencies a reader collects before it takes
+	// the histogram lock, so 16 readers at 100k answers/s do not contend.
+	latencyBatch = 256
+	// maxErrorSamples bounds the distinct connection errors kept for the
+	// report.
+	maxErrorSamples = 5
+	// writeBufferSize and readBufferSize are per connection. The read buffer
+	// also bounds the answer line the tool accepts: the hub's own lines are
+	// far shorter.
+	writeBufferSize = 32 << 10
+	readBufferSize  = 64 << 10
+)
+
+// errDialAll is returned by runLoad when not one connection could be opened.
+var errDialAll = errors.New("no connection could be opened")
+
+// loadConfig describes one load run. It is a plain value; runLoad reads
+// its own copy.
+type loadConfig struct {
+	// Addr is the hub's client address, host:port.
+	Addr string
+	// Conns is the number of connections; zero means 1.
+	Conns int
+	// Depth is the most requests outstanding on one connection; zero means 1.
+	// In a closed loop the writer keeps exactly Depth outstanding. With Rate
+	// it only caps a connection whose answers fall far behind.
+	Depth int
+	// Duration is how long requests are sent; ignored when Requests is set.
+	Duration time.Duration
+	// Requests is the total number of requests; zero means send for Duration.
+	Requests uint64
+	// Rate is the total target rate in requests per second; zero means a
+	// closed loop (send as soon as an answer frees a slot).
+	Rate float64
+	// Mix picks the target of each request; it must hold at least one entry.
+	Mix mix
+	// Payloads holds the payload template of each Mix entry, in order.
+	Payloads []template
+	// Drain is how long a connection waits for outstanding answers once it
+	// has stopped sending; zero means not at all.
+	Drain time.Duration
+	// DialTimeout bounds each connect; zero means 5s.
+	DialTimeout time.Duration
+	// Seed seeds the per-connection random sources of the mix, so a run's
+	// sequence of targets can be repeated.
+	Seed uint64
+	// Progress, when not nil, is called about once a second from a single
+	// goroutine while the run lasts. It must not block for long.
+	Progress func(progressSnapshot)
+}
+
+// progressSnapshot is the state of a run at one progress tick, a plain
+// value.
+type progressSnapshot struct {
+	Elapsed    time.Duration
+	Sent       int64
+	Answered   int64
+	Rate       float64 // answers per second since the previous tick
+	P99        time.Duration
+	Unmatched  int64
+	ConnErrors int64
+}
+
+// loadResult is the outcome of a run. It is not safe for concurrent use
+// (Hist has no lock of its own); runLoad hands it over complete.
+type loadResult struct {
+	Sent       int64
+	Answered   int64
+	Unmatched  int64 // answers whose TXID matched no outstanding request
+	Malformed  int64 // lines that are not TXID|CODE|MESSAGE
+	Missing    int64 // requests sent but never answered
+	ConnErrors int64 // connections that failed to open or failed mid-run
+	// ErrorSamples holds up to maxErrorSamples distinct connection errors.
+	ErrorSamples []string
+	// Elapsed runs from the start to the last matched answer; throughput is
+	// measured over it, so the drain wait does not dilute it.
+	Elapsed time.Duration
+	// Wall is the whole run, dial to the end of the drain.
+	Wall time.Duration
+	// Hist holds the latencies in microseconds.
+	Hist *hdrhistogram.Histogram
+	// Codes counts answers per Mix entry (by index) and code.
+	Codes []map[string]int64
+}
+
+// loadRun is the state shared by the connections of one run. It is safe
+// for concurrent use by them: fields set before the goroutines start are
+// read-only afterwards, the rest are atomics or guarded.
+type loadRun struct {
+	cfg      loadConfig
+	start    time.Time
+	deadline int64   // ns since start when sending stops; 0 with Requests
+	interval float64 // ns between requests of the whole run with Rate
+	targets  [][]byte
+
+	// stop ends sending: the duration is over or ctx was cancelled. A
+	// writer asleep until a request falls due still sends it, since it fell
+	// due within the duration; only cancelled wakes it.
+	stop     chan struct{}
+	stopOnce sync.Once
+	halted   atomic.Bool
+	// cancelled is closed when ctx is cancelled: stop at once.
+	cancelled  chan struct{}
+	cancelOnce sync.Once
+	// exhausted is closed when every request number has been handed out, to
+	// wake writers waiting for a free slot with nothing left to send.
+	exhausted     chan struct{}
+	exhaustedOnce sync.Once
+
+	issued     atomic.Uint64 // request numbers handed out
+	sent       atomic.Int64
+	answered   atomic.Int64
+	unmatched  atomic.Int64
+	connErrors atomic.Int64
+
+	histMu sync.Mutex
+	hist   *hdrhistogram.Histogram // guarded by histMu
+
+	errMu   sync.Mutex
+	errSeen map[string]bool // guarded by errMu
+	errList []string        // guarded by errMu
+}
+
+// slot is one outstanding request in a connection's ring, guarded by the
+// connection's mu.
+type slot struct {
+	seq    uint64
+	at     int64 // ns since start: when it was sent, or meant to be with Rate
+	target int32
+	used   bool
+}
+
+// loadConn is one connection of a run: a writer goroutine and a reader
+// goroutine share it, and nothing else may use it while they run. Fields
+// without a guard belong to one of the two goroutines as their comments
+// say, or are read-only.
+type loadConn struct {
+	run *loadRun
+	id  int
+	nc  net.Conn
+
+	// tokens holds one value per outstanding request; the writer blocks on
+	// it when Depth requests are outstanding.
+	tokens   chan struct{}
+	quit     chan struct{} // closed when the connection fails
+	failOnce sync.Once
+
+	mu          sync.Mutex
+	ring        []slot // guarded by mu
+	mask        uint64
+	outstanding int  // guarded by mu
+	writerDone  bool // guarded by mu
+
+	// Writer-owned.
+	nextSeq uint64
+	line    []byte
+
+	// Reader-owned; read by runLoad after both goroutines end.
+	codes      []map[string]*int64
+	answered   int64
+	unmatched  int64
+	malformed  int64
+	lastAnswer int64
+	latencies  []int64
+}
+
+// runLoad runs one load test and returns its result. It returns errDialAll
+// (wrapped with the first dial error) when no connection could be opened;
+// connection errors after that are counted in the result. Cancelling ctx
+// stops sending; the outstanding answers still get cfg.Drain.
+func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
+	if cfg.Conns <= 0 {
+		cfg.Conns = 1
+	}
+	if cfg.Depth <= 0 {
+		cfg.Depth = 1
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if len(cfg.Mix.entries) == 0 || len(cfg.Payloads) != len(cfg.Mix.entries) {
+		return nil, errors.New("load: a mix with one payload template per target is required")
+	}
+	r := &loadRun{
+		cfg:       cfg,
+		stop:      make(chan struct{}),
+		cancelled: make(chan struct{}),
+		exhausted: make(chan struct{}),
+		hist:      hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
+		errSeen:   make(map[string]bool),
+	}
+	for _, e := range cfg.Mix.entries {
+		r.targets = append(r.targets, []byte("|"+e.Target+"|"))
+	}
+	if cfg.Rate > 0 {
+		r.interval = float64(time.Second) / cfg.Rate
+	}
+
+	wallStart := time.Now()
+	conns := r.dialAll(ctx)
+	if len(conns) == 0 {
+		r.errMu.Lock()
+		defer r.errMu.Unlock()
+		return nil, fmt.Errorf("%w to %s: %s", errDialAll, cfg.Addr, r.errList[0])
+	}
+
+	r.start = time.Now()
+	if cfg.Requests == 0 {
+		r.deadline = int64(cfg.Duration)
+		t := time.AfterFunc(cfg.Duration, r.halt)
+		defer t.Stop()
+	}
+	defer context.AfterFunc(ctx, r.cancel)()
+
+	var wg conc.WaitGroup
+	for _, c := range conns {
+		wg.Go(c.writeLoop)
+		wg.Go(c.readLoop)
+	}
+	var pwg conc.WaitGroup
+	progressDone := make(chan struct{})
+	if cfg.Progress != nil {
+		pwg.Go(func() { r.progressLoop(progressDone) })
+	}
+	wg.Wait()
+	close(progressDone)
+	pwg.Wait()
+
+	res := &loadResult{
+		Sent:       r.sent.Load(),
+		ConnErrors: r.connErrors.Load(),
+		Wall:       time.Since(wallStart),
+		Hist:       r.hist,
+		Codes:      make([]map[string]int64, len(r.targets)),
+	}
+	for i := range res.Codes {
+		res.Codes[i] = make(map[string]int64)
+	}
+	var last int64
+	for _, c := range conns {
+		_ = c.nc.Close()
+		res.Answered += c.answered
+		res.Unmatched += c.unmatched
+		res.Malformed += c.malformed
+		// Both goroutines are done, so whatever is still outstanding was
+		// sent and never answered.
+		res.Missing += int64(c.outstanding)
+		last = max(last, c.lastAnswer)
+		for i, m := range c.codes {
+			for code, n := range m {
+				res.Codes[i][code] += *n
+			}
+		}
+	}
+	res.Elapsed = time.Duration(last)
+	if res.Elapsed <= 0 {
+		res.Elapsed = time.Since(r.start)
+	}
+	r.errMu.Lock()
+	res.ErrorSamples = r.errList
+	r.errMu.Unlock()
+	return res, nil
+}
+
+// dialAll opens the connections one after the other, counting failures.
+func (r *loadRun) dialAll(ctx context.Context) []*loadConn {
+	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	ringSize := uint64(1) << bits.Len(uint(2*r.cfg.Depth-1)) // power of two >= 2*Depth
+	var conns []*loadConn
+	for i := 1; i <= r.cfg.Conns; i++ {
+		nc, err := d.DialContext(ctx, "tcp", r.cfg.Addr)
+		if err != nil {
+			r.noteError(err)
+			continue
+		}
+		c := &loadConn{
+			run:    r,
+			id:     i,
+			nc:     nc,
+			tokens: make(chan struct{}, r.cfg.Depth),
+			quit:   make(chan struct{}),
+			ring:   make([]slot, ringSize),
+			mask:   ringSize - 1,
+			codes:  make([]map[string]*int64, len(r.targets)),
+		}
+		for j := range c.codes {
+			c.codes[j] = make(map[string]*int64)
+		}
+		c.latencies = make([]int64, 0, latencyBatch)
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// halt stops sending on every connection.
+func (r *loadRun) halt() {
+	r.stopOnce.Do(func() {
+		r.halted.Store(true)
+		close(r.stop)
+	})
+}
+
+// cancel stops sending at once, even a request already due.
+func (r *loadRun) cancel() {
+	r.cancelOnce.Do(func() { close(r.cancelled) })
+	r.halt()
+}
+
+func (r *loadRun) exhaust() {
+	r.exhaustedOnce.Do(func() { close(r.exhausted) })
+}
+
+// now returns the time since the start of the run, in ns.
+func (r *loadRun) now() int64 { return int64(time.Since(r.start)) }
+
+// noteError counts a failed connection and keeps its error as a sample.
+func (r *loadRun) noteError(err error) {
+	r.connErrors.Add(1)
+	msg := err.Error()
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	if !r.errSeen[msg] && len(r.errList) < maxErrorSamples {
+		r.errSeen[msg] = true
+		r.errList = append(r.errList, msg)
+	}
+}
+
+// record adds a batch of latencies in ns to the histogram.
+func (r *loadRun) record(ns []int64) {
+	r.histMu.Lock()
+	defer r.histMu.Unlock()
+	for _, v := range ns {
+		us := min(max(v/int64(time.Microsecond), histLowestUS), histHighestUS)
+		_ = r.hist.RecordValue(us) // in range by the clamp above
+	}
+}
+
+// progressLoop reports once a second until done is closed.
+func (r *loadRun) progressLoop(done <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var prevAnswered int64
+	prev := time.Duration(0)
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		elapsed := time.Since(r.start)
+		answered := r.answered.Load()
+		r.histMu.Lock()
+		p99 := time.Duration(r.hist.ValueAtQuantile(99)) * time.Microsecond
+		r.histMu.Unlock()
+		r.cfg.Progress(progressSnapshot{
+			Elapsed:    elapsed,
+			Sent:       r.sent.Load(),
+			Answered:   answered,
+			Rate:       float64(answered-prevAnswered) / (elapsed - prev).Seconds(),
+			P99:        p99,
+			Unmatched:  r.unmatched.Load(),
+			ConnErrors: r.connErrors.Load(),
+		})
+		prevAnswered, prev = answered, elapsed
+	}
+}
+
+// fail marks the connection failed: the first error is counted, both
+// goroutines are told to stop, and closing the socket unblocks them.
+func (c *loadConn) fail(err error) {
+	c.failOnce.Do(func() {
+		c.run.noteError(fmt.Errorf("conn %d: %w", c.id, err))
+		close(c.quit)
+		_ = c.nc.Close()
+	})
+}
+
+// writeLoop sends requests until the run stops, the request numbers run
+// out or the connection fails. It flushes only before it would block, so
+// with Depth > 1 the requests that are ready go out in one write.
+//
+// With Rate, request n is due at start + n/Rate whichever connection sends
+// it, and its latency is measured from that due time rather than from the
+// moment it was written. A hub that stalls (all Depth slots taken, or a
+// socket that does not drain) therefore shows the stall in the latency of
+// every request that should have gone out meanwhile, instead of the tool
+// quietly waiting with it (coordinated omission). Falling behind the
+// schedule makes the writer send the overdue requests at once.
+//
+// One delay is the tool's own and is left out: Go timers fire up to about
+// a millisecond late, so a request that fell due while its writer was
+// asleep on the timer is measured from the moment the writer woke. Without
+// this, a sub-millisecond hub would look a millisecond slow at any rate.
+func (c *loadConn) writeLoop() {
+	r := c.run
+	w := &writer{c: c, bw: bufio.NewWriterSize(c.nc, writeBufferSize)}
+	defer c.finishWriting(w.bw)
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(c.id)))
+	total := r.cfg.Mix.total()
+	if r.interval > 0 {
+		w.timer = time.NewTimer(time.Hour)
+		w.timer.Stop()
+		defer w.timer.Stop()
+	}
+	for !r.halted.Load() && w.acquire() {
+		n := r.issued.Add(1) - 1
+		if r.cfg.Requests > 0 && n >= r.cfg.Requests {
+			<-c.tokens
+			r.exhaust()
+			return
+		}
+		at, ok := w.sendTime(n)
+		if !ok {
+			return
+		}
+		target := 0
+		if len(r.targets) > 1 {
+			target = r.cfg.Mix.pick(rng.IntN(total))
+		}
+		seq := c.register(at, target)
+		b := appendLoadTxID(c.line[:0], c.id, seq)
+		b = append(b, r.targets[target]...)
+		b = r.cfg.Payloads[target].appendTo(b, n+1, c.id)
+		b = append(b, '\n')
+		c.line = b
+		if _, err := w.bw.Write(b); err != nil {
+			c.unregister(seq)
+			c.fail(err)
+			return
+		}
+		r.sent.Add(1)
+		if n+1 == r.cfg.Requests {
+			// The last request is out: writers waiting for a free slot have
+			// nothing left to send.
+			r.exhaust()
+		}
+	}
+}
+
+// writer is the state of one writeLoop, owned by its goroutine.
+type writer struct {
+	c     *loadConn
+	bw    *bufio.Writer
+	timer *time.Timer // with Rate only
+	woke  int64       // ns since start of the last timer wake-up
+}
+
+// acquire takes a token for one more outstanding request. When none is
+// free it flushes what is buffered, since nothing more will be written
+// until an answer comes, then waits. It returns false when the writer
+// should stop instead.
+func (w *writer) acquire() bool {
+	c, r := w.c, w.c.run
+	select {
+	case c.tokens <- struct{}{}:
+		return true
+	default:
+	}
+	if err := w.bw.Flush(); err != nil {
+		c.fail(err)
+		return false
+	}
+	select {
+	case c.tokens <- struct{}{}:
+		return true
+	case <-r.stop:
+	case <-r.exhausted:
+	case <-c.quit:
+	}
+	return false
+}
+
+// sendTime returns the time request n counts as sent from, waiting for its
+// due time with Rate. It returns false, with the token handed back, when
+// the request must not be sent: sending is over or the connection failed.
+func (w *writer) sendTime(n uint64) (int64, bool) {
+	c, r := w.c, w.c.run
+	if r.interval == 0 {
+		at := r.now()
+		if r.deadline > 0 && at >= r.deadline {
+			<-c.tokens
+			r.halt()
+			return 0, false
+		}
+		return at, true
+	}
+	at := int64(float64(n) * r.interval)
+	if r.deadline > 0 && at >= r.deadline {
+		<-c.tokens
+		r.halt()
+		return 0, false
+	}
+	if wait := at - r.now(); wait > 0 {
+		if err := w.bw.Flush(); err != nil {
+			c.fail(err)
+			return 0, false
+		}
+		w.timer.Reset(time.Duration(wait))
+		select {
+		case <-w.timer.C:
+			w.woke = r.now()
+		case <-r.cancelled:
+			<-c.tokens
+			return 0, false
+		case <-c.quit:
+			return 0, false
+		}
+	}
+	// Requests that fell due while this writer overslept are measured from
+	// its wake-up, not from their due time.
+	return max(at, w.woke), true
+}
+
+// register puts a request sent at at into the ring and returns its
+// sequence number. Since the TXIDs are ours to choose, a slot still held by
+// an old request that is slow to answer is skipped rather than waited for:
+// the caller holds a token, so fewer than Depth requests are outstanding
+// and the ring, at least twice Depth, always has a free slot.
+func (c *loadConn) register(at int64, target int) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seq := c.nextSeq + 1
+	for c.ring[seq&c.mask].used {
+		seq++
+	}
+	c.ring[seq&c.mask] = slot{seq: seq, at: at, target: int32(target), used: true}
+	c.outstanding++
+	c.nextSeq = seq
+	return seq
+}
+
+// unregister takes back a request that could not be written.
+func (c *loadConn) unregister(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ring[seq&c.mask].used = false
+	c.outstanding--
+}
+
+// finishWriting flushes what is buffered and starts the drain: the reader
+// gets Drain to collect the outstanding answers, or is woken at once when
+// there are none.
+func (c *loadConn) finishWriting(bw *bufio.Writer) {
+	if err := bw.Flush(); err != nil {
+		c.fail(err)
+	}
+	c.mu.Lock()
+	c.writerDone = true
+	empty := c.outstanding == 0
+	c.mu.Unlock()
+	deadline := time.Now().Add(c.run.cfg.Drain)
+	if empty {
+		deadline = time.Unix(1, 0) // in the past: wake the reader now
+	}
+	// An error here means the connection is already closed, which the
+	// reader sees on its own.
+	_ = c.nc.SetReadDeadline(deadline)
+}
+
+// readLoop matches answers to outstanding requests until the writer is
+// done and nothing is outstanding, the drain deadline passes, or the
+// connection fails.
+func (c *loadConn) readLoop() {
+	defer c.flushLatencies()
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			if c.handle(line) {
+				return
+			}
+			continue
+		case errors.Is(err, bufio.ErrBufferFull):
+			c.malformed++
+			if err := skipLine(br); err != nil {
+				c.endRead(err)
+				return
+			}
+			continue
+		}
+		if len(line) > 0 {
+			c.malformed++ // a partial line before the error
+		}
+		c.endRead(err)
+		return
+	}
+}
+
+// endRead settles the reader's books when reading stops with err.
+func (c *loadConn) endRead(err error) {
+	c.mu.Lock()
+	done, out := c.writerDone, c.outstanding
+	c.mu.Unlock()
+	if done && (out == 0 || errors.Is(err, os.ErrDeadlineExceeded)) {
+		// The writer finished; whatever is still outstanding when the drain
+		// deadline passes is missing, which is not a connection error.
+		return
+	}
+	select {
+	case <-c.quit:
+		// The writer failed first and closed the socket: already counted.
+		return
+	default:
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("connection closed by the hub")
+	}
+	c.fail(err)
+}
+
+// skipLine discards the rest of an over-long line.
+func skipLine(br *bufio.Reader) error {
+	for {
+		_, err := br.ReadSlice('\n')
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
+}
+
+// handle processes one answer line and reports whether the reader is done.
+func (c *loadConn) handle(line []byte) bool {
+	r := c.run
+	txid, code, _, ok := parseAnswer(line)
+	if !ok {
+		c.malformed++
+		return false
+	}
+	conn, seq, ok := parseLoadTxID(txid)
+	if !ok || conn != c.id {
+		c.unmatched++
+		r.unmatched.Add(1)
+		return false
+	}
+	c.mu.Lock()
+	s := &c.ring[seq&c.mask]
+	if !s.used || s.seq != seq {
+		c.mu.Unlock()
+		c.unmatched++
+		r.unmatched.Add(1)
+		return false
+	}
+	at, target := s.at, s.target
+	s.used = false
+	c.outstanding--
+	done := c.writerDone && c.outstanding == 0
+	c.mu.Unlock()
+	<-c.tokens
+
+	now := r.now()
+	c.lastAnswer = now
+	c.latencies = append(c.latencies, now-at)
+	if len(c.latencies) == latencyBatch {
+		c.flushLatencies()
+	}
+	counts := c.codes[target]
+	if p, ok := counts[string(code)]; ok {
+		*p++
+	} else {
+		one := int64(1)
+		counts[string(code)] = &one
+	}
+	c.answered++
+	r.answered.Add(1)
+	return done
+}
+
+func (c *loadConn) flushLatencies() {
+	if len(c.latencies) > 0 {
+		c.run.record(c.latencies)
+		c.latencies = c.latencies[:0]
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parse runs the command line through kong as main does, without exiting.
+func parse(t *testing.T, args ...string) (*cli, *kong.Context, error) {
+	t.Helper()
+	var c cli
+	p, err := newParser(&c, kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+	require.NoError(t, err)
+	kctx, err := p.Parse(args)
+	return &c, kctx, err
+}
+
+func TestParseLoadDefaults(t *testing.T) {
+	c, kctx, err := parse(t, "load")
+	require.NoError(t, err)
+	assert.Equal(t, "load", kctx.Command())
+	cfg, err := c.Load.config()
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9200", cfg.Addr)
+	assert.Equal(t, 16, cfg.Conns)
+	assert.Equal(t, 1, cfg.Depth, "closed loop keeps one in flight")
+	assert.Equal(t, 10*time.Second, cfg.Duration)
+	assert.Zero(t, cfg.Requests)
+	assert.Zero(t, cfg.Rate)
+	assert.Equal(t, "CORE=100", cfg.Mix.String())
+	assert.Equal(t, 5*time.Second, cfg.Drain)
+}
+
+func TestParseLoadFlags(t *testing.T) {
+	c, _, err := parse(t, "load", "--mix", "core=70,claim=30", "--requests", "1000", "--duration", "1s",
+		"--rate", "5000", "--payload", "BAL {n}", "--target-payload", "claim=SUBMIT P{conn} 100")
+	require.NoError(t, err)
+	cfg, err := c.Load.config()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1000), cfg.Requests)
+	assert.Zero(t, cfg.Duration, "--requests takes precedence")
+	assert.Equal(t, rateDepth, cfg.Depth, "with --rate the depth is only a cap")
+	require.Len(t, cfg.Payloads, 2)
+	assert.Equal(t, "BAL 7", string(cfg.Payloads[0].appendTo(nil, 7, 2)))
+	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].appendTo(nil, 7, 2)))
+}
+
+func TestParseFromEnvironment(t *testing.T) {
+	t.Setenv("RELAYCTL_ADDR", "127.0.0.1:19200")
+	t.Setenv("RELAYCTL_CONNS", "3")
+	t.Setenv("RELAYCTL_MIX", "CLAIM=1")
+	c, _, err := parse(t, "load")
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:19200", c.Load.Addr)
+	assert.Equal(t, 3, c.Load.Conns)
+	assert.Equal(t, "CLAIM=1", c.Load.Mix)
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"bad mix", []string{"load", "--mix", "CORE=x"}, "--mix"},
+		{"no conns", []string{"load", "--conns", "0"}, "--conns"},
+		{"negative rate", []string{"load", "--rate", "-1"}, "--rate"},
+		{"zero duration", []string{"load", "--duration", "0s"}, "--duration"},
+		{"payload for a target not in the mix", []string{"load", "--target-payload", "CLAIM=X"}, "not in --mix"},
+		{"bad txid", []string{"send", "--txid", "a|b", "CORE", "BAL A"}, "--txid"},
+		{"send without target", []string{"send"}, "expected \"<target>\""},
+		{"status with zero timeout", []string{"status", "--timeout", "0s"}, "--timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := parse(t, tt.args...)
+			assert.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+func TestRunLoadCommandEndToEnd(t *testing.T) {
+	tests := []struct {
+		name     string
+		relay    fakeConfig
+		wantCode int
+	}{
+		{"clean run", fakeConfig{}, 0},
+		{"bogus answer fails the run", fakeConfig{BogusAfterNth: 3}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeRelay(t, tt.relay)
+			_, kctx, err := parse(t, "load", "--addr", f.addr, "--conns", "2", "--requests", "100",
+				"--mix", "CORE=1,CLAIM=1", "--json", "--quiet", "--drain", "200ms")
+			require.NoError(t, err)
+			var out, errOut bytes.Buffer
+			kctx.BindTo(t.Context(), (*context.Context)(nil))
+			err = kctx.Run(&streams{Out: &out, Err: &errOut})
+
+			assert.Equal(t, tt.wantCode, exitCode(err))
+			assert.Empty(t, errOut.String(), "--quiet prints no progress")
+			var sum loadSummary
+			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
+			assert.Equal(t, int64(100), sum.Sent)
+			assert.Equal(t, int64(100), sum.Answered)
+			assert.Equal(t, int64(100), sum.Codes["0000"])
+			assert.Len(t, sum.TargetCodes, 2)
+		})
+	}
+}
+
+func TestRunLoadCommandCannotConnect(t *testing.T) {
+	f := newFakeRelay(t, fakeConfig{})
+	f.close()
+	_, kctx, err := parse(t, "load", "--addr", f.addr, "--requests", "10", "--quiet")
+	require.NoError(t, err)
+	kctx.BindTo(t.Context(), (*context.Context)(nil))
+	var out bytes.Buffer
+	err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
+	assert.Equal(t, 2, exitCode(err))
+	assert.ErrorIs(t, err, errDialAll)
+	assert.Empty(t, out.String())
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// maxTxIDLen is the longest TXID the hub accepts (SPEC §2).
+const maxTxIDLen = 64
+
+// validTxID reports whether s is a TXID the hub accepts: 1 to 64 characters
+// of A-Z a-z 0-9 . _ : -.
+func validTxID(s string) bool {
+	if len(s) == 0 || len(s) > maxTxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// newTxID returns a TXID for a single send: the time in milliseconds (base
+// 36) and 32 random bits, so two operators sending in the same millisecond
+// still get distinct ids in the hub's logs.
+func newTxID(now time.Time) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails on supported platforms.
+	return "ctl-" + strconv.FormatInt(now.UnixMilli(), 36) + "-" + hex.EncodeToString(r[:])
+}
+
+// validTarget reports whether s can travel as the TARGET field of a request
+// line: not empty, and free of the field separator, spaces and control
+// characters. Whether the hub knows the target is for the hub to answer.
+func validTarget(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '|' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validPayload reports whether s can travel as the PAYLOAD field: anything
+// but a line break, which would end the request line early.
+func validPayload(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' || s[i] == '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAnswer splits a response line TXID|CODE|MESSAGE, with or without its
+// line ending, into its fields. The message is everything after the second
+// '|'. The returned slices alias line. ok is false when the line does not
+// have that shape (fewer than two separators, or an empty TXID or CODE).
+func parseAnswer(line []byte) (txid, code, msg []byte, ok bool) {
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	i := bytes.IndexByte(line, '|')
+	if i <= 0 {
+		return nil, nil, nil, false
+	}
+	rest := line[i+1:]
+	j := bytes.IndexByte(rest, '|')
+	if j <= 0 {
+		return nil, nil, nil, false
+	}
+	return line[:i], rest[:j], rest[j+1:], true
+}
+
+// codeSucceeded reports whether an answer code means the target processed
+// the transaction: 0000, or a business rejection Bnnn relayed from a healthy
+// target.
+func codeSucceeded(code []byte) bool {
+	if string(code) == "0000" {
+		return true
+	}
+	return len(code) == 4 && code[0] == 'B' && isDigit(code[1]) && isDigit(code[2]) && isDigit(code[3])
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// appendLoadTxID appends the TXID of a load request, L<conn>-<seq>, to b.
+// Both numbers are decimal, so the id stays within the TXID alphabet and
+// parseLoadTxID can read it back without allocating.
+func appendLoadTxID(b []byte, conn int, seq uint64) []byte {
+	b = append(b, 'L')
+	b = strconv.AppendInt(b, int64(conn), 10)
+	b = append(b, '-')
+	return strconv.AppendUint(b, seq, 10)
+}
+
+// parseLoadTxID reads back a TXID made by appendLoadTxID. ok is false for
+// anything else, including numbers with leading zeros, which
+// appendLoadTxID never writes, so every accepted id maps to one request.
+func parseLoadTxID(txid []byte) (conn int, seq uint64, ok bool) {
+	if len(txid) < 4 || txid[0] != 'L' {
+		return 0, 0, false
+	}
+	dash := bytes.IndexByte(txid, '-')
+	if dash < 0 {
+		return 0, 0, false
+	}
+	c, ok := parseDecimal(txid[1:dash])
+	if !ok || c > 1<<31 {
+		return 0, 0, false
+	}
+	s, ok := parseDecimal(txid[dash+1:])
+	if !ok {
+		return 0, 0, false
+	}
+	return int(c), s, true
+}
+
+// parseDecimal parses a canonical unsigned decimal: digits only, no leading
+// zero unless the number is 0, at most 19 digits so it cannot overflow.
+func parseDecimal(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 || (len(b) > 1 && b[0] == '0') {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidTxID(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"every allowed character", "Az09._:-", true},
+		{"one character", "x", true},
+		{"64 characters", strings.Repeat("a", 64), true},
+		{"empty", "", false},
+		{"65 characters", strings.Repeat("a", 65), false},
+		{"separator", "a|b", false},
+		{"space", "a b", false},
+		{"slash", "a/b", false},
+		{"non-ASCII", "é", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, validTxID(tt.in))
+		})
+	}
+}
+
+func TestNewTxIDIsValidAndDistinct(t *testing.T) {
+	now := time.Date(2026, 11, 30, 5, 31, 19, 0, time.UTC)
+	a, b := newTxID(now), newTxID(now)
+	assert.True(t, validTxID(a), a)
+	assert.NotEqual(t, a, b, "two ids in the same millisecond")
+}
+
+func TestValidTargetAndPayload(t *testing.T) {
+	assert.True(t, validTarget("CORE"))
+	for _, bad := range []string{"", "CO|RE", "CO RE", "CORE\n", "\x7f"} {
+		assert.False(t, validTarget(bad), "%q", bad)
+	}
+	assert.True(t, validPayload(""))
+	assert.True(t, validPayload("XFER A|B 10"), "a payload may hold '|'")
+	assert.False(t, validPayload("BAL A\nX|CORE|BAL B"))
+	assert.False(t, validPayload("BAL A\r"))
+}
+
+func TestParseAnswer(t *testing.T) {
+	tests := []struct {
+		name            string
+		line            string
+		txid, code, msg string
+		ok              bool
+	}{
+		{"plain", "T1|0000|balance=99500\n", "T1", "0000", "balance=99500", true},
+		{"crlf", "T1|B201|insufficient funds\r\n", "T1", "B201", "insufficient funds", true},
+		{"no line ending", "T1|E904|circuit open; retry after 7s", "T1", "E904", "circuit open; retry after 7s", true},
+		{"message holds separators", "T1|0000|a|b|c\n", "T1", "0000", "a|b|c", true},
+		{"empty message", "T1|0000|\n", "T1", "0000", "", true},
+		{"unreadable txid", "-|E900|line too long\n", "-", "E900", "line too long", true},
+		{"one separator", "T1|0000\n", "", "", "", false},
+		{"no separator", "garbage\n", "", "", "", false},
+		{"empty txid", "|0000|ok\n", "", "", "", false},
+		{"empty code", "T1||ok\n", "", "", "", false},
+		{"blank", "\n", "", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			txid, code, msg, ok := parseAnswer([]byte(tt.line))
+			require.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.txid, string(txid))
+			assert.Equal(t, tt.code, string(code))
+			assert.Equal(t, tt.msg, string(msg))
+		})
+	}
+}
+
+func TestCodeSucceeded(t *testing.T) {
+	tests := []struct {
+		code string
+		want bool
+	}{
+		{"0000", true},
+		{"B201", true},
+		{"B999", true},
+		{"E400", false},
+		{"E500", false},
+		{"E904", false},
+		{"B20", false},
+		{"B2011", false},
+		{"BXYZ", false},
+		{"0001", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			assert.Equal(t, tt.want, codeSucceeded([]byte(tt.code)))
+		})
+	}
+}
+
+func TestLoadTxIDRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		conn int
+		seq  uint64
+	}{{1, 1}, {16, 0}, {9999, 1 << 40}, {1, 18446744073709551} /* 17 digits */} {
+		b := appendLoadTxID(nil, tc.conn, tc.seq)
+		require.True(t, validTxID(string(b)), "%s", b)
+		conn, seq, ok := parseLoadTxID(b)
+		require.True(t, ok, "%s", b)
+		assert.Equal(t, tc.conn, conn)
+		assert.Equal(t, tc.seq, seq)
+	}
+}
+
+func TestParseLoadTxIDRejects(t *testing.T) {
+	for _, bad := range []string{
+		"", "-", "L", "L1", "L1-", "L-1", "X1-1", "l1-1", "L01-1", "L1-01", "L1-1x", "L1-1-1",
+		"L1-99999999999999999999", "ctl-abc-0011", "nobody-1",
+	} {
+		t.Run(bad, func(t *testing.T) {
+			_, _, ok := parseLoadTxID([]byte(bad))
+			assert.False(t, ok)
+		})
+	}
+}
+
+func TestParseLoadTxIDDoesNotAllocate(t *testing.T) {
+	txid := []byte("L12-345678")
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _, _ = parseLoadTxID(txid)
+		_, _, _, _ = parseAnswer([]byte("L12-345678|0000|ok\n"))
+	})
+	assert.Zero(t, allocs)
+}

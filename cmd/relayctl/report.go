@@ -1,0 +1,200 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// latencySummary holds latency percentiles in microseconds; a plain value.
+type latencySummary struct {
+	P50  int64   `json:"p50"`
+	P90  int64   `json:"p90"`
+	P99  int64   `json:"p99"`
+	P999 int64   `json:"p99_9"`
+	Max  int64   `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// latencyPercentiles reads the percentiles of a histogram of microseconds.
+// An empty histogram gives zeros.
+func latencyPercentiles(h *hdrhistogram.Histogram) latencySummary {
+	if h.TotalCount() == 0 {
+		return latencySummary{}
+	}
+	return latencySummary{
+		P50:  h.ValueAtQuantile(50),
+		P90:  h.ValueAtQuantile(90),
+		P99:  h.ValueAtQuantile(99),
+		P999: h.ValueAtQuantile(99.9),
+		Max:  h.Max(),
+		Mean: h.Mean(),
+	}
+}
+
+// loadSummary is the report of a load run, as printed and as JSON. It is
+// not changed after newLoadSummary, so concurrent reads are safe.
+type loadSummary struct {
+	Addr           string                      `json:"addr"`
+	Conns          int                         `json:"conns"`
+	Depth          int                         `json:"depth"`
+	Rate           float64                     `json:"rate"`
+	Mix            string                      `json:"mix"`
+	Sent           int64                       `json:"sent"`
+	Answered       int64                       `json:"answered"`
+	ElapsedSeconds float64                     `json:"elapsed_seconds"`
+	Throughput     float64                     `json:"throughput"`
+	LatencyUS      latencySummary              `json:"latency_us"`
+	Codes          map[string]int64            `json:"codes"`
+	TargetCodes    map[string]map[string]int64 `json:"target_codes"`
+	Unmatched      int64                       `json:"unmatched"`
+	Malformed      int64                       `json:"malformed"`
+	Missing        int64                       `json:"missing"`
+	ConnErrors     int64                       `json:"conn_errors"`
+	ErrorSamples   []string                    `json:"error_samples,omitempty"`
+}
+
+// newLoadSummary builds the report of a run.
+func newLoadSummary(cfg loadConfig, res *loadResult) loadSummary {
+	s := loadSummary{
+		Addr:           cfg.Addr,
+		Conns:          cfg.Conns,
+		Depth:          cfg.Depth,
+		Rate:           cfg.Rate,
+		Mix:            cfg.Mix.String(),
+		Sent:           res.Sent,
+		Answered:       res.Answered,
+		ElapsedSeconds: res.Elapsed.Seconds(),
+		LatencyUS:      latencyPercentiles(res.Hist),
+		Codes:          make(map[string]int64),
+		TargetCodes:    make(map[string]map[string]int64),
+		Unmatched:      res.Unmatched,
+		Malformed:      res.Malformed,
+		Missing:        res.Missing,
+		ConnErrors:     res.ConnErrors,
+		ErrorSamples:   res.ErrorSamples,
+	}
+	if res.Elapsed > 0 {
+		s.Throughput = float64(res.Answered) / res.Elapsed.Seconds()
+	}
+	for i, e := range cfg.Mix.entries {
+		tc := make(map[string]int64)
+		for code, n := range res.Codes[i] {
+			tc[code] += n
+			s.Codes[code] += n
+		}
+		s.TargetCodes[e.Target] = tc
+	}
+	return s
+}
+
+// problems returns a one-line account of what makes the run fail (unmatched
+// or missing answers, malformed lines, connection errors), or "" when
+// there is nothing.
+func (s loadSummary) problems() string {
+	var p []string
+	add := func(n int64, what string) {
+		if n > 0 {
+			p = append(p, strconv.FormatInt(n, 10)+" "+what)
+		}
+	}
+	add(s.Unmatched, "unmatched answers")
+	add(s.Missing, "missing answers")
+	add(s.Malformed, "malformed answer lines")
+	add(s.ConnErrors, "connection errors")
+	return strings.Join(p, ", ")
+}
+
+// writeText prints the report for a person.
+func (s loadSummary) writeText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	mode := "closed loop"
+	if s.Rate > 0 {
+		mode = "rate " + strconv.FormatFloat(s.Rate, 'f', -1, 64) + "/s"
+	}
+	fmt.Fprintf(tw, "target\t%s, %d conns, depth %d, %s, mix %s\n", s.Addr, s.Conns, s.Depth, mode, s.Mix)
+	fmt.Fprintf(tw, "requests\tsent %d, answered %d in %.3fs\n", s.Sent, s.Answered, s.ElapsedSeconds)
+	fmt.Fprintf(tw, "throughput\t%.1f answers/s\n", s.Throughput)
+	l := s.LatencyUS
+	fmt.Fprintf(tw, "latency\tp50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n",
+		formatUS(l.P50), formatUS(l.P90), formatUS(l.P99), formatUS(l.P999), formatUS(l.Max))
+	fmt.Fprintf(tw, "codes\t%s\n", formatCodes(s.Codes))
+	if len(s.TargetCodes) > 1 {
+		for _, name := range slices.Sorted(maps.Keys(s.TargetCodes)) {
+			fmt.Fprintf(tw, "  %s\t%s\n", name, formatCodes(s.TargetCodes[name]))
+		}
+	}
+	fmt.Fprintf(tw, "errors\tunmatched %d, missing %d, malformed %d, connection %d\n",
+		s.Unmatched, s.Missing, s.Malformed, s.ConnErrors)
+	for _, e := range s.ErrorSamples {
+		fmt.Fprintf(tw, "  error\t%s\n", e)
+	}
+	return tw.Flush()
+}
+
+// formatCodes prints code counts in code order, "0000 812, B201 3"; "none"
+// when empty.
+func formatCodes(codes map[string]int64) string {
+	if len(codes) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(codes))
+	for _, c := range slices.Sorted(maps.Keys(codes)) {
+		parts = append(parts, c+" "+strconv.FormatInt(codes[c], 10))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatUS prints a latency given in microseconds with a readable unit:
+// 87µs, 1.204ms, 2.5s.
+func formatUS(us int64) string {
+	return (time.Duration(us) * time.Microsecond).String()
+}
+
+// progressPrinter prints the live progress line. On a terminal it rewrites
+// one line in place; elsewhere (a log file, CI) it prints one line per
+// tick. It is called from one goroutine at a time, which is all it
+// supports.
+type progressPrinter struct {
+	w       io.Writer
+	tty     bool
+	printed bool
+}
+
+// print writes one progress line.
+func (p *progressPrinter) print(s progressSnapshot) {
+	line := formatProgress(s)
+	if p.tty {
+		// \r returns to the start of the line and \x1b[K clears what a
+		// longer previous line left behind.
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.printed = true
+}
+
+// finish ends the progress line on a terminal, so the summary starts on a
+// fresh line.
+func (p *progressPrinter) finish() {
+	if p.tty && p.printed {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// formatProgress renders one progress line.
+func formatProgress(s progressSnapshot) string {
+	line := fmt.Sprintf("%5.1fs  sent %d  answered %d  %.0f/s  p99 %s",
+		s.Elapsed.Seconds(), s.Sent, s.Answered, s.Rate, s.P99)
+	if s.Unmatched > 0 || s.ConnErrors > 0 {
+		line += fmt.Sprintf("  unmatched %d  conn errors %d", s.Unmatched, s.ConnErrors)
+	}
+	return line
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// sendCmd is `relayctl send`: its flags, filled by kong. Not for
+// concurrent use.
+type sendCmd struct {
+	Addr    string        `help:"Hub client address, host:port." default:"127.0.0.1:9200" env:"RELAYCTL_ADDR"`
+	TxID    string        `name:"txid" help:"Transaction id, 1 to 64 of A-Z a-z 0-9 . _ : - (generated when empty)." env:"RELAYCTL_TXID"`
+	Timeout time.Duration `help:"Limit on connecting, sending and waiting for the answer together." default:"5s" env:"RELAYCTL_TIMEOUT"`
+	Target  string        `arg:"" help:"Target name, e.g. CORE."`
+	Payload string        `arg:"" optional:"" help:"Payload, e.g. 'BAL ACC1' (may be empty)."`
+}
+
+// Validate checks what the tags cannot.
+func (c *sendCmd) Validate() error {
+	switch {
+	case c.TxID != "" && !validTxID(c.TxID):
+		return fmt.Errorf("--txid %q: want 1 to %d characters of A-Z a-z 0-9 . _ : -", c.TxID, maxTxIDLen)
+	case c.Target != "" && !validTarget(c.Target): // kong reports a missing one
+		return fmt.Errorf("target %q: want a name without '|', spaces or control characters", c.Target)
+	case !validPayload(c.Payload):
+		return errors.New("payload: must not contain a line break")
+	case c.Timeout <= 0:
+		return fmt.Errorf("--timeout %s: want more than 0", c.Timeout)
+	}
+	return nil
+}
+
+// Run sends one transaction and prints the answer line. Exit status: 0 for
+// 0000 or Bnnn, 1 for any other code or an answer that is not for this
+// transaction, 2 when the hub cannot be reached or does not answer in time.
+func (c *sendCmd) Run(ctx context.Context, s *streams) error {
+	txid := c.TxID
+	if txid == "" {
+		txid = newTxID(time.Now())
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	answer, err := sendOne(ctx, c.Addr, txid, c.Target, c.Payload)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	fmt.Fprintln(s.Out, answer)
+	gotTxID, code, _, ok := parseAnswer([]byte(answer))
+	switch {
+	case !ok:
+		return &exitError{code: 1, err: fmt.Errorf("malformed answer %q", answer)}
+	case string(gotTxID) != txid && string(gotTxID) != "-":
+		return &exitError{code: 1, err: fmt.Errorf("answer is for TXID %q, not %q", gotTxID, txid)}
+	case !codeSucceeded(code):
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+// sendOne writes one request line to the hub at addr and returns the first
+// answer line, without its line ending. ctx bounds the whole exchange.
+// Each request opens its own connection, so the first answer is this
+// request's: the hub answers "-" instead of the TXID only when it could not
+// read one, or before reading at all (too many connections).
+func sendOne(ctx context.Context, addr, txid, target, payload string) (string, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("connect %s: %w", addr, err)
+	}
+	defer nc.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := nc.SetDeadline(deadline); err != nil {
+			return "", fmt.Errorf("set deadline: %w", err)
+		}
+	}
+	// Interrupting the exchange (Ctrl-C) closes the socket, ending a
+	// blocked read at once rather than at the deadline.
+	defer context.AfterFunc(ctx, func() { _ = nc.Close() })()
+
+	line := txid + "|" + target + "|" + payload + "\n"
+	if _, err := io.WriteString(nc, line); err != nil {
+		return "", exchangeError(ctx, addr, "send to", err)
+	}
+	answer, err := bufio.NewReaderSize(nc, readBufferSize).ReadString('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) && answer == "" {
+			return "", fmt.Errorf("read from %s: connection closed without an answer", addr)
+		}
+		return "", exchangeError(ctx, addr, "read from", err)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(answer, "\n"), "\r"), nil
+}
+
+// exchangeError names a timeout as such: a hub that does not answer within
+// --timeout is the operator's question, not the socket error behind it.
+func exchangeError(ctx context.Context, addr, op string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s %s: no answer before the timeout", op, addr)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s %s: %w", op, addr, ctx.Err())
+	}
+	return fmt.Errorf("%s %s: %w", op, addr, err)
+}

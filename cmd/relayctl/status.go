@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// maxStatusBytes bounds the admin answer read, so a wrong address serving
+// something huge cannot exhaust memory.
+const maxStatusBytes = 4 << 20
+
+// statusCmd is `relayctl status`: its flags, filled by kong. Not for
+// concurrent use.
+type statusCmd struct {
+	Admin   string        `help:"Hub admin address, host:port (or a base URL)." default:"127.0.0.1:9280" env:"RELAYCTL_ADMIN"`
+	Timeout time.Duration `help:"Limit on the whole request." default:"5s" env:"RELAYCTL_TIMEOUT"`
+	JSON    bool          `name:"json" help:"Print the admin endpoint's JSON as it is." env:"RELAYCTL_JSON"`
+}
+
+// hubStatus is the JSON of GET /status; unknown fields are ignored. A plain
+// value.
+type hubStatus struct {
+	Draining   bool           `json:"draining"`
+	Goroutines int            `json:"goroutines"`
+	Targets    []targetStatus `json:"targets"`
+}
+
+// targetStatus is one target of hubStatus, a plain value.
+type targetStatus struct {
+	Name                string  `json:"name"`
+	URL                 string  `json:"url"`
+	State               string  `json:"state"`
+	ConsecutiveFailures int64   `json:"consecutive_failures"`
+	Inflight            int64   `json:"inflight"`
+	MaxInflight         int64   `json:"max_inflight"`
+	RetryAfterSeconds   float64 `json:"retry_after_seconds"`
+}
+
+// Validate checks what the tags cannot.
+func (c *statusCmd) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want more than 0", c.Timeout)
+	}
+	return nil
+}
+
+// Run fetches the hub's status and prints it. Exit status 2 when the admin
+// endpoint cannot be reached, 1 when its answer is not a status.
+func (c *statusCmd) Run(ctx context.Context, s *streams) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	url := statusURL(c.Admin)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("--admin %q: %w", c.Admin, err)
+	}
+	client := &http.Client{}
+	resp, err := client.Do(req)
+	if err != nil {
+		// *url.Error repeats the method and URL this message already has.
+		if ue, ok := errors.AsType[*neturl.Error](err); ok {
+			err = ue.Err
+		}
+		return &exitError{code: 2, err: fmt.Errorf("GET %s: %w", url, err)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBytes))
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("GET %s: read body: %w", url, err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, firstLine(body))
+	}
+	var st hubStatus
+	if err := json.Unmarshal(body, &st); err != nil {
+		return fmt.Errorf("GET %s: not a status document: %w", url, err)
+	}
+	if c.JSON {
+		if _, err := s.Out.Write(body); err != nil {
+			return err
+		}
+		if len(body) > 0 && body[len(body)-1] != '\n' {
+			_, err = io.WriteString(s.Out, "\n")
+		}
+		return err
+	}
+	return writeStatus(s.Out, st)
+}
+
+// statusURL builds the status URL from --admin, which is host:port or,
+// for an admin port behind a proxy, a base URL.
+func statusURL(admin string) string {
+	if strings.HasPrefix(admin, "http://") || strings.HasPrefix(admin, "https://") {
+		return strings.TrimSuffix(admin, "/") + "/status"
+	}
+	return "http://" + admin + "/status"
+}
+
+// writeStatus prints the status as a table, then one line about the hub.
+func writeStatus(w io.Writer, st hubStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tSTATE\tFAILURES\tINFLIGHT/LIMIT\tRETRY-AFTER\tURL")
+	for _, t := range st.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\n",
+			t.Name, t.State, t.ConsecutiveFailures, t.Inflight, t.MaxInflight,
+			formatRetryAfter(t.RetryAfterSeconds), t.URL)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	state := "accepting"
+	if st.Draining {
+		state = "draining"
+	}
+	_, err := fmt.Fprintf(w, "hub %s, %d goroutines\n", state, st.Goroutines)
+	return err
+}
+
+// formatRetryAfter prints the wait before a probe is allowed to the
+// millisecond, "7s" or "1.25s"; "-" when none is pending.
+func formatRetryAfter(sec float64) string {
+	if !(sec > 0) {
+		return "-"
+	}
+	d := time.Duration(sec * float64(time.Second)).Round(time.Millisecond)
+	if d == 0 {
+		return "0s"
+	}
+	return d.String()
+}
+
+// firstLine returns the start of an error body for a message: its first
+// line, at most 200 bytes.
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return strconv.Quote(s)
+}

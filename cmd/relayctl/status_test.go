@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const statusJSON = `{"draining":false,"goroutines":42,"targets":[` +
+	`{"name":"CORE","url":"http://127.0.0.1:9201","state":"OPEN","consecutive_failures":5,"inflight":0,"max_inflight":10,"retry_after_seconds":7},` +
+	`{"name":"CLAIM","url":"http://127.0.0.1:9202","state":"HALF_OPEN","consecutive_failures":0,"inflight":1,"max_inflight":10,"retry_after_seconds":0.25,"future_field":true},` +
+	`{"name":"LEDGER","url":"http://10.0.0.7:8080","state":"CLOSED","consecutive_failures":2,"inflight":10,"max_inflight":10,"retry_after_seconds":0}` +
+	`],"build":"x"}`
+
+func newStatusServer(t *testing.T, code int, body string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/status" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func runStatus(t *testing.T, c statusCmd) (string, int, error) {
+	t.Helper()
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	require.NoError(t, c.Validate())
+	var out bytes.Buffer
+	err := c.Run(t.Context(), &streams{Out: &out, Err: &bytes.Buffer{}})
+	return out.String(), exitCode(err), err
+}
+
+func TestStatusTable(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, statusJSON)
+
+	out, code, err := runStatus(t, statusCmd{Admin: strings.TrimPrefix(srv.URL, "http://")})
+
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	want := "" +
+		"TARGET  STATE      FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  URL\n" +
+		"CORE    OPEN       5         0/10            7s           http://127.0.0.1:9201\n" +
+		"CLAIM   HALF_OPEN  0         1/10            250ms        http://127.0.0.1:9202\n" +
+		"LEDGER  CLOSED     2         10/10           -            http://10.0.0.7:8080\n" +
+		"hub accepting, 42 goroutines\n"
+	assert.Equal(t, want, out)
+}
+
+func TestStatusDraining(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, `{"draining":true,"goroutines":3,"targets":[]}`)
+	out, _, err := runStatus(t, statusCmd{Admin: srv.URL + "/"})
+	require.NoError(t, err)
+	assert.Equal(t, "TARGET  STATE  FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  URL\nhub draining, 3 goroutines\n", out)
+}
+
+func TestStatusJSONIsRaw(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, statusJSON)
+	out, code, err := runStatus(t, statusCmd{Admin: srv.URL, JSON: true})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, statusJSON+"\n", out)
+}
+
+func TestStatusErrors(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedAddr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+
+	tests := []struct {
+		name     string
+		admin    string
+		wantCode int
+		wantErr  string
+	}{
+		{"unreachable", closedAddr, 2, "GET http://" + closedAddr + "/status"},
+		{"server error", newStatusServer(t, http.StatusInternalServerError, "boom\nmore").URL, 1, `500 Internal Server Error: "boom"`},
+		{"not JSON", newStatusServer(t, http.StatusOK, "<html>").URL, 1, "not a status document"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code, err := runStatus(t, statusCmd{Admin: tt.admin})
+			assert.Equal(t, tt.wantCode, code)
+			assert.ErrorContains(t, err, tt.wantErr)
+			assert.Empty(t, out)
+		})
+	}
+}
+
+func TestFormatRetryAfter(t *testing.T) {
+	tests := []struct {
+		in   float64
+		want string
+	}{
+		{0, "-"},
+		{-1, "-"},
+		{7, "7s"},
+		{0.25, "250ms"},
+		{1.2504, "1.25s"},
+		{0.0001, "0s"},
+		{90, "1m30s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			assert.Equal(t, tt.want, formatRetryAfter(tt.in))
+		})
+	}
+}
+
+func TestStatusURL(t *testing.T) {
+	assert.Equal(t, "http://127.0.0.1:9280/status", statusURL("127.0.0.1:9280"))
+	assert.Equal(t, "https://hub.example/admin/status", statusURL("https://hub.example/admin/"))
+}

@@ -1,0 +1,34 @@
+// Package relay is the relayhub hub. It reads transactions from TCP clients,
+// one line each (TXID|TARGET|PAYLOAD), relays each to its target with an
+// HTTP POST, and answers one line per transaction (TXID|CODE|MESSAGE). Every
+// target has its own circuit breaker and bulkhead, so one slow or dead
+// target is refused at once (E904, E905) instead of dragging the hub and the
+// other targets down.
+//
+// The protocol lives in pure functions on byte slices (ParseRequest,
+// AppendResponse, DecodeAnswer); the Server owns connections, deadlines and
+// buffering, and one method composes the policies: breaker, bulkhead, call,
+// record, release.
+//
+// Typical use:
+//
+//	srv, err := relay.New(relay.Config{
+//		Targets: []relay.Target{
+//			{Name: "CORE", URL: "http://127.0.0.1:9201"},
+//			{Name: "CLAIM", URL: "http://127.0.0.1:9202"},
+//		},
+//		OnTransition: func(t breaker.Transition) { /* append to the breaker log */ },
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	ln, err := net.Listen("tcp", "127.0.0.1:9200")
+//	if err != nil {
+//		return err
+//	}
+//	go srv.Serve(ln)
+//	<-ctx.Done()
+//	drain, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+//	defer cancel()
+//	return srv.Shutdown(drain)
+package relay

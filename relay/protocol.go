@@ -1,0 +1,202 @@
+package relay
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// Response codes of the client protocol (SPEC §3). Codes a target sends in
+// its own answers (0000, Bnnn, Ennn) are relayed as they are and need no
+// constant.
+const (
+	CodeOK             = "0000" // the target processed the transaction
+	CodeRefused        = "E400" // the target refused the request (HTTP 4xx)
+	CodeTargetFailed   = "E500" // HTTP 5xx, an answer off the target protocol, or the target's own E500
+	CodeMalformed      = "E900" // the request line is malformed
+	CodeTimeout        = "E901" // no answer from the target in time
+	CodeUnreachable    = "E902" // transport failure talking to the target
+	CodeUnknownTarget  = "E903" // no such target
+	CodeCircuitOpen    = "E904" // the target's breaker refused the call
+	CodeBulkheadFull   = "E905" // the target's bulkhead is full
+	CodeUnavailable    = "E906" // shutting down or over the connection limit
+	CodeInternal       = "E907" // a bug caught at run time
+	noTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
+	maxTxIDLen         = 64
+	responseSeparator  = '|'
+	responseTerminator = '\n'
+)
+
+// MaxMessageBytes caps the MESSAGE of a response line. A target's message
+// longer than this is cut (at a UTF-8 boundary) so one chatty target cannot
+// make the hub write unbounded lines.
+const MaxMessageBytes = 512
+
+// Request is one parsed request line. Its fields are sub-slices of the line
+// passed to ParseRequest: they are valid only as long as that line's bytes
+// are, and a Request that must outlive them has to be copied. Like the line
+// it points into, it may be read from many goroutines but not changed.
+type Request struct {
+	// TxID is the client's transaction id: 1 to 64 characters of
+	// A-Z a-z 0-9 . _ : -.
+	TxID []byte
+	// Target is the target name as the client wrote it (matched
+	// case-insensitively later). Never empty.
+	Target []byte
+	// Payload is everything after the second '|', byte for byte. It may
+	// contain '|' and may be empty.
+	Payload []byte
+}
+
+// ProtocolError reports a request line the hub cannot accept. It carries what
+// the answer needs: the TXID when one could be read, the code and the
+// message. It is an immutable value, safe for concurrent use.
+type ProtocolError struct {
+	// TxID is the line's TXID when it could be read, else empty (the answer
+	// then uses "-").
+	TxID string
+	// Code is the response code, E900 for every malformed line.
+	Code string
+	// Message is the response message.
+	Message string
+}
+
+// Error implements error.
+func (e *ProtocolError) Error() string {
+	txid := e.TxID
+	if txid == "" {
+		txid = noTxID
+	}
+	return "relay: protocol: " + txid + ": " + e.Code + " " + e.Message
+}
+
+// Messages of E900 answers. They are fixed strings so an answer to a bad line
+// never echoes attacker-chosen bytes other than a valid TXID.
+const (
+	msgMissingFields = "malformed line: want TXID|TARGET|PAYLOAD"
+	msgBadTxID       = "malformed line: TXID must be 1 to 64 of A-Z a-z 0-9 . _ : -"
+	msgEmptyTarget   = "malformed line: empty TARGET"
+	msgLineTooLong   = "line too long"
+)
+
+// ParseRequest parses one request line, without its line terminator (the
+// caller drops the '\n' and a '\r' before it). It does not allocate on
+// success: the Request's fields are sub-slices of line. A line it rejects
+// gets a *ProtocolError whose TxID is set when the line starts with a valid
+// TXID followed by '|'.
+func ParseRequest(line []byte) (Request, error) {
+	i := bytes.IndexByte(line, '|')
+	if i < 0 {
+		return Request{}, &ProtocolError{Code: CodeMalformed, Message: msgMissingFields}
+	}
+	txid := line[:i]
+	if !ValidTxID(txid) {
+		return Request{}, &ProtocolError{Code: CodeMalformed, Message: msgBadTxID}
+	}
+	rest := line[i+1:]
+	j := bytes.IndexByte(rest, '|')
+	if j < 0 {
+		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: msgMissingFields}
+	}
+	if j == 0 {
+		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: msgEmptyTarget}
+	}
+	return Request{TxID: txid, Target: rest[:j], Payload: rest[j+1:]}, nil
+}
+
+// LeadingTxID returns the TXID at the start of a line (the bytes before the
+// first '|') when it is valid, else nil. The connection loop uses it to
+// answer an over-long line with its TXID from the part it did read.
+func LeadingTxID(start []byte) []byte {
+	n := len(start)
+	if n > maxTxIDLen+1 {
+		n = maxTxIDLen + 1
+	}
+	i := bytes.IndexByte(start[:n], '|')
+	if i < 0 || !ValidTxID(start[:i]) {
+		return nil
+	}
+	return start[:i]
+}
+
+// ValidTxID reports whether b is a well-formed TXID: 1 to 64 characters of
+// A-Z a-z 0-9 . _ : -.
+func ValidTxID(b []byte) bool {
+	if len(b) == 0 || len(b) > maxTxIDLen {
+		return false
+	}
+	for _, c := range b {
+		if !txidByte[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// txidByte is the TXID alphabet as a lookup table, so validating a TXID is
+// one load per byte.
+var txidByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "._:-" {
+		t[c] = true
+	}
+	return t
+}()
+
+// AppendResponse appends the response line TXID|CODE|MESSAGE\n to dst and
+// returns the extended slice. An empty txid is written as "-". Control
+// characters (bytes below 0x20 and 0x7f) in any field become spaces, so the
+// result always holds exactly one '\n', at its end, whatever a target put
+// in its message; the message is cut to MaxMessageBytes.
+func AppendResponse(dst, txid []byte, code string, msg []byte) []byte {
+	return appendResponse(dst, txid, code, msg)
+}
+
+// appendResponse is AppendResponse for TXIDs and messages held either as
+// strings (fixed messages, ProtocolError) or as byte slices (a request's
+// TXID, a target's message), so neither needs a conversion that allocates.
+func appendResponse[T, M ~string | ~[]byte](dst []byte, txid T, code string, msg M) []byte {
+	if len(txid) == 0 {
+		dst = append(dst, noTxID...)
+	} else {
+		dst = appendClean(dst, txid)
+	}
+	dst = append(dst, responseSeparator)
+	dst = appendClean(dst, code)
+	dst = append(dst, responseSeparator)
+	dst = appendClean(dst, truncateUTF8(msg, MaxMessageBytes))
+	return append(dst, responseTerminator)
+}
+
+// appendClean appends b with control characters replaced by spaces.
+func appendClean[B ~string | ~[]byte](dst []byte, b B) []byte {
+	start := len(dst)
+	dst = append(dst, b...)
+	for i := start; i < len(dst); i++ {
+		if c := dst[i]; c < 0x20 || c == 0x7f {
+			dst[i] = ' '
+		}
+	}
+	return dst
+}
+
+// truncateUTF8 cuts b to at most n bytes without splitting a UTF-8 sequence
+// (when b is valid UTF-8 there); bytes that are not UTF-8 are cut at n.
+func truncateUTF8[B ~string | ~[]byte](b B, n int) B {
+	if len(b) <= n {
+		return b
+	}
+	cut := n
+	for k := 0; k < utf8.UTFMax && cut > 0 && !utf8.RuneStart(b[cut]); k++ {
+		cut--
+	}
+	if !utf8.RuneStart(b[cut]) {
+		cut = n
+	}
+	return b[:cut]
+}

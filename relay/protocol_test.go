@@ -1,0 +1,267 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRequest(t *testing.T) {
+	long64 := strings.Repeat("a", 64)
+	tests := []struct {
+		name    string
+		line    string
+		want    Request
+		errTxID string // "" when the error's TXID must be unreadable
+		errMsg  string // "" when no error is expected
+	}{
+		{name: "simple", line: "TX1|CORE|BAL 1", want: req("TX1", "CORE", "BAL 1")},
+		{name: "payload with pipes", line: "TX1|CORE|a|b||c|", want: req("TX1", "CORE", "a|b||c|")},
+		{name: "empty payload", line: "TX1|CLAIM|", want: req("TX1", "CLAIM", "")},
+		{name: "txid of 64", line: long64 + "|CORE|x", want: req(long64, "CORE", "x")},
+		{name: "txid alphabet", line: "AZaz09._:-|CORE|x", want: req("AZaz09._:-", "CORE", "x")},
+		{name: "payload with control bytes", line: "T|CORE|\x00\t\xff", want: req("T", "CORE", "\x00\t\xff")},
+		{name: "target any bytes", line: "T|co re|x", want: req("T", "co re", "x")},
+
+		{name: "empty line", line: "", errMsg: msgMissingFields},
+		{name: "no pipe", line: "TX1", errMsg: msgMissingFields},
+		{name: "one pipe", line: "TX1|CORE", errTxID: "TX1", errMsg: msgMissingFields},
+		{name: "one pipe bad txid", line: "T X|CORE", errMsg: msgBadTxID},
+		{name: "empty txid", line: "|CORE|x", errMsg: msgBadTxID},
+		{name: "txid of 65", line: long64 + "a|CORE|x", errMsg: msgBadTxID},
+		{name: "txid with space", line: "TX 1|CORE|x", errMsg: msgBadTxID},
+		{name: "txid with slash", line: "TX/1|CORE|x", errMsg: msgBadTxID},
+		{name: "txid with utf8", line: "TXé|CORE|x", errMsg: msgBadTxID},
+		{name: "txid with cr", line: "TX\r|CORE|x", errMsg: msgBadTxID},
+		{name: "empty target", line: "TX1||x", errTxID: "TX1", errMsg: msgEmptyTarget},
+		{name: "only pipes", line: "||", errMsg: msgBadTxID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRequest([]byte(tt.line))
+			if tt.errMsg == "" {
+				require.NoError(t, err)
+				assert.Equal(t, string(tt.want.TxID), string(got.TxID))
+				assert.Equal(t, string(tt.want.Target), string(got.Target))
+				assert.Equal(t, string(tt.want.Payload), string(got.Payload))
+				return
+			}
+			var pe *ProtocolError
+			require.True(t, errors.As(err, &pe), "want *ProtocolError, got %v", err)
+			assert.Equal(t, CodeMalformed, pe.Code)
+			assert.Equal(t, tt.errMsg, pe.Message)
+			assert.Equal(t, tt.errTxID, pe.TxID)
+			assert.Equal(t, Request{}, got)
+		})
+	}
+}
+
+func req(txid, target, payload string) Request {
+	return Request{TxID: []byte(txid), Target: []byte(target), Payload: []byte(payload)}
+}
+
+func TestParseRequestDoesNotAllocate(t *testing.T) {
+	line := []byte("TX-000123|CORE|XFER 1001 1002 2500")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := ParseRequest(line); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+func TestProtocolErrorMessage(t *testing.T) {
+	_, err := ParseRequest([]byte("TX1|CORE"))
+	assert.EqualError(t, err, "relay: protocol: TX1: E900 "+msgMissingFields)
+	_, err = ParseRequest([]byte("nonsense"))
+	assert.EqualError(t, err, "relay: protocol: -: E900 "+msgMissingFields)
+}
+
+func TestLeadingTxID(t *testing.T) {
+	tests := []struct {
+		name  string
+		start string
+		want  string
+	}{
+		{name: "valid", start: "TX1|CORE|xxxxxxxx", want: "TX1"},
+		{name: "64 chars", start: strings.Repeat("z", 64) + "|", want: strings.Repeat("z", 64)},
+		{name: "65 chars", start: strings.Repeat("z", 65) + "|", want: ""},
+		{name: "no pipe", start: strings.Repeat("z", 300), want: ""},
+		{name: "bad char", start: "T X|CORE", want: ""},
+		{name: "empty", start: "", want: ""},
+		{name: "pipe first", start: "|CORE|x", want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, string(LeadingTxID([]byte(tt.start))))
+		})
+	}
+}
+
+func TestAppendResponse(t *testing.T) {
+	tests := []struct {
+		name string
+		txid string
+		code string
+		msg  string
+		want string
+	}{
+		{name: "plain", txid: "TX1", code: "0000", msg: "balance=99500", want: "TX1|0000|balance=99500\n"},
+		{name: "no txid", txid: "", code: "E900", msg: "line too long", want: "-|E900|line too long\n"},
+		{name: "empty message", txid: "T", code: "B201", msg: "", want: "T|B201|\n"},
+		{name: "injected line", txid: "T", code: "0000", msg: "ok\r\nT2|0000|forged", want: "T|0000|ok  T2|0000|forged\n"},
+		{name: "control bytes", txid: "T", code: "0000", msg: "a\x00b\tc\x1fd\x7fe", want: "T|0000|a b c d e\n"},
+		{name: "pipes kept", txid: "T", code: "0000", msg: "a|b", want: "T|0000|a|b\n"},
+		{name: "utf8 kept", txid: "T", code: "B201", msg: "solde insuffisant: 5 €", want: "T|B201|solde insuffisant: 5 €\n"},
+		{name: "dirty txid and code", txid: "T\n", code: "E\r00", msg: "m", want: "T |E 00|m\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := AppendResponse([]byte("prefix:"), []byte(tt.txid), tt.code, []byte(tt.msg))
+			assert.Equal(t, "prefix:"+tt.want, string(got))
+		})
+	}
+}
+
+func TestAppendResponseCapsMessage(t *testing.T) {
+	t.Run("ascii", func(t *testing.T) {
+		got := AppendResponse(nil, []byte("T"), "E500", bytes.Repeat([]byte("x"), 10000))
+		assert.Equal(t, "T|E500|"+strings.Repeat("x", MaxMessageBytes)+"\n", string(got))
+	})
+	t.Run("cut at a rune boundary", func(t *testing.T) {
+		// 511 ASCII bytes then a 3-byte rune: the rune would end past the
+		// cap, so it is dropped whole.
+		msg := strings.Repeat("x", MaxMessageBytes-1) + "€€"
+		got := AppendResponse(nil, []byte("T"), "E500", []byte(msg))
+		body := strings.TrimSuffix(strings.TrimPrefix(string(got), "T|E500|"), "\n")
+		assert.Equal(t, strings.Repeat("x", MaxMessageBytes-1), body)
+		assert.True(t, utf8.ValidString(body))
+	})
+	t.Run("invalid utf8 cut at the cap", func(t *testing.T) {
+		msg := bytes.Repeat([]byte{0x80}, 1000)
+		got := AppendResponse(nil, []byte("T"), "E500", msg)
+		assert.Len(t, got, len("T|E500|")+MaxMessageBytes+1)
+	})
+}
+
+func TestAppendResponseDoesNotAllocate(t *testing.T) {
+	buf := make([]byte, 0, 256)
+	txid, msg := []byte("TX-000123"), []byte("balance=99500")
+	allocs := testing.AllocsPerRun(100, func() {
+		buf = AppendResponse(buf[:0], txid, "0000", msg)
+	})
+	assert.Zero(t, allocs)
+}
+
+// FuzzParseRequest checks that ParseRequest never panics, that what it
+// accepts is a valid TXID, a non-empty target and the exact rest of the line,
+// and that what it refuses carries a readable TXID only when it is valid.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{
+		"TX1|CORE|BAL 1", "TX1|CORE|", "TX1|CORE", "|CORE|x", "TX1||x", "", "||",
+		"a|b|c|d|e", strings.Repeat("a", 65) + "|CORE|x", "T\x00|CORE|x", "T|\xff|\xfe",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r, err := ParseRequest(line)
+		if err != nil {
+			var pe *ProtocolError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *ProtocolError", err)
+			}
+			if pe.Code != CodeMalformed {
+				t.Fatalf("code %q, want E900", pe.Code)
+			}
+			if pe.TxID != "" && !ValidTxID([]byte(pe.TxID)) {
+				t.Fatalf("refused line reports invalid TXID %q", pe.TxID)
+			}
+			out := AppendResponse(nil, []byte(pe.TxID), pe.Code, []byte(pe.Message))
+			checkOneLine(t, out)
+			return
+		}
+		if !ValidTxID(r.TxID) {
+			t.Fatalf("accepted invalid TXID %q", r.TxID)
+		}
+		if len(r.Target) == 0 || bytes.IndexByte(r.Target, '|') >= 0 {
+			t.Fatalf("accepted target %q", r.Target)
+		}
+		rebuilt := string(r.TxID) + "|" + string(r.Target) + "|" + string(r.Payload)
+		if rebuilt != string(line) {
+			t.Fatalf("fields %q do not rebuild line %q", rebuilt, line)
+		}
+	})
+}
+
+// FuzzDecodeAnswer checks that any target answer classifies to a code of the
+// target protocol's form without panicking, that only a 200 relays a
+// target's own code, and that the answer line written from it is one line.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, s := range []struct {
+		status int
+		body   string
+	}{
+		{200, `{"code":"0000","message":"balance=99500"}`},
+		{200, `{"code":"B201","message":"insufficient funds"}`},
+		{200, `{"code":"E500","message":"x\r\ny"}`},
+		{200, `{"code":"X999"}`},
+		{200, `not json`},
+		{200, `{"code":5}`},
+		{404, `{"code":"E400","message":"no such route"}`},
+		{503, ``},
+		{302, `{"code":"0000"}`},
+	} {
+		f.Add(s.status, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		code, msg := DecodeAnswer(status, body)
+		if !validTargetCode(code) {
+			t.Fatalf("code %q is not of the target protocol's form", code)
+		}
+		switch {
+		case status >= 400 && status <= 499:
+			if code != CodeRefused {
+				t.Fatalf("status %d gave %s, want E400", status, code)
+			}
+		case status != 200:
+			if code != CodeTargetFailed {
+				t.Fatalf("status %d gave %s, want E500", status, code)
+			}
+		}
+		checkOneLine(t, AppendResponse(nil, []byte("TX1"), code, msg))
+	})
+}
+
+// checkOneLine fails unless out is exactly one line: one '\n', at its end,
+// with no '\r' anywhere.
+func checkOneLine(t *testing.T, out []byte) {
+	t.Helper()
+	if bytes.Count(out, []byte{'\n'}) != 1 || out[len(out)-1] != '\n' || bytes.IndexByte(out, '\r') >= 0 {
+		t.Fatalf("answer %q is not exactly one line", out)
+	}
+}
+
+func BenchmarkParseRequest(b *testing.B) {
+	line := []byte("TX-000123|CORE|XFER 1001 1002 2500")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := ParseRequest(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppendResponse(b *testing.B) {
+	buf := make([]byte, 0, 256)
+	txid, msg := []byte("TX-000123"), []byte("balance=99500")
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendResponse(buf[:0], txid, "0000", msg)
+	}
+}

@@ -1,0 +1,602 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/bulkhead"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultFailThreshold = 5
+	DefaultResetTimeout  = 10 * time.Second
+	DefaultMaxInflight   = 10
+	DefaultTargetTimeout = 3 * time.Second
+	DefaultMaxLineBytes  = 16384
+	DefaultMaxConns      = 10000
+	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultWriteTimeout  = 30 * time.Second
+)
+
+// defaultFailureCodes are the codes that count as breaker failures when
+// Config.FailureCodes is empty (SPEC §3).
+var defaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreachable}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("relay: server closed")
+
+// Timings of connection teardown that no flag sets.
+const (
+	// closeLinger is how long a connection that the hub stops reading (at
+	// shutdown, or turned away over the limit) keeps draining the client's
+	// input after its last answer. Closing a socket with unread input makes
+	// the kernel reset it, which can destroy answers not yet delivered.
+	closeLinger = 500 * time.Millisecond
+	// abortGrace is how long Shutdown, once its context is done and the
+	// remaining target calls are cancelled, waits for their answers to be
+	// written before it closes every connection.
+	abortGrace = 250 * time.Millisecond
+	// turnAwayWriteTimeout bounds the write of the one E906 line to a
+	// connection over the limit.
+	turnAwayWriteTimeout = time.Second
+	// maxLingering bounds how many turned-away connections may linger at
+	// once; past it they are closed right after their E906 line, so a
+	// connection flood cannot pile up goroutines.
+	maxLingering = 1024
+)
+
+// Target names one back end and where it listens. It is a plain value.
+type Target struct {
+	// Name is the target's name. Clients match it case-insensitively; New
+	// makes it upper case, the canonical form. 1 to 64 characters of
+	// A-Z a-z 0-9 . _ : -.
+	Name string
+	// URL is the target's base URL, http:// or https:// with a host and no
+	// query or fragment; transactions are posted to URL + "/tx".
+	URL string
+}
+
+// Validate reports whether t is a usable target: a valid name and an http or
+// https URL with a host.
+func (t Target) Validate() error {
+	_, _, err := t.canonical()
+	return err
+}
+
+// canonical returns t's upper-case name and the URL transactions are posted
+// to.
+func (t Target) canonical() (name, txURL string, err error) {
+	if !ValidTxID([]byte(t.Name)) {
+		return "", "", fmt.Errorf("target name %q: want 1 to 64 of A-Z a-z 0-9 . _ : -", t.Name)
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		return "", "", fmt.Errorf("target %s: URL %q does not parse", t.Name, t.URL)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return "", "", fmt.Errorf("target %s: URL %q: want http:// or https:// with a host", t.Name, t.URL)
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return "", "", fmt.Errorf("target %s: URL %q: want no query or fragment", t.Name, t.URL)
+	}
+	return strings.ToUpper(t.Name), strings.TrimRight(u.String(), "/") + "/tx", nil
+}
+
+// ParseFailureCode checks one --failure-codes entry and returns it in
+// canonical form (upper case, spaces trimmed). A failure code must be an
+// Ennn code that a target call can end with: E400, E500, E901, E902, or
+// another Ennn a target sends itself. The hub's own E900 and E903 to E907
+// answers are never results of a call, so naming one is refused as a
+// mistake rather than silently never matching; 0000 and Bnnn mean the target
+// is healthy and are refused too.
+func ParseFailureCode(s string) (string, error) {
+	code := strings.ToUpper(strings.TrimSpace(s))
+	if len(code) != 4 || code[0] != 'E' || !validTargetCode(code) {
+		return "", fmt.Errorf("failure code %q: want Ennn, for example E500", s)
+	}
+	switch code {
+	case CodeMalformed, CodeUnknownTarget, CodeCircuitOpen, CodeBulkheadFull, CodeUnavailable, CodeInternal:
+		return "", fmt.Errorf("failure code %q: the hub answers it without calling a target, so no call can fail with it", s)
+	}
+	return code, nil
+}
+
+// Config configures a Server. The zero value of each field selects the
+// default given in its comment; negative numbers and durations are refused by
+// New. New copies the Config: changing it afterwards has no effect. A Config
+// is a plain value, not meant to be changed while another goroutine reads it.
+type Config struct {
+	// Targets are the back ends the hub serves, at least one. Names must be
+	// unique, case-insensitively.
+	Targets []Target
+	// FailThreshold is the number of consecutive failures that opens a
+	// target's breaker. Zero means 5.
+	FailThreshold int
+	// ResetTimeout is how long an open breaker refuses calls before it admits
+	// a probe. Zero means 10 s.
+	ResetTimeout time.Duration
+	// MaxInflight is the bulkhead size: calls to one target at a time. Zero
+	// means 10.
+	MaxInflight int
+	// TargetTimeout bounds one target call: connect, request, answer. Zero
+	// means 3 s.
+	TargetTimeout time.Duration
+	// FailureCodes are the response codes that count as breaker failures,
+	// each accepted by ParseFailureCode. Empty means E500, E901, E902.
+	FailureCodes []string
+	// MaxLineBytes is the longest request line accepted, not counting its
+	// line terminator. Zero means 16384.
+	MaxLineBytes int
+	// MaxConns is how many client connections are served at once; one more
+	// gets "-|E906|too many connections" and is closed. Zero means 10000.
+	MaxConns int
+	// IdleTimeout closes a connection that sends no complete line for this
+	// long (once its calls in flight are answered). Zero means 5 min.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each write of answers to a client. A client that
+	// does not read for this long is disconnected; its calls in flight still
+	// complete and are recorded by the breaker. Zero means 30 s.
+	WriteTimeout time.Duration
+	// Clock is the breakers' clock. Nil means the system clock.
+	Clock breaker.Clock
+	// HTTPClient makes the target calls. Nil means a client built for the
+	// hub (see New); a client given here is used as is, so it should not
+	// follow redirects and should pool at least MaxInflight connections per
+	// target. Its Timeout, if any, adds to TargetTimeout's bound.
+	HTTPClient *http.Client
+	// Logger receives the hub's logs. The zero Logger logs nothing.
+	Logger zerolog.Logger
+	// OnTransition, if set, is called for every state change of every
+	// target's breaker. It runs under that breaker's lock, so each target's
+	// changes arrive in order; it must be fast and must never call back into
+	// the Server or a breaker.
+	OnTransition func(breaker.Transition)
+}
+
+// Server is the relay hub: it serves the client protocol on the listeners
+// given to Serve and relays each admitted transaction to its target through
+// that target's breaker and bulkhead. It is safe for concurrent use.
+type Server struct {
+	routes       []*route
+	maxLineBytes int
+	maxConns     int
+	idleTimeout  time.Duration
+	writeTimeout time.Duration
+	client       *http.Client
+	ownClient    bool // client was built by New, so Close may close its idle connections
+	log          zerolog.Logger
+
+	// callCtx is the parent of every target call. It is not tied to any
+	// client connection; Close, or Shutdown when its time runs out, cancels
+	// it with errShutdownAbort.
+	callCtx    context.Context
+	abortCalls context.CancelCauseFunc
+
+	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
+	activeCalls atomic.Int64 // requests between admission and their answer
+	lingering   atomic.Int64 // turned-away connections still draining
+
+	mu        sync.Mutex
+	closed    bool                       // guarded by mu: no more listeners or connections
+	listeners map[*net.Listener]struct{} // guarded by mu
+	conns     map[net.Conn]*conn         // guarded by mu; nil for a turned-away connection
+	served    int                        // guarded by mu: connections being served (non-nil in conns)
+
+	// wg owns every goroutine the Server starts: one per connection, one per
+	// turned-away connection, one per admitted call.
+	wg conc.WaitGroup
+}
+
+// New returns a Server configured by cfg, with one breaker, one bulkhead and
+// one HTTP target per configured target. It fails on a config it cannot
+// serve: no targets, a bad or duplicate target, a negative setting, or a bad
+// failure code.
+//
+// When cfg.HTTPClient is nil, New builds one client for all targets whose
+// transport keeps MaxInflight idle connections per target and never
+// caps connections per host, so a full bulkhead's worth of calls never waits
+// for a connection; it uses no proxy from the environment, asks for no
+// compression, dials within TargetTimeout and follows no redirects.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("relay: no targets configured")
+	}
+	if err := checkNonNegative(cfg); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
+		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
+		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
+		client:       cfg.HTTPClient,
+		log:          cfg.Logger.With().Str("component", "relay").Logger(),
+		listeners:    make(map[*net.Listener]struct{}),
+		conns:        make(map[net.Conn]*conn),
+	}
+	maxInflight := orDefault(cfg.MaxInflight, DefaultMaxInflight)
+	timeout := orDefault(cfg.TargetTimeout, DefaultTargetTimeout)
+	if s.client == nil {
+		// Several targets may share a host, and so its idle pool.
+		s.client = newHTTPClient(maxInflight*len(cfg.Targets), timeout)
+		s.ownClient = true
+	}
+
+	failureCodes := cfg.FailureCodes
+	if len(failureCodes) == 0 {
+		failureCodes = defaultFailureCodes[:]
+	}
+	codes := make([]string, 0, len(failureCodes))
+	for _, c := range failureCodes {
+		code, err := ParseFailureCode(c)
+		if err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+		codes = append(codes, code)
+	}
+
+	for _, t := range cfg.Targets {
+		name, txURL, err := t.canonical()
+		if err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+		for _, r := range s.routes {
+			if r.name == name {
+				return nil, fmt.Errorf("relay: target %s configured twice", name)
+			}
+		}
+		s.routes = append(s.routes, &route{
+			name:      name,
+			nameBytes: []byte(name),
+			url:       t.URL,
+			breaker: breaker.New(breaker.Settings{
+				Name:          name,
+				FailThreshold: orDefault(cfg.FailThreshold, DefaultFailThreshold),
+				ResetTimeout:  orDefault(cfg.ResetTimeout, DefaultResetTimeout),
+				Clock:         cfg.Clock,
+				OnTransition:  cfg.OnTransition,
+			}),
+			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: maxInflight}),
+			target:       target{url: txURL, client: s.client, timeout: timeout},
+			failureCodes: codes,
+			log:          s.log.With().Str("target", name).Logger(),
+		})
+	}
+	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
+	return s, nil
+}
+
+// checkNonNegative refuses negative numbers and durations, which have no
+// meaning and would otherwise be mistaken for "use the default".
+func checkNonNegative(cfg Config) error {
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"FailThreshold", cfg.FailThreshold < 0},
+		{"ResetTimeout", cfg.ResetTimeout < 0},
+		{"MaxInflight", cfg.MaxInflight < 0},
+		{"TargetTimeout", cfg.TargetTimeout < 0},
+		{"MaxLineBytes", cfg.MaxLineBytes < 0},
+		{"MaxConns", cfg.MaxConns < 0},
+		{"IdleTimeout", cfg.IdleTimeout < 0},
+		{"WriteTimeout", cfg.WriteTimeout < 0},
+	} {
+		if f.bad {
+			return fmt.Errorf("relay: %s must not be negative", f.name)
+		}
+	}
+	return nil
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// TargetStatus is one target's state at one instant, for status pages. It is
+// a plain value, a copy that no later change touches.
+type TargetStatus struct {
+	// Name is the canonical (upper-case) target name.
+	Name string
+	// URL is the target's base URL as configured.
+	URL string
+	// State is the breaker's state.
+	State breaker.State
+	// ConsecutiveFailures is the breaker's current count of failures in a
+	// row.
+	ConsecutiveFailures int
+	// InFlight is the number of calls holding a bulkhead slot.
+	InFlight int
+	// MaxInFlight is the bulkhead's size.
+	MaxInFlight int
+	// RetryAfter is how long until the breaker may admit a probe: zero when
+	// it is closed or a probe may go now.
+	RetryAfter time.Duration
+}
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, so a status
+// page never says 0 while the breaker still refuses.
+func (t TargetStatus) RetryAfterSeconds() int {
+	return int((t.RetryAfter + time.Second - 1) / time.Second)
+}
+
+// Targets returns the status of every target, in configuration order.
+func (s *Server) Targets() []TargetStatus {
+	out := make([]TargetStatus, 0, len(s.routes))
+	for _, r := range s.routes {
+		snap := r.breaker.Snapshot()
+		out = append(out, TargetStatus{
+			Name:                r.name,
+			URL:                 r.url,
+			State:               snap.State,
+			ConsecutiveFailures: snap.ConsecutiveFailures,
+			InFlight:            r.bulkhead.InFlight(),
+			MaxInFlight:         r.bulkhead.Limit(),
+			RetryAfter:          snap.RetryAfter,
+		})
+	}
+	return out
+}
+
+// Serve accepts connections on ln and serves each in its own goroutine until
+// ln fails or the Server is shut down. It always closes ln. After Shutdown or
+// Close it returns ErrServerClosed; otherwise the listener's error.
+func (s *Server) Serve(ln net.Listener) error {
+	defer ln.Close()
+	if !s.trackListener(&ln, true) {
+		return ErrServerClosed
+	}
+	defer s.trackListener(&ln, false)
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.inShutdown.Load() {
+				return ErrServerClosed
+			}
+			// Running out of file descriptors and the like pass; back off
+			// so the loop does not spin, as net/http does.
+			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if !s.startConn(nc) {
+			return ErrServerClosed
+		}
+	}
+}
+
+// trackListener adds or removes ln from the listeners Shutdown closes. It
+// reports false when adding to a Server that is already closed.
+func (s *Server) trackListener(ln *net.Listener, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !add {
+		delete(s.listeners, ln)
+		return true
+	}
+	if s.closed {
+		return false
+	}
+	s.listeners[ln] = struct{}{}
+	return true
+}
+
+// startConn starts serving nc, or turns it away when MaxConns connections are
+// already served. It reports false, closing nc, when the Server is closed.
+// The goroutine is started under mu, after the closed check, so that
+// Shutdown's wait for all goroutines can never miss one.
+func (s *Server) startConn(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		nc.Close()
+		return false
+	}
+	if s.served >= s.maxConns {
+		s.conns[nc] = nil
+		s.wg.Go(func() { s.turnAway(nc) })
+		return true
+	}
+	c := newConn(s, nc)
+	s.conns[nc] = c
+	s.served++
+	s.wg.Go(c.serve)
+	return true
+}
+
+// untrack forgets a connection that has been closed.
+func (s *Server) untrack(nc net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.conns[nc]; ok {
+		if c != nil {
+			s.served--
+		}
+		delete(s.conns, nc)
+	}
+}
+
+// turnAway answers a connection over MaxConns with its one E906 line and
+// closes it. It accepts rather than leaving the connection in the accept
+// queue, so the client learns at once why it is not served.
+func (s *Server) turnAway(nc net.Conn) {
+	defer s.untrack(nc)
+	s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
+	_ = nc.SetWriteDeadline(time.Now().Add(turnAwayWriteTimeout))
+	if _, err := nc.Write(tooManyConnsLine); err != nil {
+		nc.Close()
+		return
+	}
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
+		nc.Close()
+		return
+	}
+	defer s.lingering.Add(-1)
+	closeAfterLinger(nc, closeLinger)
+}
+
+// tooManyConnsLine is the whole conversation with a connection over MaxConns.
+var tooManyConnsLine = appendResponse(nil, noTxID, CodeUnavailable, msgTooManyConns)
+
+// closeAfterLinger half-closes nc, so the client sees every answer and then
+// end of stream, and reads and drops the client's input until the client
+// closes too or linger passes. Closing at once with unread input would
+// make the kernel reset the connection and drop answers not yet delivered.
+func closeAfterLinger(nc net.Conn, linger time.Duration) {
+	defer nc.Close()
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(linger))
+	var buf [512]byte
+	for {
+		if _, err := nc.Read(buf[:]); err != nil {
+			return
+		}
+	}
+}
+
+// Shutdown stops the Server gracefully (SPEC §10). It closes the listeners at
+// once; from then on every request line read is answered E906 "shutting
+// down". Calls already admitted run to their end and are answered. Then each
+// connection is flushed, half-closed and closed. If ctx is done first, the
+// remaining target calls are cancelled and answered E901 "no answer before
+// shutdown" (the target may have processed them, so like a timeout it is
+// not a definite failure), every connection is closed, and ctx's error is
+// returned. Shutdown returns once every goroutine of the Server has ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.inShutdown.Store(true)
+	lnErr := s.closeListeners()
+
+	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
+	if err == nil {
+		for _, c := range s.connsSnapshot() {
+			c.stopReading()
+		}
+		err = poll(ctx, func() bool { return s.connCount() == 0 })
+	}
+	if err != nil {
+		s.abortCalls(errShutdownAbort)
+		graceCtx, cancel := context.WithTimeout(context.Background(), abortGrace)
+		_ = poll(graceCtx, func() bool { return s.activeCalls.Load() == 0 })
+		cancel()
+		s.closeConns()
+	}
+	s.wg.Wait()
+	s.closeIdleHTTP()
+	if err != nil {
+		return err
+	}
+	return lnErr
+}
+
+// Close stops the Server at once: it closes the listeners and every
+// connection and cancels the target calls in flight, whose answers are lost.
+// It returns once every goroutine of the Server has ended.
+func (s *Server) Close() error {
+	s.inShutdown.Store(true)
+	err := s.closeListeners()
+	s.abortCalls(errShutdownAbort)
+	s.closeConns()
+	s.wg.Wait()
+	s.closeIdleHTTP()
+	return err
+}
+
+// closeListeners closes every listener and marks the Server closed, so no
+// listener or connection is added afterwards.
+func (s *Server) closeListeners() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var errs []error
+	for ln := range s.listeners {
+		if err := (*ln).Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// connsSnapshot returns the connections being served.
+func (s *Server) connsSnapshot() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// connCount returns the number of open connections, served or turned away.
+func (s *Server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// closeConns closes every connection at once, unblocking their reads and
+// writes.
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for nc := range s.conns {
+		nc.Close()
+	}
+}
+
+// closeIdleHTTP drops pooled target connections of a client New built.
+func (s *Server) closeIdleHTTP() {
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+}
+
+// poll waits until done reports true or ctx is done, checking at intervals
+// that start short (so a quick drain returns quickly) and grow to 50 ms.
+func poll(ctx context.Context, done func() bool) error {
+	interval := time.Millisecond
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		if done() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			interval = min(2*interval, 50*time.Millisecond)
+			t.Reset(interval)
+		}
+	}
+}

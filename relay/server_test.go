@@ -1,0 +1,650 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/breaker"
+)
+
+func TestRelayAnswers(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(http.ResponseWriter, *http.Request, []byte)
+		line   string
+		want   string
+	}{
+		{name: "success", answer: echo, line: "TX1|CORE|BAL 1", want: "TX1|0000|got BAL 1"},
+		{name: "target matched case-insensitively", answer: echo, line: "TX1|cOrE|BAL 1", want: "TX1|0000|got BAL 1"},
+		{name: "payload with pipes", answer: echo, line: "TX1|CORE|a|b", want: "TX1|0000|got a|b"},
+		{name: "business rejection", answer: answerCode("B201", "insufficient funds"), line: "TX1|CORE|WD 1 5", want: "TX1|B201|insufficient funds"},
+		{name: "http 500", answer: answerStatus(500), line: "TX1|CORE|x", want: "TX1|E500|target failed: HTTP 500: injected"},
+		{name: "http 400", answer: answerStatus(400), line: "TX1|CORE|x", want: "TX1|E400|target refused the request: HTTP 400: injected"},
+		{name: "message with newline cleaned", answer: answerCode("0000", `a\r\nT2|0000|forged`), line: "TX1|CORE|x", want: "TX1|0000|a  T2|0000|forged"},
+		{name: "unknown target", answer: echo, line: "TX1|NOPE|x", want: "TX1|E903|" + msgUnknownTarget},
+		{name: "malformed with txid", answer: echo, line: "TX1|CORE", want: "TX1|E900|" + msgMissingFields},
+		{name: "malformed without txid", answer: echo, line: "bad txid|CORE|x", want: "-|E900|" + msgBadTxID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core := newFakeTarget(t, tt.answer)
+			cfg, _ := testConfig(t, Target{Name: "core", URL: core.URL})
+			_, addr := startServer(t, cfg)
+			c := dial(t, addr)
+			assert.Equal(t, tt.want, c.roundTrip(tt.line))
+		})
+	}
+}
+
+func TestBreakerTripsAndRecovers(t *testing.T) {
+	// Given a target that fails, with threshold 3 and reset timeout 7 s.
+	core := newFakeTarget(t, answerStatus(503))
+	var tr transitions
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.OnTransition = 3, 7*time.Second, tr.observe
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	// When three calls fail, the breaker opens.
+	for i := range 3 {
+		assert.Equal(t, fmt.Sprintf("F%d|E500|target failed: HTTP 503: injected", i), c.roundTrip(fmt.Sprintf("F%d|CORE|x", i)))
+	}
+	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
+
+	// Then requests are refused at once with the retry hint, and the target
+	// is not called.
+	assert.Equal(t, "R1|E904|circuit open; retry after 7s", c.roundTrip("R1|CORE|x"))
+	clk.Advance(2500 * time.Millisecond)
+	assert.Equal(t, "R2|E904|circuit open; retry after 5s", c.roundTrip("R2|core|x"))
+	clk.Advance(4499 * time.Millisecond)
+	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.roundTrip("R3|CORE|x"))
+	assert.Equal(t, int32(3), core.calls.Load())
+	assert.Equal(t, 1, status(t, srv, "CORE").RetryAfterSeconds())
+
+	// When the reset timeout has passed and the target has recovered, the
+	// probe closes the breaker.
+	clk.Advance(time.Millisecond)
+	core.set(echo)
+	assert.Equal(t, "P1|0000|got x", c.roundTrip("P1|CORE|x"))
+	assert.Equal(t, "N1|0000|got y", c.roundTrip("N1|CORE|y"))
+	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->HALF_OPEN", "CORE:HALF_OPEN->CLOSED"}, tr.list())
+	st := status(t, srv, "CORE")
+	assert.Equal(t, breaker.Closed, st.State)
+	assert.Zero(t, st.ConsecutiveFailures)
+}
+
+func TestHealthyAnswersNeverTrip(t *testing.T) {
+	// Given threshold 1 and a target that only rejects.
+	core := newFakeTarget(t, answerCode("B201", "insufficient funds"))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.FailThreshold = 1
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	for i := range 4 {
+		assert.Equal(t, fmt.Sprintf("B%d|B201|insufficient funds", i), c.roundTrip(fmt.Sprintf("B%d|CORE|x", i)))
+	}
+	core.set(answerStatus(404))
+	for i := range 4 {
+		assert.Contains(t, c.roundTrip(fmt.Sprintf("R%d|CORE|x", i)), "|E400|")
+	}
+	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
+	assert.Equal(t, int32(8), core.calls.Load())
+}
+
+func TestFailureCodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		codes    []string
+		answer   string // the code the target answers with HTTP 200
+		wantTrip bool
+	}{
+		{name: "default counts the target's own E500", codes: nil, answer: "E500", wantTrip: true},
+		{name: "default counts a relayed E901", codes: nil, answer: "E901", wantTrip: true},
+		{name: "default ignores other E codes", codes: nil, answer: "E123", wantTrip: false},
+		{name: "narrowed set ignores E901", codes: []string{"E500"}, answer: "E901", wantTrip: false},
+		{name: "widened set counts E400", codes: []string{"e400", " E500 "}, answer: "E400", wantTrip: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core := newFakeTarget(t, answerCode(tt.answer, "x"))
+			cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+			cfg.FailThreshold, cfg.FailureCodes = 1, tt.codes
+			srv, addr := startServer(t, cfg)
+			c := dial(t, addr)
+
+			assert.Equal(t, "T1|"+tt.answer+"|x", c.roundTrip("T1|CORE|x"))
+			want := breaker.Closed
+			if tt.wantTrip {
+				want = breaker.Open
+			}
+			assert.Equal(t, want, status(t, srv, "CORE").State)
+		})
+	}
+}
+
+func TestBulkheadFullAnswersAtOnce(t *testing.T) {
+	// Given CORE with two slots, both held by slow calls.
+	core := newFakeTarget(t, nil)
+	core.set(core.blockThen(echo))
+	claim := newFakeTarget(t, echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
+	cfg.MaxInflight = 2
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	c.send("S1|CORE|a", "S2|CORE|b")
+	core.waitEntered(t, 2)
+	assert.Equal(t, 2, status(t, srv, "CORE").InFlight)
+
+	// When more requests arrive on the same connection, they are answered
+	// at once, ahead of the slow calls; CLAIM is untouched.
+	assert.Equal(t, "S3|E905|"+msgBulkheadFull, c.roundTrip("S3|CORE|c"))
+	assert.Equal(t, "C1|0000|got d", c.roundTrip("C1|CLAIM|d"))
+	assert.Equal(t, "U1|E903|"+msgUnknownTarget, c.roundTrip("U1|NOPE|e"))
+	assert.Equal(t, int32(2), core.calls.Load())
+
+	// Then the slow calls answer when the target does, and the slots free.
+	core.unblockAll()
+	got := c.readByTxID(2)
+	assert.Equal(t, "S1|0000|got a", got["S1"])
+	assert.Equal(t, "S2|0000|got b", got["S2"])
+	eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "slots not released")
+	assert.Equal(t, "S4|0000|got f", c.roundTrip("S4|CORE|f"))
+	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State, "E905 is not a failure")
+}
+
+func TestFastAnswerNeverWaitsBehindSlowCall(t *testing.T) {
+	tests := []struct {
+		name  string
+		write string
+		eof   bool
+	}{
+		{name: "fast then slow", write: "U1|NONE|x\nS1|CORE|slow\n"},
+		{name: "fast, slow, blank", write: "U1|NONE|x\nS1|CORE|slow\n\n"},
+		{name: "fast then slow then end of input", write: "U1|NONE|x\nS1|CORE|slow", eof: true},
+		{name: "slow then fast", write: "S1|CORE|slow\nU1|NONE|x\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core := newFakeTarget(t, nil)
+			core.set(core.blockThen(echo))
+			cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+			_, addr := startServer(t, cfg)
+			c := dial(t, addr)
+			_, err := c.nc.Write([]byte(tt.write))
+			require.NoError(t, err)
+			if tt.eof {
+				require.NoError(t, c.nc.(*net.TCPConn).CloseWrite())
+			}
+			core.waitEntered(t, 1)
+
+			// The fast answer arrives while the slow call is still out.
+			assert.Equal(t, "U1|E903|"+msgUnknownTarget, c.read())
+			core.unblockAll()
+			assert.Equal(t, "S1|0000|got slow", c.read())
+		})
+	}
+}
+
+func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
+	// Given an open breaker whose reset timeout has passed, and a bulkhead
+	// whose every slot is taken.
+	core := newFakeTarget(t, answerStatus(500))
+	var tr transitions
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight, cfg.OnTransition = 1, time.Second, 2, tr.observe
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.roundTrip("F1|CORE|x"))
+	rt := srv.lookup([]byte("CORE"))
+	require.True(t, rt.bulkhead.TryAcquire())
+	require.True(t, rt.bulkhead.TryAcquire())
+	clk.Advance(time.Second)
+
+	// When requests arrive, each is admitted as the probe, finds the bulkhead
+	// full, and hands the probe back: E905, never E904.
+	assert.Equal(t, "P1|E905|"+msgBulkheadFull, c.roundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E905|"+msgBulkheadFull, c.roundTrip("P2|CORE|x"))
+
+	// Then once a slot frees, the next request is the probe and decides.
+	rt.bulkhead.Release()
+	rt.bulkhead.Release()
+	core.set(echo)
+	assert.Equal(t, "P3|0000|got x", c.roundTrip("P3|CORE|x"))
+	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
+	assert.Equal(t, int32(2), core.calls.Load())
+	assert.Equal(t, "CORE:HALF_OPEN->CLOSED", tr.list()[len(tr.list())-1])
+}
+
+func TestPipelinedLinesAnsweredOnce(t *testing.T) {
+	core := newFakeTarget(t, echo)
+	claim := newFakeTarget(t, answerCode("B211", "amount over limit"))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
+	cfg.MaxInflight = 1000
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	// Given hundreds of lines of every kind in a single write.
+	want := map[string]string{}
+	var lines []string
+	for i := range 600 {
+		id := fmt.Sprintf("P%03d", i)
+		switch i % 6 {
+		case 0, 1:
+			lines = append(lines, id+"|CORE|n"+id)
+			want[id] = id + "|0000|got n" + id
+		case 2:
+			lines = append(lines, id+"|claim|SUBMIT 1 99999999")
+			want[id] = id + "|B211|amount over limit"
+		case 3:
+			lines = append(lines, id+"|OTHER|x")
+			want[id] = id + "|E903|" + msgUnknownTarget
+		case 4:
+			lines = append(lines, id+"|CORE")
+			want[id] = id + "|E900|" + msgMissingFields
+		case 5:
+			lines = append(lines, "", "\r", id+"|CLAIM|SUBMIT 2 3\r")
+			want[id] = id + "|B211|amount over limit"
+		}
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := c.nc.Write([]byte(strings.Join(lines, "\n") + "\n"))
+		sent <- err
+	}()
+
+	// Then every TXID is answered exactly once, and nothing else.
+	got := c.readByTxID(len(want))
+	require.NoError(t, <-sent)
+	assert.Equal(t, want, got)
+	assert.Equal(t, "Z1|E903|"+msgUnknownTarget, c.roundTrip("Z1|NONE|x"), "no stray answer may follow")
+}
+
+func TestOverlongLines(t *testing.T) {
+	core := newFakeTarget(t, echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.MaxLineBytes = 32
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	exactly := "EX|CORE|" + strings.Repeat("p", 32-len("EX|CORE|"))
+	require.Len(t, exactly, 32)
+	tests := []struct {
+		name string
+		line string
+		want string
+	}{
+		{name: "exactly the limit", line: exactly, want: "EX|0000|got " + exactly[8:]},
+		{name: "exactly the limit with CR", line: exactly + "\r", want: "EX|0000|got " + exactly[8:]},
+		{name: "one over", line: exactly + "q", want: "EX|E900|line too long"},
+		{name: "one over with CR", line: exactly + "q\r", want: "EX|E900|line too long"},
+		{name: "far over", line: "L1|CORE|" + strings.Repeat("x", 10000), want: "L1|E900|line too long"},
+		{name: "far over without txid", line: strings.Repeat("x", 10000), want: "-|E900|line too long"},
+		{name: "far over with bad txid", line: "L 1|CORE|" + strings.Repeat("x", 10000), want: "-|E900|line too long"},
+		{name: "good line after", line: "G1|CORE|ok", want: "G1|0000|got ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, c.roundTrip(tt.line))
+		})
+	}
+}
+
+func TestBlankLinesAndLineEndings(t *testing.T) {
+	core := newFakeTarget(t, echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	c.send("", "\r", "", "T1|CORE|abc\r", "  ", "T2|CORE|x")
+	got := c.readByTxID(3)
+	assert.Equal(t, map[string]string{
+		"T1": "T1|0000|got abc",
+		"-":  "-|E900|" + msgMissingFields,
+		"T2": "T2|0000|got x",
+	}, got)
+	assert.Equal(t, "Z|E903|"+msgUnknownTarget, c.roundTrip("Z|NONE|"))
+}
+
+func TestLastLineWithoutNewline(t *testing.T) {
+	core := newFakeTarget(t, echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	_, err := c.nc.Write([]byte("T1|CORE|a\nT2|CORE|b"))
+	require.NoError(t, err)
+	require.NoError(t, c.nc.(*net.TCPConn).CloseWrite())
+
+	got := c.readByTxID(2)
+	assert.Equal(t, "T1|0000|got a", got["T1"])
+	assert.Equal(t, "T2|0000|got b", got["T2"])
+	c.expectEOF()
+}
+
+func TestMaxConns(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.MaxConns = 1
+	_, addr := startServer(t, cfg)
+
+	// Given one connection being served.
+	first := dial(t, addr)
+	require.Equal(t, "A|E903|"+msgUnknownTarget, first.roundTrip("A|NONE|x"))
+
+	// When more arrive, each gets one line and is closed, whether or not it
+	// has sent anything.
+	silent := dial(t, addr)
+	assert.Equal(t, "-|E906|too many connections", silent.read())
+	silent.expectEOF()
+	talker := dial(t, addr)
+	talker.send("B|CORE|x", "C|CORE|x")
+	assert.Equal(t, "-|E906|too many connections", talker.read())
+	talker.expectEOF()
+
+	// Then once the first leaves, a new connection is served.
+	first.nc.Close()
+	eventually(t, func() bool {
+		c := dial(t, addr)
+		c.send("D|NONE|x")
+		return c.read() == "D|E903|"+msgUnknownTarget
+	}, "a connection slot never freed")
+}
+
+func TestShutdownDrainsCallsInFlight(t *testing.T) {
+	// Given a call in flight.
+	core := newFakeTarget(t, nil)
+	core.set(core.blockThen(echo))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	c := dial(t, ln.Addr().String())
+	c.send("S1|CORE|slow")
+	core.waitEntered(t, 1)
+
+	// When Shutdown starts, new lines get E906 and nothing new is accepted.
+	done := shutdownAsync(srv, ioTimeout)
+	var early []string
+	for i := 0; ; i++ {
+		line := c.roundTrip(fmt.Sprintf("U%d|NONE|x", i))
+		if strings.HasSuffix(line, "|E906|shutting down") {
+			break
+		}
+		require.Equal(t, fmt.Sprintf("U%d|E903|%s", i, msgUnknownTarget), line)
+		early = append(early, line)
+		require.Less(t, i, 100000, "shutdown never began")
+	}
+	assert.Equal(t, "M1|E906|shutting down", c.roundTrip("M1|CORE|x"))
+	assert.Equal(t, "M2|E906|shutting down", c.roundTrip("M2|CORE"), "even malformed lines")
+	_, err = net.DialTimeout("tcp", ln.Addr().String(), ioTimeout)
+	assert.Error(t, err, "the listener must be closed")
+
+	// Then the call in flight is answered, and the connection closed.
+	core.unblockAll()
+	assert.Equal(t, "S1|0000|got slow", c.read())
+	c.expectEOF()
+	require.NoError(t, <-done)
+	assert.ErrorIs(t, <-served, ErrServerClosed)
+	assert.Equal(t, int32(1), core.calls.Load())
+	assert.ErrorIs(t, srv.Serve(ln), ErrServerClosed)
+}
+
+func TestShutdownDeadlineAbortsCalls(t *testing.T) {
+	// Given a call that would never end.
+	core := newFakeTarget(t, nil)
+	core.set(core.blockThen(echo))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.TargetTimeout = time.Minute
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	c.send("S1|CORE|slow")
+	core.waitEntered(t, 1)
+
+	// When the drain time runs out, the call is cancelled and answered.
+	err := <-shutdownAsync(srv, 30*time.Millisecond)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, "S1|E901|"+msgShutdownAbort, c.read())
+	c.expectEOF()
+	assert.Zero(t, status(t, srv, "CORE").InFlight)
+}
+
+func TestShutdownWithNothingInFlightClosesIdleConnections(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	require.Equal(t, "A|E903|"+msgUnknownTarget, c.roundTrip("A|NONE|x"))
+
+	require.NoError(t, <-shutdownAsync(srv, ioTimeout))
+	c.expectEOF()
+}
+
+func TestClientGoneMidCall(t *testing.T) {
+	// Given a failing call in flight, with threshold 1.
+	core := newFakeTarget(t, nil)
+	ctxErr := make(chan error, 1)
+	core.set(core.blockThen(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		ctxErr <- r.Context().Err()
+		w.WriteHeader(500)
+	}))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.FailThreshold = 1
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	c.send("S1|CORE|debit")
+	core.waitEntered(t, 1)
+
+	// When the client disconnects before the answer.
+	conns := srv.connsSnapshot()
+	require.Len(t, conns, 1)
+	require.NoError(t, c.nc.Close())
+	select {
+	case <-conns[0].readDone:
+	case <-time.After(ioTimeout):
+		t.Fatal("the hub did not notice the client leaving")
+	}
+	core.unblockAll()
+
+	// Then the call was not cancelled, and its failure still counts.
+	assert.NoError(t, <-ctxErr, "the target call must not be cancelled by the client leaving")
+	eventually(t, func() bool { return status(t, srv, "CORE").State == breaker.Open }, "the failure was not recorded")
+	eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "the slot was not released")
+}
+
+func TestIdleTimeout(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.IdleTimeout = 30 * time.Millisecond
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	require.Equal(t, "A|E903|"+msgUnknownTarget, c.roundTrip("A|NONE|x"))
+	c.expectEOF()
+}
+
+func TestWriteTimeoutDisconnectsClientThatDoesNotRead(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.WriteTimeout = 30 * time.Millisecond
+	_, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	// Given a client that only writes: the hub's answers fill the socket
+	// buffers, the hub stops reading, then gives up on the client.
+	line := []byte(strings.Repeat("U|NONE|x\n", 4096))
+	var err error
+	for sent := 0; err == nil && sent < 512<<20; sent += len(line) {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(ioTimeout))
+		_, err = c.nc.Write(line)
+	}
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed), "want the hub to close, got %v", err)
+	var ne net.Error
+	assert.False(t, errors.As(err, &ne) && ne.Timeout(), "want the hub to close, got %v", err)
+}
+
+// panicTransport fails every call with a panic, standing in for a hub bug.
+type panicTransport struct{}
+
+func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("boom") }
+
+func TestPanicInCallAnswersE907(t *testing.T) {
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.HTTPClient = &http.Client{Transport: panicTransport{}}
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 1, time.Second, 1
+	srv, addr := startServer(t, cfg)
+	rt := srv.lookup([]byte("CORE"))
+	c := dial(t, addr)
+
+	assert.Equal(t, "P1|E907|"+msgInternal, c.roundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E907|"+msgInternal, c.roundTrip("P2|CORE|x"), "the slot must have been released")
+	st := status(t, srv, "CORE")
+	assert.Equal(t, breaker.Closed, st.State, "E907 is not a failure")
+	assert.Zero(t, st.InFlight)
+
+	// A panicking probe hands its ticket back too: the next request is the
+	// probe again rather than E904.
+	ticket, err := rt.breaker.Allow()
+	require.NoError(t, err)
+	rt.breaker.Done(ticket, true)
+	clk.Advance(time.Second)
+	assert.Equal(t, "P3|E907|"+msgInternal, c.roundTrip("P3|CORE|x"))
+	assert.Equal(t, "P4|E907|"+msgInternal, c.roundTrip("P4|CORE|x"))
+}
+
+func TestServeAfterCloseAndShutdownTwice(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Shutdown(context.Background()))
+	require.NoError(t, srv.Shutdown(context.Background()))
+	require.NoError(t, srv.Close())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	assert.ErrorIs(t, srv.Serve(ln), ErrServerClosed)
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, net.ErrClosed, "Serve closes the listener it is given")
+}
+
+func TestTargets(t *testing.T) {
+	cfg, _ := testConfig(t,
+		Target{Name: "core", URL: "http://127.0.0.1:9201"},
+		Target{Name: "Claim", URL: "https://claims.example:8443/api/"},
+	)
+	cfg.MaxInflight = 7
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+
+	assert.Equal(t, []TargetStatus{
+		{Name: "CORE", URL: "http://127.0.0.1:9201", State: breaker.Closed, MaxInFlight: 7},
+		{Name: "CLAIM", URL: "https://claims.example:8443/api/", State: breaker.Closed, MaxInFlight: 7},
+	}, srv.Targets())
+	assert.Equal(t, "https://claims.example:8443/api/tx", srv.lookup([]byte("claim")).target.url)
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	good := Target{Name: "CORE", URL: "http://127.0.0.1:9201"}
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{name: "no targets", cfg: Config{}, want: "no targets"},
+		{name: "duplicate", cfg: Config{Targets: []Target{good, {Name: "core", URL: "http://127.0.0.1:1"}}}, want: "CORE configured twice"},
+		{name: "empty name", cfg: Config{Targets: []Target{{Name: "", URL: good.URL}}}, want: "target name"},
+		{name: "name with pipe", cfg: Config{Targets: []Target{{Name: "A|B", URL: good.URL}}}, want: "target name"},
+		{name: "url scheme", cfg: Config{Targets: []Target{{Name: "A", URL: "ftp://h"}}}, want: "want http:// or https://"},
+		{name: "url without host", cfg: Config{Targets: []Target{{Name: "A", URL: "http://"}}}, want: "want http:// or https://"},
+		{name: "url relative", cfg: Config{Targets: []Target{{Name: "A", URL: "127.0.0.1:9201"}}}, want: "URL"},
+		{name: "url unparsable", cfg: Config{Targets: []Target{{Name: "A", URL: "http://[::1"}}}, want: "does not parse"},
+		{name: "url with query", cfg: Config{Targets: []Target{{Name: "A", URL: "http://h/?a=1"}}}, want: "no query"},
+		{name: "negative threshold", cfg: Config{Targets: []Target{good}, FailThreshold: -1}, want: "FailThreshold"},
+		{name: "negative reset", cfg: Config{Targets: []Target{good}, ResetTimeout: -time.Second}, want: "ResetTimeout"},
+		{name: "negative inflight", cfg: Config{Targets: []Target{good}, MaxInflight: -1}, want: "MaxInflight"},
+		{name: "negative timeout", cfg: Config{Targets: []Target{good}, TargetTimeout: -1}, want: "TargetTimeout"},
+		{name: "negative line", cfg: Config{Targets: []Target{good}, MaxLineBytes: -1}, want: "MaxLineBytes"},
+		{name: "negative conns", cfg: Config{Targets: []Target{good}, MaxConns: -1}, want: "MaxConns"},
+		{name: "negative idle", cfg: Config{Targets: []Target{good}, IdleTimeout: -1}, want: "IdleTimeout"},
+		{name: "negative write", cfg: Config{Targets: []Target{good}, WriteTimeout: -1}, want: "WriteTimeout"},
+		{name: "failure code of a success", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"0000"}}, want: "want Ennn"},
+		{name: "failure code business", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"B201"}}, want: "want Ennn"},
+		{name: "failure code garbage", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"E5OO"}}, want: "want Ennn"},
+		{name: "failure code not a call", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"E904"}}, want: "without calling a target"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, err := New(tt.cfg)
+			require.Error(t, err)
+			assert.Nil(t, srv)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// TestHammer runs many connections of pipelined traffic against a flaky
+// target whose breaker trips and recovers on the real clock, under -race.
+func TestHammer(t *testing.T) {
+	var n atomic.Int64
+	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
+		if n.Add(1)%3 == 0 {
+			w.WriteHeader(500)
+			return
+		}
+		echo(w, r, p)
+	})
+	claim := newFakeTarget(t, echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
+	cfg.Clock = nil
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 2, time.Millisecond, 4
+	srv, addr := startServer(t, cfg)
+
+	const clients, perClient = 8, 150
+	allowed := map[string]bool{"0000": true, "E500": true, "E904": true, "E905": true}
+	var wg sync.WaitGroup
+	for ci := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dial(t, addr)
+			var b strings.Builder
+			for i := range perClient {
+				target := "CORE"
+				if i%4 == 0 {
+					target = "claim"
+				}
+				fmt.Fprintf(&b, "H%d-%d|%s|x\n", ci, i, target)
+			}
+			go func() { _, _ = c.nc.Write([]byte(b.String())) }()
+			got := make(map[string]bool, perClient)
+			for range perClient {
+				_ = c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
+				line, err := c.r.ReadString('\n')
+				if !assert.NoError(t, err) {
+					return
+				}
+				parts := strings.SplitN(line, "|", 3)
+				if !assert.Len(t, parts, 3) {
+					return
+				}
+				assert.False(t, got[parts[0]], "TXID %s answered twice", parts[0])
+				got[parts[0]] = true
+				assert.True(t, allowed[parts[1]], "unexpected answer %q", line)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, st := range srv.Targets() {
+		assert.Zero(t, st.InFlight, "%s slots leaked", st.Name)
+	}
+}

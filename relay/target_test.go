@@ -1,0 +1,367 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecodeAnswer(t *testing.T) {
+	tests := []struct {
+		name     string
+		status   int
+		body     string
+		wantCode string
+		wantMsg  string
+	}{
+		{name: "success", status: 200, body: `{"code":"0000","message":"balance=99500"}`, wantCode: "0000", wantMsg: "balance=99500"},
+		{name: "business rejection", status: 200, body: `{"code":"B201","message":"insufficient funds"}`, wantCode: "B201", wantMsg: "insufficient funds"},
+		{name: "target's own E500", status: 200, body: `{"code":"E500","message":"ledger down"}`, wantCode: "E500", wantMsg: "ledger down"},
+		{name: "target's own other E code", status: 200, body: `{"code":"E123","message":"x"}`, wantCode: "E123", wantMsg: "x"},
+		{name: "extra fields", status: 200, body: `{"code":"0000","message":"ok","extra":[1,2]}`, wantCode: "0000", wantMsg: "ok"},
+		{name: "no message", status: 200, body: `{"code":"0000"}`, wantCode: "0000", wantMsg: ""},
+		{name: "escaped newline kept raw", status: 200, body: `{"code":"0000","message":"a\nb"}`, wantCode: "0000", wantMsg: "a\nb"},
+		{name: "no code", status: 200, body: `{"message":"ok"}`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "code not a string", status: 200, body: `{"code":0}`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "lower-case code", status: 200, body: `{"code":"b201"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
+		{name: "code too long", status: 200, body: `{"code":"00000"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
+		{name: "code of other letter", status: 200, body: `{"code":"X201"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
+		{name: "code with letters", status: 200, body: `{"code":"B2x1"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
+		{name: "not json", status: 200, body: `balance=99500`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "json array", status: 200, body: `["0000"]`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "empty body", status: 200, body: ``, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "trailing garbage", status: 200, body: `{"code":"0000"}x`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "400", status: 400, body: `bad`, wantCode: "E400", wantMsg: "target refused the request: HTTP 400"},
+		{name: "404 with json message", status: 404, body: `{"code":"E400","message":"no route"}`, wantCode: "E400", wantMsg: "target refused the request: HTTP 404: no route"},
+		{name: "499", status: 499, body: ``, wantCode: "E400", wantMsg: "target refused the request: HTTP 499"},
+		{name: "500 with json", status: 500, body: `{"code":"E500","message":"injected failure"}`, wantCode: "E500", wantMsg: "target failed: HTTP 500: injected failure"},
+		{name: "500 even if json says success", status: 500, body: `{"code":"0000"}`, wantCode: "E500", wantMsg: "target failed: HTTP 500"},
+		{name: "503", status: 503, body: `<html>`, wantCode: "E500", wantMsg: "target failed: HTTP 503"},
+		{name: "201", status: 201, body: `{"code":"0000"}`, wantCode: "E500", wantMsg: "target answered unexpected HTTP 201"},
+		{name: "204", status: 204, body: ``, wantCode: "E500", wantMsg: "target answered unexpected HTTP 204"},
+		{name: "302", status: 302, body: ``, wantCode: "E500", wantMsg: "target answered unexpected HTTP 302"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, msg := DecodeAnswer(tt.status, []byte(tt.body))
+			assert.Equal(t, tt.wantCode, code)
+			assert.Equal(t, tt.wantMsg, string(msg))
+		})
+	}
+}
+
+// waitForClientGone blocks a handler until its client hangs up. It reads the
+// body first: net/http notices a closed connection (and cancels the request's
+// context) only once the body has been consumed.
+func waitForClientGone(r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	<-r.Context().Done()
+}
+
+// testTarget returns a target posting to srvURL with a fresh hub-built
+// client.
+func testTarget(t *testing.T, srvURL string, timeout time.Duration) *target {
+	t.Helper()
+	name, txURL, err := Target{Name: "core", URL: srvURL}.canonical()
+	require.NoError(t, err)
+	require.Equal(t, "CORE", name)
+	client := newHTTPClient(10, timeout)
+	t.Cleanup(client.CloseIdleConnections)
+	return &target{url: txURL, client: client, timeout: timeout}
+}
+
+func TestTargetCallSendsTheTransaction(t *testing.T) {
+	type seen struct {
+		method, path, txid, contentType, body string
+		encoding                              string
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.URL.Path, r.Header.Get("X-Tx-Id"), r.Header.Get("Content-Type"), string(body), r.Header.Get("Accept-Encoding")}
+		_, _ = io.WriteString(w, `{"code":"0000","message":"balance=99500"}`)
+	}))
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL+"/", time.Second)
+
+	payload := []byte("XFER 1|2 \x00\xff 3")
+	code, msg, _ := tg.call(context.Background(), "TX-1", payload, nil)
+
+	assert.Equal(t, "0000", code)
+	assert.Equal(t, "balance=99500", string(msg))
+	s := <-got
+	assert.Equal(t, http.MethodPost, s.method)
+	assert.Equal(t, "/tx", s.path)
+	assert.Equal(t, "TX-1", s.txid)
+	assert.Equal(t, "text/plain; charset=utf-8", s.contentType)
+	assert.Equal(t, string(payload), s.body, "payload must be forwarded byte for byte")
+	assert.Empty(t, s.encoding, "the hub asks for no compression")
+}
+
+func TestTargetCallClassifies(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	tests := []struct {
+		name     string
+		handler  http.HandlerFunc
+		wantCode string
+		wantMsg  string
+	}{
+		{
+			name: "success",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+			},
+			wantCode: "0000", wantMsg: "ok",
+		},
+		{
+			name: "business rejection",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, `{"code":"B201","message":"insufficient funds"}`)
+			},
+			wantCode: "B201", wantMsg: "insufficient funds",
+		},
+		{
+			name: "fixture fail mode",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(500)
+				_, _ = io.WriteString(w, `{"code":"E500","message":"injected"}`)
+			},
+			wantCode: "E500", wantMsg: "target failed: HTTP 500: injected",
+		},
+		{
+			name:     "4xx",
+			handler:  func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", http.StatusUnprocessableEntity) },
+			wantCode: "E400", wantMsg: "target refused the request: HTTP 422",
+		},
+		{
+			name:     "not json",
+			handler:  func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "OK") },
+			wantCode: "E500", wantMsg: msgNotProtocol,
+		},
+		{
+			name: "answer over the cap",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, `{"code":"0000","message":"`+strings.Repeat("x", maxAnswerBytes)+`"}`)
+			},
+			wantCode: "E500", wantMsg: msgAnswerTooLarge,
+		},
+		{
+			name: "redirect not followed",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/tx" {
+					http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+					return
+				}
+				_, _ = io.WriteString(w, `{"code":"0000","message":"resent"}`)
+			},
+			wantCode: "E500", wantMsg: "target answered unexpected HTTP 307",
+		},
+		{
+			name: "no headers in time",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				waitForClientGone(r)
+			},
+			wantCode: "E901", wantMsg: msgTimeout,
+		},
+		{
+			name: "body stalls",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "100")
+				_, _ = io.WriteString(w, `{"code":`)
+				w.(http.Flusher).Flush()
+				waitForClientGone(r)
+			},
+			wantCode: "E901", wantMsg: msgTimeout,
+		},
+		{
+			name: "closed without answer",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					c.Close()
+				}
+			},
+			wantCode: "E902", wantMsg: msgClosedEarly,
+		},
+		{
+			name: "reset",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_ = c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				}
+			},
+			wantCode: "E902", wantMsg: msgResetConn,
+		},
+		{
+			name: "closed mid body",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				c, buf, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"code\":")
+					_ = buf.Flush()
+					c.Close()
+				}
+			},
+			wantCode: "E902", wantMsg: msgClosedEarly,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.handler)
+			t.Cleanup(srv.Close)
+			tg := testTarget(t, srv.URL, timeout)
+			code, msg, _ := tg.call(context.Background(), "TX1", []byte("BAL 1"), nil)
+			assert.Equal(t, tt.wantCode, code)
+			assert.Equal(t, tt.wantMsg, string(msg))
+		})
+	}
+}
+
+func TestTargetCallRefused(t *testing.T) {
+	// Given a port nobody listens on any more.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	tg := testTarget(t, "http://"+addr, time.Second)
+	code, msg, _ := tg.call(context.Background(), "TX1", nil, nil)
+	assert.Equal(t, "E902", code)
+	assert.Equal(t, msgRefusedConn, string(msg))
+}
+
+func TestTargetCallAbortedByShutdown(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		waitForClientGone(r)
+	}))
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, time.Minute)
+
+	ctx, abort := context.WithCancelCause(context.Background())
+	time.AfterFunc(20*time.Millisecond, func() { abort(errShutdownAbort) })
+	code, msg, _ := tg.call(ctx, "TX1", nil, nil)
+	assert.Equal(t, "E901", code)
+	assert.Equal(t, msgShutdownAbort, string(msg))
+}
+
+// TestTargetCallNeverRetries sends a transaction over a kept-alive connection
+// that the target closes after reading the request: net/http could retry a
+// request on a reused connection, but must not for a POST that was written.
+func TestTargetCallNeverRetries(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		_, _ = io.ReadAll(r.Body)
+		if n == 1 {
+			_, _ = io.WriteString(w, `{"code":"0000","message":"first"}`)
+			return
+		}
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	dials := countDials(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, time.Second)
+
+	code, _, _ := tg.call(context.Background(), "TX1", []byte("DEP 1 5"), nil)
+	require.Equal(t, "0000", code)
+	code, msg, _ := tg.call(context.Background(), "TX2", []byte("DEP 1 5"), nil)
+
+	assert.Equal(t, "E902", code)
+	assert.Equal(t, msgClosedEarly, string(msg))
+	assert.Equal(t, int32(2), calls.Load(), "the second transaction must reach the target exactly once")
+	assert.Equal(t, int32(1), dials.Load(), "the second call must have used the kept-alive connection")
+}
+
+// countDials counts the connections an unstarted test server accepts.
+func countDials(srv *httptest.Server) *atomic.Int32 {
+	var dials atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	return &dials
+}
+
+// TestTargetCallReusesConnections checks that a bulkhead's worth of
+// concurrent calls, repeated, is served by as many pooled connections.
+func TestTargetCallReusesConnections(t *testing.T) {
+	const concurrent = 10
+	entered := make(chan struct{}, concurrent)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+	}))
+	dials := countDials(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, 5*time.Second)
+
+	for range 3 {
+		done := make(chan string, concurrent)
+		for range concurrent {
+			go func() {
+				code, _, _ := tg.call(context.Background(), "TX", nil, nil)
+				done <- code
+			}()
+		}
+		// All calls are inside the target at once, then all answer.
+		for range concurrent {
+			<-entered
+		}
+		for range concurrent {
+			release <- struct{}{}
+		}
+		for range concurrent {
+			assert.Equal(t, "0000", <-done)
+		}
+	}
+	assert.Equal(t, int32(concurrent), dials.Load())
+}
+
+func TestReadCapped(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       string
+		limit    int
+		want     string
+		tooLarge bool
+	}{
+		{name: "empty", in: "", limit: 10, want: ""},
+		{name: "under", in: "abc", limit: 10, want: "abc"},
+		{name: "exactly", in: strings.Repeat("a", 10), limit: 10, want: strings.Repeat("a", 10)},
+		{name: "over by one", in: strings.Repeat("a", 11), limit: 10, tooLarge: true},
+		{name: "far over", in: strings.Repeat("a", 5000), limit: 1000, tooLarge: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := bufio.NewReaderSize(strings.NewReader(tt.in), 16)
+			got, tooLarge, err := readCapped(r, nil, tt.limit)
+			require.NoError(t, err)
+			assert.Equal(t, tt.tooLarge, tooLarge)
+			if !tt.tooLarge {
+				assert.Equal(t, tt.want, string(got))
+			} else {
+				assert.LessOrEqual(t, len(got), tt.limit+1)
+			}
+		})
+	}
+}
