@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: all build test run bench fuzz lint clean
+.PHONY: all build test run demo bench fuzz lint clean
 
 all: build
 
@@ -19,6 +19,9 @@ test:
 
 run: build
 	scripts/run.sh
+
+demo: build
+	scripts/demo.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

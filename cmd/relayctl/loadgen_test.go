@@ -172,6 +172,7 @@ func TestLoadDuration(t *testing.T) {
 	f := newFakeRelay(t, fakeConfig{})
 	cfg := testLoadConfig(t, f.addr)
 	cfg.Requests, cfg.Duration = 0, 200*time.Millisecond
+	cfg.Drain = 10 * time.Second // long enough that a needless drain wait cannot hide in noise
 
 	res := runTestLoad(t, cfg)
 
