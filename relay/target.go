@@ -36,6 +36,7 @@ const (
 	msgUnreachable     = "target unreachable"
 	msgAnswerTooLarge  = "target answer too large"
 	msgNotProtocol     = "target answer is not the target protocol"
+	msgNotHTTP         = "target answer is not HTTP"
 	msgBadTargetCode   = "target answered a code of unknown form"
 	msgInternal        = "internal error; the target may or may not have processed the request"
 	msgTooManyConns    = "too many connections"
@@ -124,16 +125,22 @@ func readCapped(r io.Reader, buf []byte, limit int) (_ []byte, tooLarge bool, er
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,
-// including a connect that timed out) or E902 (the target could not be
-// reached, or closed or reset the connection before a full answer). ctx is the
-// call's context, whose cause tells a timeout from a shutdown abort.
+// including a connect that timed out), E902 (the target could not be
+// reached, or closed or reset the connection before a full answer) or E500
+// (the target answered, but not in HTTP: a malformed status line or header,
+// broken chunked framing, headers over the cap). ctx is the call's context,
+// whose cause tells a timeout from a shutdown abort.
 func classifyCallError(ctx context.Context, err error) (code, msg string) {
 	if errors.Is(context.Cause(ctx), errShutdownAbort) {
 		// The target may have processed the transaction; like a timeout,
 		// the hub cannot tell, so the code is E901.
 		return CodeTimeout, msgShutdownAbort
 	}
-	var ne net.Error
+	var (
+		ne     net.Error
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+	)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():
@@ -144,8 +151,13 @@ func classifyCallError(ctx context.Context, err error) (code, msg string) {
 		return CodeUnreachable, msgResetConn
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return CodeUnreachable, msgClosedEarly
-	default:
+	case errors.As(err, &opErr), errors.As(err, &dnsErr):
+		// Any other socket-level failure: no route, name not found, ...
 		return CodeUnreachable, msgUnreachable
+	default:
+		// The connection worked and bytes came back, but net/http could
+		// not read them as an HTTP answer.
+		return CodeTargetFailed, msgNotHTTP
 	}
 }
 
@@ -230,16 +242,19 @@ func validTargetCode(code string) bool {
 func newHTTPClient(maxIdlePerHost int, timeout time.Duration) *http.Client {
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          0, // no overall cap: MaxIdleConnsPerHost bounds each target
-		MaxIdleConnsPerHost:   max(maxIdlePerHost, http.DefaultMaxIdleConnsPerHost),
-		MaxConnsPerHost:       0,
-		IdleConnTimeout:       30 * time.Second,
-		TLSHandshakeTimeout:   timeout,
-		ExpectContinueTimeout: 0,
-		DisableCompression:    true,
-		DisableKeepAlives:     false,
+		Proxy:               nil,
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        0, // no overall cap: MaxIdleConnsPerHost bounds each target
+		MaxIdleConnsPerHost: max(maxIdlePerHost, http.DefaultMaxIdleConnsPerHost),
+		MaxConnsPerHost:     0,
+		IdleConnTimeout:     30 * time.Second,
+		TLSHandshakeTimeout: timeout,
+		// A healthy answer's headers are a few hundred bytes; the cap keeps
+		// a broken target from making the hub buffer megabytes of them.
+		MaxResponseHeaderBytes: maxAnswerBytes,
+		ExpectContinueTimeout:  0,
+		DisableCompression:     true,
+		DisableKeepAlives:      false,
 	}
 	return &http.Client{
 		Transport: tr,
