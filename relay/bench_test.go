@@ -2,10 +2,15 @@ package relay
 
 import (
 	"bufio"
+	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relayhub/relayhub/breaker"
 )
@@ -20,17 +25,43 @@ func (discardConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: n
 
 var _ net.Conn = discardConn{}
 
-// openBreakerServer returns a Server whose CORE breaker is open.
-func openBreakerServer(b *testing.B) *Server {
-	srv, err := New(Config{
-		Targets:       []Target{{Name: "CLAIM", URL: "http://127.0.0.1:1"}, {Name: "CORE", URL: "http://127.0.0.1:1"}},
-		FailThreshold: 1,
-		ResetTimeout:  time.Hour,
-	})
+// benchVariants are the configurations every path is measured in: bare,
+// with metrics, and with metrics and an access log.
+var benchVariants = []struct {
+	name            string
+	metrics, access bool
+}{
+	{name: "metrics=off"},
+	{name: "metrics=on", metrics: true},
+	{name: "metrics=on,access_log=on", metrics: true, access: true},
+}
+
+// benchServer returns a Server for CLAIM and CORE, both served by client,
+// with metrics on a registry of its own and an access log to io.Discard as
+// asked.
+func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
+	cfg.Targets = []Target{{Name: "CLAIM", URL: "http://127.0.0.1:1"}, {Name: "CORE", URL: "http://127.0.0.1:1"}}
+	if metrics {
+		m, err := NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Metrics = m
+	}
+	if access {
+		cfg.AccessLog = io.Discard
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+// openBreakerServer returns a Server whose CORE breaker is open.
+func openBreakerServer(b *testing.B, metrics, access bool) *Server {
+	srv := benchServer(b, Config{FailThreshold: 1, ResetTimeout: time.Hour}, metrics, access)
 	rt := srv.lookup([]byte("CORE"))
 	ticket, err := rt.breaker.Allow()
 	if err != nil {
@@ -43,14 +74,9 @@ func openBreakerServer(b *testing.B) *Server {
 	return srv
 }
 
-// BenchmarkFastFailLine measures the hub's path for one request line whose
-// target's breaker is open: parse, route, breaker refusal, E904 message with
-// its retry hint, and the buffered answer (flushed every 64 lines, as a
-// pipelining client would cause).
-func BenchmarkFastFailLine(b *testing.B) {
-	srv := openBreakerServer(b)
-	c := newConn(srv, discardConn{})
-	line := []byte("TX-000123|core|XFER 1001 1002 2500")
+// benchLines serves line over and over on c, flushing every 64 lines as a
+// pipelining client would cause.
+func benchLines(b *testing.B, c *conn, line []byte) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -61,10 +87,83 @@ func BenchmarkFastFailLine(b *testing.B) {
 	}
 }
 
+// BenchmarkFastFailLine measures the hub's path for one request line whose
+// target's breaker is open: parse, route, breaker refusal, E904 message with
+// its retry hint, and the buffered answer.
+func BenchmarkFastFailLine(b *testing.B) {
+	for _, v := range benchVariants {
+		b.Run(v.name, func(b *testing.B) {
+			srv := openBreakerServer(b, v.metrics, v.access)
+			benchLines(b, newConn(srv, discardConn{}), []byte("TX-000123|core|XFER 1001 1002 2500"))
+		})
+	}
+}
+
+// BenchmarkBulkheadFullLine measures the E905 path: the breaker admits, the
+// bulkhead is full, the ticket goes back.
+func BenchmarkBulkheadFullLine(b *testing.B) {
+	for _, v := range benchVariants {
+		b.Run(v.name, func(b *testing.B) {
+			srv := benchServer(b, Config{MaxInflight: 1}, v.metrics, v.access)
+			rt := srv.lookup([]byte("CORE"))
+			if !rt.bulkhead.TryAcquire() {
+				b.Fatal("bulkhead already full")
+			}
+			b.Cleanup(rt.bulkhead.Release)
+			benchLines(b, newConn(srv, discardConn{}), []byte("TX-000123|core|XFER 1001 1002 2500"))
+		})
+	}
+}
+
+// memTarget is an http.RoundTripper that answers every transaction 0000
+// in memory, so a benchmark measures the hub's side of a call.
+type memTarget struct{}
+
+const memAnswer = `{"code":"0000","message":"balance=99500"}`
+
+func (memTarget) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	_ = req.Body.Close()
+	return &http.Response{
+		Status:        "200 OK",
+		StatusCode:    http.StatusOK,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(strings.NewReader(memAnswer)),
+		ContentLength: int64(len(memAnswer)),
+		Request:       req,
+	}, nil
+}
+
+// BenchmarkCallLine measures a whole admitted call against an in-memory
+// target: parse, admission, the call's goroutine, the HTTP request and its
+// answer decoded, the breaker's record, the slot's release and the answer.
+// Lines go in bursts of the bulkhead's size, each burst waited for.
+func BenchmarkCallLine(b *testing.B) {
+	for _, v := range benchVariants {
+		b.Run(v.name, func(b *testing.B) {
+			srv := benchServer(b, Config{HTTPClient: &http.Client{Transport: memTarget{}}}, v.metrics, v.access)
+			c := newConn(srv, discardConn{})
+			line := []byte("TX-000123|core|XFER 1001 1002 2500")
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.serveLine(line)
+				if i++; i%DefaultMaxInflight == 0 {
+					c.calls.Wait()
+				}
+			}
+			c.calls.Wait()
+		})
+	}
+}
+
 // BenchmarkFastFailLoopback measures E904 answers end to end over a loopback
 // TCP connection, with 64 pipelined lines per round trip.
 func BenchmarkFastFailLoopback(b *testing.B) {
-	srv := openBreakerServer(b)
+	srv := openBreakerServer(b, false, false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -91,4 +190,88 @@ func BenchmarkFastFailLoopback(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/line")
+}
+
+// BenchmarkMetricsOverhead compares each request path with metrics off and
+// on, interleaved: every iteration runs a chunk of lines on the bare Server
+// and a chunk on the Server with metrics, in alternating order, and the
+// medians of the per-line times of the chunks are reported, with the
+// overhead in percent. Interleaving makes both sides share whatever else
+// the machine is doing, which sequential benchmarks do not.
+func BenchmarkMetricsOverhead(b *testing.B) {
+	line := []byte("TX-000123|core|XFER 1001 1002 2500")
+	serve := func(c *conn, wait bool) func(n int) {
+		return func(n int) {
+			for i := range n {
+				c.serveLine(line)
+				if (i+1)%DefaultMaxInflight == 0 {
+					if wait {
+						c.calls.Wait()
+					} else {
+						c.flush()
+					}
+				}
+			}
+			c.calls.Wait()
+			c.flush()
+		}
+	}
+	paths := []struct {
+		name  string
+		chunk int
+		setup func(b *testing.B, metrics bool) func(n int)
+	}{
+		{name: "E904", chunk: 2000, setup: func(b *testing.B, metrics bool) func(int) {
+			return serve(newConn(openBreakerServer(b, metrics, false), discardConn{}), false)
+		}},
+		{name: "E905", chunk: 2000, setup: func(b *testing.B, metrics bool) func(int) {
+			srv := benchServer(b, Config{MaxInflight: 1}, metrics, false)
+			rt := srv.lookup([]byte("CORE"))
+			if !rt.bulkhead.TryAcquire() {
+				b.Fatal("bulkhead already full")
+			}
+			b.Cleanup(rt.bulkhead.Release)
+			return serve(newConn(srv, discardConn{}), false)
+		}},
+		{name: "call", chunk: 200, setup: func(b *testing.B, metrics bool) func(int) {
+			srv := benchServer(b, Config{HTTPClient: &http.Client{Transport: memTarget{}}}, metrics, false)
+			return serve(newConn(srv, discardConn{}), true)
+		}},
+	}
+	for _, p := range paths {
+		b.Run(p.name, func(b *testing.B) {
+			off, on := p.setup(b, false), p.setup(b, true)
+			off(p.chunk) // warm pools and connections
+			on(p.chunk)
+			var offNs, onNs []float64
+			timed := func(run func(int)) float64 {
+				start := time.Now()
+				run(p.chunk)
+				return float64(time.Since(start).Nanoseconds()) / float64(p.chunk)
+			}
+			i := 0
+			for b.Loop() {
+				if i++; i%2 == 0 {
+					offNs = append(offNs, timed(off))
+					onNs = append(onNs, timed(on))
+				} else {
+					onNs = append(onNs, timed(on))
+					offNs = append(offNs, timed(off))
+				}
+			}
+			mOff, mOn := median(offNs), median(onNs)
+			b.ReportMetric(mOff, "off-ns/line")
+			b.ReportMetric(mOn, "on-ns/line")
+			b.ReportMetric(100*(mOn-mOff)/mOff, "overhead-%")
+		})
+	}
+}
+
+// median returns the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }

@@ -107,8 +107,10 @@ func (c *conn) readLoop() readEnd {
 		line, tooLong, err := c.readLine()
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
+			c.srv.noteUnparsed(line, CodeUnavailable)
 			answer(c, line, CodeUnavailable, msgShuttingDown, false)
 		case tooLong:
+			c.srv.noteUnparsed(line, CodeMalformed)
 			answer(c, line, CodeMalformed, msgLineTooLong, false)
 		case len(line) > 0:
 			c.serveLine(line)
@@ -181,6 +183,8 @@ func (c *conn) serveLine(line []byte) {
 	if c.srv.inShutdown.Load() {
 		code, msg = CodeUnavailable, msgShuttingDown
 	}
+	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
+	c.srv.noteUnparsed(line[:len(pe.TxID)], code)
 	answer(c, pe.TxID, code, msg, false)
 }
 

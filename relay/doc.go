@@ -10,18 +10,35 @@
 // buffering, and one method composes the policies: breaker, bulkhead, call,
 // record, release.
 //
+// Observability is optional and off the answer path: Metrics (NewMetrics)
+// counts every answer by target and code on a Prometheus registry of the
+// caller's; Admin (NewAdmin) serves /metrics, /healthz, /readyz and
+// /status; Config.AccessLog writes one JSON line per answer from a
+// goroutine of the Server, dropping lines rather than delaying answers.
+//
 // Typical use:
 //
+//	reg := prometheus.NewRegistry()
+//	metrics, err := relay.NewMetrics(reg)
+//	if err != nil {
+//		return err
+//	}
 //	srv, err := relay.New(relay.Config{
 //		Targets: []relay.Target{
 //			{Name: "CORE", URL: "http://127.0.0.1:9201"},
 //			{Name: "CLAIM", URL: "http://127.0.0.1:9202"},
 //		},
 //		OnTransition: func(t breaker.Transition) { /* append to the breaker log */ },
+//		Metrics:      metrics,
 //	})
 //	if err != nil {
 //		return err
 //	}
+//	admin, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg})
+//	if err != nil {
+//		return err
+//	}
+//	go http.ListenAndServe("127.0.0.1:9280", admin)
 //	ln, err := net.Listen("tcp", "127.0.0.1:9200")
 //	if err != nil {
 //		return err

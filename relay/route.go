@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,8 +15,8 @@ import (
 )
 
 // route is everything the hub holds for one target: its breaker, its
-// bulkhead and its HTTP side. It is safe for concurrent use; its fields are
-// set once by New.
+// bulkhead, its HTTP side and its metrics. It is safe for concurrent use;
+// its fields other than transitions are set once by New.
 type route struct {
 	name         string
 	nameBytes    []byte
@@ -24,7 +25,97 @@ type route struct {
 	bulkhead     *bulkhead.Bulkhead
 	target       target
 	failureCodes []string
+	metrics      *routeMetrics // nil without metrics
 	log          zerolog.Logger
+	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
+	transitions  transitionLog
+}
+
+// observer returns the breaker's transition observer for r: next (the
+// Config's observer, which writes the breaker log) first, then the state
+// metrics, then the change is queued for logTransitions. Everything here
+// runs under the breaker's lock, so it only stores and counts.
+func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition) {
+	return func(t breaker.Transition) {
+		if next != nil {
+			next(t)
+		}
+		r.metrics.transition(t)
+		r.transitions.add(t)
+	}
+}
+
+// transitionLog carries a route's breaker changes from the observer, which
+// runs under the breaker's lock and so may not ask the breaker anything, to
+// logTransitions, which logs them once the call that caused them has left
+// the breaker, with the failure count and retry hint that only a Snapshot
+// can tell. It is safe for concurrent use.
+type transitionLog struct {
+	waiting atomic.Bool // queue is not empty; read without mu on every call
+	mu      sync.Mutex
+	queue   []breaker.Transition // guarded by mu
+	// writing is held while a queue is taken and logged, so that the lines
+	// of one target come out in the order of its changes.
+	writing sync.Mutex
+}
+
+// add queues t. Called under the breaker's lock.
+func (tl *transitionLog) add(t breaker.Transition) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.queue = append(tl.queue, t)
+	tl.waiting.Store(true)
+}
+
+// take empties the queue and returns what it held.
+func (tl *transitionLog) take() []breaker.Transition {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	q := tl.queue
+	tl.queue = nil
+	tl.waiting.Store(false)
+	return q
+}
+
+// logTransitions logs the breaker changes queued since the last call, each
+// on one line: at warn when the breaker opened, else at info. The last one
+// also carries the consecutive failure count and, for OPEN, the seconds
+// until a probe, read from a Snapshot taken now, when the breaker is still
+// in the state that change led to. It is called after every breaker call
+// that can change the state (Allow when it admits a probe, DoneAfter), and
+// costs one atomic load when there is nothing to log.
+func (r *route) logTransitions() {
+	if !r.transitions.waiting.Load() {
+		return
+	}
+	r.transitions.writing.Lock()
+	defer r.transitions.writing.Unlock()
+	q := r.transitions.take()
+	if len(q) == 0 {
+		return
+	}
+	snap := r.breaker.Snapshot()
+	for i, t := range q {
+		ev := r.log.Info()
+		if t.To == breaker.Open {
+			ev = r.log.Warn()
+		}
+		ev = ev.Stringer("from", t.From).Stringer("to", t.To).Str("at", t.At.UTC().Format(TimeFormat))
+		if i == len(q)-1 && snap.State == t.To {
+			ev = ev.Int("consecutive_failures", snap.ConsecutiveFailures)
+			if t.To == breaker.Open {
+				ev = ev.Float64("retry_after_seconds", retryAfterSeconds(snap.RetryAfter)).Bool("held", snap.Held)
+			}
+		}
+		ev.Msg("breaker state changed")
+	}
+}
+
+// retryAfterSeconds is d in seconds rounded up to the millisecond, so a
+// breaker that still refuses is never reported as ready.
+func retryAfterSeconds(d time.Duration) float64 {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return float64(ms) / 1000
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -61,13 +152,16 @@ func (s *Server) lookup(name []byte) *route {
 //     with Cancel (neither success nor failure, so a probe's slot is freed)
 //     and E905 at once;
 //  5. in a goroutine of its own: the HTTP call, its classification, the
-//     result recorded with the breaker's Done (a failure when the code is one
-//     of the route's failure codes), the slot released, and the answer.
+//     result recorded with the breaker's DoneAfter (a failure when the code
+//     is one of the route's failure codes; the call's duration for the
+//     slow-call policy), the slot released, and the answer.
 //
 // Steps 1 to 4 never wait, so their answers go out from the read loop (which
 // flushes them) and a fast refusal never queues behind a slow call. The
 // result is recorded before the answer is written, so a client that has its
-// answer sees the breaker already moved by it.
+// answer sees the breaker already moved by it. Likewise every answer is
+// counted in the metrics and queued for the access log before it is
+// written; neither can block.
 //
 // A panic anywhere in here is a hub bug: the request is answered E907, a
 // breaker ticket taken is handed back with Cancel and a bulkhead slot taken
@@ -99,30 +193,40 @@ func (c *conn) dispatch(req Request) {
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
+			s.noteHubAnswer(rt, req, CodeInternal, lblInternal)
 			answer(c, req.TxID, CodeInternal, msgInternal, true)
 		}
 		s.activeCalls.Add(-1)
 	}()
 
 	if s.inShutdown.Load() {
+		// Shutdown is rare and this answer is no hot path: a lookup so
+		// that a configured target is still credited with it.
+		s.noteHubAnswer(s.lookup(req.Target), req, CodeUnavailable, lblUnavailable)
 		answer(c, req.TxID, CodeUnavailable, msgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
+		s.noteHubAnswer(nil, req, CodeUnknownTarget, 0)
 		answer(c, req.TxID, CodeUnknownTarget, msgUnknownTarget, false)
 		return
 	}
 	var err error
 	if ticket, err = rt.breaker.Allow(); err != nil {
 		c.scratch = appendRetryHint(c.scratch[:0], rt.breaker.RetryAfter())
+		s.noteHubAnswer(rt, req, CodeCircuitOpen, lblCircuitOpen)
 		answer(c, req.TxID, CodeCircuitOpen, c.scratch, false)
 		return
 	}
 	admitted = true
+	if ticket.Probe() {
+		rt.logTransitions()
+	}
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
+		s.noteHubAnswer(rt, req, CodeBulkheadFull, lblBulkheadFull)
 		answer(c, req.TxID, CodeBulkheadFull, msgBulkheadFull, false)
 		return
 	}
@@ -132,6 +236,31 @@ func (c *conn) dispatch(req Request) {
 	c.calls.Add(1)
 	s.wg.Go(func() { cl.run() })
 	async = true
+}
+
+// noteHubAnswer counts an answer the hub made without a target call, in the
+// metrics and the access log: credited to rt when the request's target is
+// configured, else (rt nil) to no target, where code must be one the hub
+// answers before routing (E903, E906, E907) and l is unused.
+func (s *Server) noteHubAnswer(rt *route, req Request, code string, l codeLabel) {
+	target := req.Target
+	if rt != nil {
+		rt.metrics.count(l)
+		target = rt.nameBytes
+	} else {
+		s.metrics.countUnrouted(code)
+	}
+	if s.access != nil {
+		s.access.record(accessNote{txid: req.TxID, target: target, code: code, size: len(req.Payload)})
+	}
+}
+
+// noteUnparsed counts an answer to a line that did not parse (E900, or
+// E906 once shutting down): no target can be credited with it. txid is
+// the line's TXID when it could be read.
+func (s *Server) noteUnparsed(txid []byte, code string) {
+	s.metrics.countUnrouted(code)
+	s.access.record(accessNote{txid: txid, code: code})
 }
 
 // appendRetryHint appends the E904 message "circuit open; retry after Ns",
@@ -203,6 +332,8 @@ func (cl *call) run() {
 				rt.bulkhead.Release()
 			}
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("target call panicked")
+			rt.metrics.count(lblInternal)
+			s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: CodeInternal, size: len(cl.line) - cl.txidN})
 			answer(c, txid, CodeInternal, msgInternal, true)
 		}
 		c.calls.Done()
@@ -210,22 +341,39 @@ func (cl *call) run() {
 		cl.put()
 	}()
 
+	// The call is timed once: the same duration goes to the breaker (for
+	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
 	code, msg, body := rt.target.call(s.callCtx, string(txid), cl.line[cl.txidN:], cl.body)
+	took := time.Since(start)
 	cl.body = body
 	failed := rt.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
-	rt.breaker.Done(cl.ticket, failed)
+	rt.breaker.DoneAfter(cl.ticket, failed, took)
+	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
-	answer(c, txid, code, msg, true)
-	// Failures are logged at warn: the breaker bounds how many a sick target
-	// can cause, and they are what an operator looks for.
-	ev := rt.log.Debug()
-	if failed {
-		ev = rt.log.Warn().Bytes("message", msg)
+	// Counted before the answer, like the breaker's record, so that a
+	// client holding its answer finds it in the metrics.
+	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if s.access != nil {
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: code, took: took, size: len(cl.line) - cl.txidN})
 	}
-	ev.Bytes("txid", txid).Str("code", code).Bool("failed", failed).Dur("took", time.Since(start)).Msg("call done")
+	answer(c, txid, code, msg, true)
+	// Failures are logged at warn, but at most failLogBurst a second per
+	// target (the rest at debug): they are what an operator looks for, and
+	// the metrics count every one.
+	var ev *zerolog.Event
+	if failed {
+		if ev = rt.failLog.Warn(); ev == nil {
+			ev = rt.log.Debug()
+		}
+		ev = ev.Bytes("detail", msg)
+	} else {
+		ev = rt.log.Debug()
+	}
+	ev.Bytes("txid", txid).Str("code", code).Bool("failed", failed).
+		Float64("duration_ms", float64(took.Microseconds())/1000).Msg("call done")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -162,8 +163,22 @@ type Config struct {
 	// OnTransition, if set, is called for every state change of every
 	// target's breaker. It runs under that breaker's lock, so each target's
 	// changes arrive in order; it must be fast and must never call back into
-	// the Server or a breaker.
+	// the Server or a breaker. The Server also logs each change and, with
+	// Metrics, counts it; OnTransition is called first.
 	OnTransition func(breaker.Transition)
+	// Metrics receives the hub's Prometheus metrics (see NewMetrics). A
+	// Metrics serves one Server. Nil means no metrics.
+	Metrics *Metrics
+	// AccessLog, if set, receives one JSON line per answered request line,
+	// written by a goroutine of the Server so that answers never wait for
+	// it (see DefaultAccessLogQueue). Shutdown and Close write what is
+	// queued and flush; closing the writer is the caller's job once they
+	// have returned. Nil means no access log.
+	AccessLog io.Writer
+	// AccessLogQueue is how many access log lines may wait for the writer;
+	// a line that finds the queue full is dropped and counted. Zero means
+	// DefaultAccessLogQueue.
+	AccessLogQueue int
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
@@ -178,6 +193,8 @@ type Server struct {
 	client       *http.Client
 	ownClient    bool // client was built by New, so Close may close its idle connections
 	log          zerolog.Logger
+	metrics      *Metrics   // nil without metrics
+	access       *accessLog // nil without an access log
 
 	// callCtx is the parent of every target call. It is not tied to any
 	// client connection; Close, or Shutdown when its time runs out, cancels
@@ -195,9 +212,12 @@ type Server struct {
 	conns     map[net.Conn]*conn         // guarded by mu; nil for a turned-away connection
 	served    int                        // guarded by mu: connections being served (non-nil in conns)
 
-	// wg owns every goroutine the Server starts: one per connection, one per
-	// turned-away connection, one per admitted call.
+	// wg owns every goroutine the Server starts to serve clients: one per
+	// connection, one per turned-away connection, one per admitted call.
 	wg conc.WaitGroup
+	// bg owns the access log's writer, which outlives wg's goroutines: it
+	// writes what they recorded until they have all ended.
+	bg conc.WaitGroup
 }
 
 // New returns a Server configured by cfg, with one breaker, one bulkhead and
@@ -210,6 +230,14 @@ type Server struct {
 // caps connections per host, so a full bulkhead's worth of calls never waits
 // for a connection; it uses no proxy from the environment, asks for no
 // compression, dials within TargetTimeout and follows no redirects.
+//
+// Each breaker's ProbeTimeout is TargetTimeout plus one second (SPEC §12,
+// probe liveness): a probe that has not reported by then has certainly
+// been answered E901, so its silence can only be a lost result, and a new
+// probe may go.
+//
+// With cfg.AccessLog set, New starts the access log's writer: the Server
+// must then be stopped with Shutdown or Close, which end it.
 func New(cfg Config) (*Server, error) {
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("relay: no targets configured")
@@ -224,6 +252,7 @@ func New(cfg Config) (*Server, error) {
 		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 		client:       cfg.HTTPClient,
 		log:          cfg.Logger.With().Str("component", "relay").Logger(),
+		metrics:      cfg.Metrics,
 		listeners:    make(map[*net.Listener]struct{}),
 		conns:        make(map[net.Conn]*conn),
 	}
@@ -258,26 +287,54 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("relay: target %s configured twice", name)
 			}
 		}
-		s.routes = append(s.routes, &route{
-			name:      name,
-			nameBytes: []byte(name),
-			url:       t.URL,
-			breaker: breaker.New(breaker.Settings{
-				Name:          name,
-				FailThreshold: orDefault(cfg.FailThreshold, DefaultFailThreshold),
-				ResetTimeout:  orDefault(cfg.ResetTimeout, DefaultResetTimeout),
-				Clock:         cfg.Clock,
-				OnTransition:  cfg.OnTransition,
-			}),
+		rt := &route{
+			name:         name,
+			nameBytes:    []byte(name),
+			url:          t.URL,
 			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: maxInflight}),
 			target:       target{url: txURL, client: s.client, timeout: timeout},
 			failureCodes: codes,
 			log:          s.log.With().Str("target", name).Logger(),
+		}
+		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
+		rt.breaker = breaker.New(breaker.Settings{
+			Name:          name,
+			FailThreshold: orDefault(cfg.FailThreshold, DefaultFailThreshold),
+			ResetTimeout:  orDefault(cfg.ResetTimeout, DefaultResetTimeout),
+			Clock:         cfg.Clock,
+			OnTransition:  rt.observer(cfg.OnTransition),
+			ProbeTimeout:  timeout + probeGrace,
 		})
+		s.routes = append(s.routes, rt)
+	}
+	// Label children are resolved once the whole configuration is known to
+	// be good, so a refused Config leaves no series behind. No breaker can
+	// have changed state yet, so no observer has read rt.metrics.
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.bind(s); err != nil {
+			return nil, err
+		}
+		for _, rt := range s.routes {
+			rt.metrics = cfg.Metrics.forTarget(rt.name)
+		}
 	}
 	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
+	if cfg.AccessLog != nil {
+		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
+		s.bg.Go(s.access.writeLoop)
+	}
 	return s, nil
 }
+
+// probeGrace is what a probe gets on top of the target timeout before the
+// breaker may replace it: time for the timed-out call to be classified and
+// reported.
+const probeGrace = time.Second
+
+// failLogBurst is how many failed calls per target and second are logged at
+// warn; past it they are counted by the metrics and logged at debug only,
+// so a flapping target cannot flood the log.
+const failLogBurst = 5
 
 // checkNonNegative refuses negative numbers and durations, which have no
 // meaning and would otherwise be mistaken for "use the default".
@@ -294,6 +351,7 @@ func checkNonNegative(cfg Config) error {
 		{"MaxConns", cfg.MaxConns < 0},
 		{"IdleTimeout", cfg.IdleTimeout < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
+		{"AccessLogQueue", cfg.AccessLogQueue < 0},
 	} {
 		if f.bad {
 			return fmt.Errorf("relay: %s must not be negative", f.name)
@@ -327,8 +385,44 @@ type TargetStatus struct {
 	// MaxInFlight is the bulkhead's size.
 	MaxInFlight int
 	// RetryAfter is how long until the breaker may admit a probe: zero when
-	// it is closed or a probe may go now.
+	// it is closed, half-open, held open, or a probe may go now.
 	RetryAfter time.Duration
+	// Held reports that an operator holds the breaker open.
+	Held bool
+	// Disabled reports that an operator made the breaker pass-through.
+	Disabled bool
+	// Settings are the settings the target runs with.
+	Settings TargetSettings
+}
+
+// TargetSettings are the effective settings of one target, every default
+// filled in, for status pages. It is a plain value; FailureCodes is a copy.
+type TargetSettings struct {
+	// FailThreshold is the count of consecutive failures that opens the
+	// breaker.
+	FailThreshold int
+	// ResetTimeout is the base open period before a probe.
+	ResetTimeout time.Duration
+	// TargetTimeout bounds one target call.
+	TargetTimeout time.Duration
+	// ProbeTimeout is how long a half-open probe may stay silent before
+	// another is admitted.
+	ProbeTimeout time.Duration
+	// FailureCodes are the codes that count as breaker failures.
+	FailureCodes []string
+	// FailureRate, Window and MinSamples configure the failure-rate trip;
+	// all zero when it is off.
+	FailureRate float64
+	Window      time.Duration
+	MinSamples  int
+	// SlowCall is the duration past which a success counts as a failure;
+	// zero when off.
+	SlowCall time.Duration
+	// MaxResetTimeout caps the backoff of failed probes; zero when off.
+	MaxResetTimeout time.Duration
+	// ResetJitter is the largest random share added to an open period;
+	// zero when off.
+	ResetJitter float64
 }
 
 // RetryAfterSeconds is RetryAfter in whole seconds, rounded up, so a status
@@ -342,6 +436,7 @@ func (s *Server) Targets() []TargetStatus {
 	out := make([]TargetStatus, 0, len(s.routes))
 	for _, r := range s.routes {
 		snap := r.breaker.Snapshot()
+		bs := r.breaker.Settings()
 		out = append(out, TargetStatus{
 			Name:                r.name,
 			URL:                 r.url,
@@ -350,9 +445,38 @@ func (s *Server) Targets() []TargetStatus {
 			InFlight:            r.bulkhead.InFlight(),
 			MaxInFlight:         r.bulkhead.Limit(),
 			RetryAfter:          snap.RetryAfter,
+			Held:                snap.Held,
+			Disabled:            snap.Disabled,
+			Settings: TargetSettings{
+				FailThreshold:   bs.FailThreshold,
+				ResetTimeout:    bs.ResetTimeout,
+				TargetTimeout:   r.target.timeout,
+				ProbeTimeout:    bs.ProbeTimeout,
+				FailureCodes:    append([]string(nil), r.failureCodes...),
+				FailureRate:     bs.FailureRate,
+				Window:          bs.Window,
+				MinSamples:      bs.MinSamples,
+				SlowCall:        bs.SlowCall,
+				MaxResetTimeout: bs.MaxResetTimeout,
+				ResetJitter:     bs.ResetJitter,
+			},
 		})
 	}
 	return out
+}
+
+// Draining reports whether Shutdown or Close has begun: the Server no longer
+// accepts connections and answers new lines E906.
+func (s *Server) Draining() bool {
+	return s.inShutdown.Load()
+}
+
+// ConnectionsOpen returns the number of client connections being served,
+// not counting those turned away over MaxConns.
+func (s *Server) ConnectionsOpen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
 }
 
 // Serve accepts connections on ln and serves each in its own goroutine until
@@ -445,6 +569,7 @@ func (s *Server) untrack(nc net.Conn) {
 // queue, so the client learns at once why it is not served.
 func (s *Server) turnAway(nc net.Conn) {
 	defer s.untrack(nc)
+	s.metrics.countUnrouted(CodeUnavailable)
 	s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
 	_ = nc.SetWriteDeadline(time.Now().Add(turnAwayWriteTimeout))
 	if _, err := nc.Write(tooManyConnsLine); err != nil {
@@ -489,7 +614,8 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 // remaining target calls are cancelled and answered E901 "no answer before
 // shutdown" (the target may have processed them, so like a timeout it is
 // not a definite failure), every connection is closed, and ctx's error is
-// returned. Shutdown returns once every goroutine of the Server has ended.
+// returned. Shutdown returns once every goroutine of the Server has ended
+// and the access log, if any, is written out and flushed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.inShutdown.Store(true)
 	lnErr := s.closeListeners()
@@ -509,6 +635,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeConns()
 	}
 	s.wg.Wait()
+	s.stopAccessLog()
 	s.closeIdleHTTP()
 	if err != nil {
 		return err
@@ -518,15 +645,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close stops the Server at once: it closes the listeners and every
 // connection and cancels the target calls in flight, whose answers are lost.
-// It returns once every goroutine of the Server has ended.
+// It returns once every goroutine of the Server has ended and the access
+// log, if any, is written out and flushed.
 func (s *Server) Close() error {
 	s.inShutdown.Store(true)
 	err := s.closeListeners()
 	s.abortCalls(errShutdownAbort)
 	s.closeConns()
 	s.wg.Wait()
+	s.stopAccessLog()
 	s.closeIdleHTTP()
 	return err
+}
+
+// stopAccessLog writes and flushes the access log's queue and ends its
+// writer. It runs once every goroutine that records has ended.
+func (s *Server) stopAccessLog() {
+	if s.access != nil {
+		s.access.close()
+	}
+	s.bg.Wait()
 }
 
 // closeListeners closes every listener and marks the Server closed, so no

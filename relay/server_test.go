@@ -546,9 +546,16 @@ func TestTargets(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 
+	settings := TargetSettings{
+		FailThreshold: DefaultFailThreshold,
+		ResetTimeout:  DefaultResetTimeout,
+		TargetTimeout: DefaultTargetTimeout,
+		ProbeTimeout:  DefaultTargetTimeout + time.Second,
+		FailureCodes:  []string{"E500", "E901", "E902"},
+	}
 	assert.Equal(t, []TargetStatus{
-		{Name: "CORE", URL: "http://127.0.0.1:9201", State: breaker.Closed, MaxInFlight: 7},
-		{Name: "CLAIM", URL: "https://claims.example:8443/api/", State: breaker.Closed, MaxInFlight: 7},
+		{Name: "CORE", URL: "http://127.0.0.1:9201", State: breaker.Closed, MaxInFlight: 7, Settings: settings},
+		{Name: "CLAIM", URL: "https://claims.example:8443/api/", State: breaker.Closed, MaxInFlight: 7, Settings: settings},
 	}, srv.Targets())
 	assert.Equal(t, "https://claims.example:8443/api/tx", srv.lookup([]byte("claim")).target.url)
 }

@@ -46,6 +46,10 @@ type chaosClient struct {
 	window int           // transactions outstanding at most
 	claim  chan struct{} // shared by all clients: CLAIM calls outstanding
 	abort  <-chan struct{}
+	// pace[k] is closed when the chaos driver enters its k-th step. The
+	// client's transactions are spread over the steps, so the load lasts
+	// the driver's whole cycle however fast the machine is.
+	pace []chan struct{}
 }
 
 // chaosTx returns the target and payload of transaction i of client id: a
@@ -89,11 +93,21 @@ func (cc *chaosClient) run() ([]chaosAnswer, error) {
 			return false
 		}
 	}
+	wait := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-stop:
+			return false
+		case <-cc.abort:
+			return false
+		}
+	}
 	go func() {
 		for i := range cc.n {
 			txid := fmt.Sprintf("c%02d-%04d", cc.id, i)
 			target, payload := chaosTx(cc.id, i)
-			if !acquire(slots) || (target == "CLAIM" && !acquire(cc.claim)) {
+			if !wait(cc.pace[i*len(cc.pace)/cc.n]) || !acquire(slots) || (target == "CLAIM" && !acquire(cc.claim)) {
 				written <- nil
 				return
 			}
@@ -191,14 +205,18 @@ var chaosSteps = []chaosStep{
 }
 
 // flipModes walks f through chaosSteps, round and round, until stop is
-// closed. It returns how many changes it made.
-func flipModes(f *proctest.Fixture, stop <-chan struct{}) (int, error) {
+// closed, closing pace[i] as it enters step i of the first round. It returns
+// how many changes it made.
+func flipModes(f *proctest.Fixture, pace []chan struct{}, stop <-chan struct{}) (int, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for i := 0; ; i++ {
 		step := chaosSteps[i%len(chaosSteps)]
 		if err := f.CtlErr(step.ctl); err != nil {
 			return i, err
+		}
+		if i < len(pace) {
+			close(pace[i])
 		}
 		timer.Reset(step.dwell)
 		select {
@@ -238,8 +256,12 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 		err error
 	}
 	flipped := make(chan flipResult, 1)
+	pace := make([]chan struct{}, len(chaosSteps))
+	for i := range pace {
+		pace[i] = make(chan struct{})
+	}
 	go func() {
-		n, err := flipModes(core, stopFlips)
+		n, err := flipModes(core, pace, stopFlips)
 		flipped <- flipResult{n, err}
 	}()
 
@@ -254,7 +276,7 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 	errs := make([]error, clients)
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		cc := &chaosClient{c: c, id: i, n: perClient, window: window, claim: claimSlots, abort: abort}
+		cc := &chaosClient{c: c, id: i, n: perClient, window: window, claim: claimSlots, abort: abort, pace: pace}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

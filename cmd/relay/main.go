@@ -1,11 +1,12 @@
 // Command relay is the relayhub hub: it serves the line protocol on TCP and
 // relays each transaction to its target over HTTP, each target behind its
 // own circuit breaker and bulkhead. Every breaker state change is appended
-// to the breaker log.
+// to the breaker log. The admin port serves Prometheus metrics, health,
+// readiness and a JSON status (docs/OPERATING.md).
 //
 // Typical use:
 //
-//	relay --listen 127.0.0.1:9200 \
+//	relay --listen 127.0.0.1:9200 --admin-listen 127.0.0.1:9280 \
 //	  --target CORE=http://127.0.0.1:9201 --target CLAIM=http://127.0.0.1:9202 \
 //	  --fail-threshold 5 --reset-timeout 10s --breaker-log breaker.log
 //
@@ -16,15 +17,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	stdlog "log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/breaker"
@@ -37,7 +45,7 @@ var version = "dev"
 
 type cli struct {
 	Listen        string           `help:"Address to serve the line protocol on; port 0 picks a free port (logged as addr)." default:"127.0.0.1:9200" env:"RELAY_LISTEN"`
-	AdminListen   string           `help:"Address for the admin HTTP endpoints; empty turns them off." default:"127.0.0.1:9280" env:"RELAY_ADMIN_LISTEN"`
+	AdminListen   string           `help:"Address for the admin HTTP endpoints (/metrics, /healthz, /readyz, /status); port 0 picks a free port (logged as admin_addr); empty turns them off." default:"127.0.0.1:9280" env:"RELAY_ADMIN_LISTEN"`
 	Target        []targetFlag     `help:"Target as NAME=URL; repeat for more. Giving any replaces the default pair. In the environment, comma-separated." placeholder:"NAME=URL" default:"CORE=http://127.0.0.1:9201,CLAIM=http://127.0.0.1:9202" env:"RELAY_TARGET"`
 	FailThreshold int              `help:"Consecutive failures that open a target's breaker." default:"5" env:"RELAY_FAIL_THRESHOLD"`
 	ResetTimeout  duration         `help:"How long an open breaker refuses calls before a probe; a bare number is seconds, 500ms works." default:"10s" env:"RELAY_RESET_TIMEOUT"`
@@ -50,8 +58,9 @@ type cli struct {
 	IdleTimeout   duration         `help:"Close a client connection that sends no line for this long." default:"5m" env:"RELAY_IDLE_TIMEOUT"`
 	DrainTimeout  duration         `help:"On SIGINT or SIGTERM, how long calls in flight may take to finish before they are cancelled." default:"10s" env:"RELAY_DRAIN_TIMEOUT"`
 	WriteTimeout  duration         `help:"Disconnect a client that does not read its answers for this long." default:"30s" env:"RELAY_WRITE_TIMEOUT"`
-	LogLevel      string           `help:"Log level: debug logs every call." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
-	LogFormat     string           `help:"Log format on stderr: json or console." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
+	LogLevel      string           `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
+	LogFormat     string           `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
+	AccessLog     string           `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
 	Version       kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -174,6 +183,9 @@ func (c *cli) Validate() error {
 	if strings.TrimSpace(c.BreakerLog) == "" {
 		return errors.New("--breaker-log: must name a file")
 	}
+	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
+		return errors.New("--access-log: must name a file, or be empty to turn it off")
+	}
 	return nil
 }
 
@@ -184,38 +196,75 @@ func main() {
 		kong.Description("TCP transaction relay hub: one line per transaction in, one line per answer out, each target behind its own circuit breaker and bulkhead."),
 		kong.Vars{"version": version},
 	)
-	logger := newLogger(c.LogLevel, c.LogFormat)
+	logger := newLogger(os.Stderr, c.LogLevel, c.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.FatalIfErrorf(run(ctx, &c, logger, nil))
 }
 
-// newLogger builds the process logger on stderr.
-func newLogger(level, format string) zerolog.Logger {
+// newLogger builds the process logger on w (stderr): JSON lines, or lines
+// for humans with format "console", coloured only on a terminal.
+func newLogger(w io.Writer, level, format string) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
 	if format == "console" {
-		return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339}).
-			Level(lvl).With().Timestamp().Logger()
+		f, isFile := w.(*os.File)
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isFile || !isatty.IsTerminal(f.Fd())}
 	}
-	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	return zerolog.New(w).Level(lvl).Hook(millisTimestamp{})
 }
 
+// millisTimestamp stamps each logged line with a "time" field in
+// relay.TimeFormat (RFC 3339 UTC with milliseconds), the format of the
+// breaker and access logs, so lines of all three can be matched up. A hook
+// rather than zerolog's Timestamp, whose format is a package-level
+// variable. It is a plain value, safe for concurrent use.
+type millisTimestamp struct{}
+
+// Run implements zerolog.Hook.
+func (millisTimestamp) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().UTC().Format(relay.TimeFormat))
+}
+
+var _ zerolog.Hook = millisTimestamp{}
+
+// adminShutdownTimeout bounds the admin server's shutdown, which only waits
+// for scrapes and status requests in progress.
+const adminShutdownTimeout = 2 * time.Second
+
 // run serves until ctx is done, then drains for up to --drain-timeout and
-// closes the breaker log. ready, when not nil, is called with the bound
-// address once the listener is open.
-func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr string)) error {
+// closes the breaker log and the access log. ready, when not nil, is called
+// with the bound addresses once the listeners are open (adminAddr is empty
+// when the admin port is off).
+func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, adminAddr string)) (err error) {
 	blog, err := breakerlog.Open(c.BreakerLog)
 	if err != nil {
 		return fmt.Errorf("--breaker-log: %w", err)
 	}
+	// Deferred closes run last, after the relay has stopped writing.
+	defer func() {
+		if cerr := blog.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("--breaker-log: close: %w", cerr)
+		}
+	}()
+	var accessLog *os.File
+	if c.AccessLog != "" {
+		accessLog, err = os.OpenFile(c.AccessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("--access-log: %w", err)
+		}
+		defer func() {
+			if cerr := accessLog.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--access-log: close: %w", cerr)
+			}
+		}()
+	}
 	codes := make([]string, len(c.FailureCodes))
 	for i, code := range c.FailureCodes {
 		if codes[i], err = relay.ParseFailureCode(code); err != nil {
-			_ = blog.Close()
 			return fmt.Errorf("--failure-codes: %w", err)
 		}
 	}
@@ -223,7 +272,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr str
 	for i, t := range c.Target {
 		targets[i] = relay.Target(t)
 	}
-	srv, err := relay.New(relay.Config{
+	reg, metrics, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	cfg := relay.Config{
 		Targets:       targets,
 		FailThreshold: c.FailThreshold,
 		ResetTimeout:  time.Duration(c.ResetTimeout),
@@ -236,15 +289,40 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr str
 		WriteTimeout:  time.Duration(c.WriteTimeout),
 		Logger:        logger,
 		OnTransition:  transitionObserver(blog, logger),
-	})
+		Metrics:       metrics,
+	}
+	if accessLog != nil {
+		cfg.AccessLog = accessLog
+	}
+	srv, err := relay.New(cfg)
 	if err != nil {
-		_ = blog.Close()
 		return err
 	}
+	// From here on srv may own the access log's writer: every return stops
+	// it first.
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
-		_ = blog.Close()
+		_ = srv.Close()
 		return fmt.Errorf("--listen: %w", err)
+	}
+	var (
+		admin     *http.Server
+		adminLn   net.Listener
+		adminAddr string
+	)
+	if c.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", c.AdminListen); err != nil {
+			_ = ln.Close()
+			_ = srv.Close()
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+		adminAddr = adminLn.Addr().String()
+		if admin, err = newAdminServer(srv, reg, logger); err != nil {
+			_ = adminLn.Close()
+			_ = ln.Close()
+			_ = srv.Close()
+			return err
+		}
 	}
 
 	addr := ln.Addr().String()
@@ -252,31 +330,45 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr str
 	for i, t := range srv.Targets() {
 		names[i] = t.Name + "=" + t.URL
 	}
-	logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
+	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
 		Str("breaker_log", c.BreakerLog).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
-		Msg("relay listening")
-	if c.AdminListen != "" {
-		logger.Warn().Str("admin_listen", c.AdminListen).Msg("admin endpoints are not served by this build")
+		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat)
+	if adminAddr != "" {
+		start = start.Str("admin_addr", adminAddr)
 	}
+	start.Msg("relay listening")
 	if ready != nil {
-		ready(addr)
+		ready(addr, adminAddr)
 	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	adminServed := make(chan error, 1)
+	if admin != nil {
+		go func() { adminServed <- admin.Serve(adminLn) }()
+	}
 	select {
 	case err := <-served:
 		_ = srv.Close()
-		_ = blog.Close()
+		if admin != nil {
+			closeAdmin(admin)
+			<-adminServed
+		}
 		return fmt.Errorf("serve %s: %w", addr, err)
+	case err := <-adminServed:
+		_ = srv.Close()
+		<-served
+		return fmt.Errorf("serve admin %s: %w", adminAddr, err)
 	case <-ctx.Done():
 	}
 
+	// The admin server outlives the drain, so /readyz answers 503 while it
+	// lasts and /status shows the calls still in flight.
 	logger.Info().Stringer("drain_timeout", c.DrainTimeout).Msg("shutting down")
 	drain, cancel := context.WithTimeout(context.Background(), time.Duration(c.DrainTimeout))
 	defer cancel()
@@ -288,23 +380,93 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr str
 	if err := <-served; !errors.Is(err, relay.ErrServerClosed) {
 		logger.Error().Err(err).Msg("serve ended with an error")
 	}
-	if err := blog.Close(); err != nil {
-		return fmt.Errorf("--breaker-log: close: %w", err)
+	closeAdmin(admin)
+	if admin != nil {
+		if err := <-adminServed; !errors.Is(err, http.ErrServerClosed) {
+			logger.Error().Err(err).Msg("admin serve ended with an error")
+		}
 	}
 	logger.Info().Msg("stopped")
 	return nil
 }
 
-// transitionObserver appends each breaker state change to the breaker log
-// and logs it. It runs under the breaker's lock: one write and one log line,
-// never a call back into the relay. A failed write is logged and serving
-// goes on (SPEC §7).
+// newMetrics builds the process's own registry (never the global one) with
+// the Go runtime and process collectors, a relay_build_info series, and the
+// hub's metrics.
+func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "relay_build_info",
+		Help:        "Always 1; the labels say which build of the relay is running.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
+	for _, col := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo,
+	} {
+		if err := reg.Register(col); err != nil {
+			return nil, nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	m, err := relay.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// newAdminServer returns the HTTP server of the admin port. Its timeouts
+// keep a slow or idle admin client from holding a connection for long; its
+// own errors (a client that sends garbage) are logged at debug.
+func newAdminServer(srv *relay.Server, reg *prometheus.Registry, logger zerolog.Logger) (*http.Server, error) {
+	h, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          stdlog.New(debugWriter{logger.With().Str("component", "admin").Logger()}, "", 0),
+	}, nil
+}
+
+// closeAdmin shuts the admin server down, waiting briefly for requests in
+// progress. A nil server is off.
+func closeAdmin(admin *http.Server) {
+	if admin == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+	defer cancel()
+	if admin.Shutdown(ctx) != nil {
+		_ = admin.Close()
+	}
+}
+
+// debugWriter turns the lines of a standard library logger into zerolog
+// debug lines. Like the Logger it holds, it is safe for concurrent use.
+type debugWriter struct{ log zerolog.Logger }
+
+var _ io.Writer = debugWriter{}
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// transitionObserver appends each breaker state change to the breaker log.
+// It runs under the breaker's lock: one write, never a call back into the
+// relay. A failed write is logged and serving goes on (SPEC §7). The relay
+// itself logs each change, with its failure count and retry hint.
 func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breaker.Transition) {
 	return func(t breaker.Transition) {
 		if err := blog.Write(t); err != nil {
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
 		}
-		logger.Info().Str("target", t.Name).Stringer("from", t.From).Stringer("to", t.To).
-			Time("at", t.At).Msg("breaker state changed")
 	}
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +52,9 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 10000, c.MaxConns)
 	assert.Equal(t, duration(5*time.Minute), c.IdleTimeout)
 	assert.Equal(t, duration(10*time.Second), c.DrainTimeout)
+	assert.Equal(t, "info", c.LogLevel)
+	assert.Equal(t, "json", c.LogFormat)
+	assert.Equal(t, "", c.AccessLog, "no access log unless asked")
 }
 
 func TestTargetsReplaceDefaults(t *testing.T) {
@@ -68,6 +74,7 @@ func TestEnvironment(t *testing.T) {
 		"RELAY_FAILURE_CODES=E500,E400", "RELAY_MAX_LINE_BYTES=100", "RELAY_MAX_CONNS=7",
 		"RELAY_IDLE_TIMEOUT=1m", "RELAY_DRAIN_TIMEOUT=0.5", "RELAY_ADMIN_LISTEN=",
 		"RELAY_WRITE_TIMEOUT=4s", "RELAY_LOG_LEVEL=debug", "RELAY_LOG_FORMAT=console",
+		"RELAY_ACCESS_LOG=/tmp/access.log",
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:7000", c.Listen)
@@ -85,6 +92,7 @@ func TestEnvironment(t *testing.T) {
 	assert.Equal(t, duration(4*time.Second), c.WriteTimeout)
 	assert.Equal(t, "debug", c.LogLevel)
 	assert.Equal(t, "console", c.LogFormat)
+	assert.Equal(t, "/tmp/access.log", c.AccessLog)
 }
 
 func TestParseDuration(t *testing.T) {
@@ -142,6 +150,9 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "bad listen", args: []string{"--listen", "9200"}, want: "--listen \"9200\""},
 		{name: "bad admin listen", args: []string{"--admin-listen", "x"}, want: "--admin-listen \"x\""},
 		{name: "empty breaker log", args: []string{"--breaker-log", ""}, want: "--breaker-log"},
+		{name: "blank access log", args: []string{"--access-log", " "}, want: "--access-log"},
+		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,10 +184,14 @@ func TestRunServesAndLogsTransitions(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	addrs := make(chan string, 1)
+	addrs := make(chan [2]string, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, zerolog.New(zerolog.NewTestWriter(t)), func(a string) { addrs <- a }) }()
-	addr := <-addrs
+	go func() {
+		done <- run(ctx, c, zerolog.New(zerolog.NewTestWriter(t)), func(a, admin string) { addrs <- [2]string{a, admin} })
+	}()
+	bound := <-addrs
+	addr := bound[0]
+	assert.Empty(t, bound[1], "--admin-listen \"\" turns the admin port off")
 
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -199,4 +214,178 @@ func TestRunServesAndLogsTransitions(t *testing.T) {
 	data, err := os.ReadFile(logPath)
 	require.NoError(t, err)
 	assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\|CORE\|CLOSED->OPEN\n$`, string(data))
+}
+
+// lockedBuffer is a bytes.Buffer for many writers, for a logger that
+// several goroutines use. Safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // guarded by mu
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns what was written, parsed as JSON objects.
+func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		out = append(out, m)
+	}
+	return out
+}
+
+// httpGet returns the status and body of GET url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func TestRunServesAdminAndAccessLog(t *testing.T) {
+	// Given a relay with its admin port and access log, and a target that
+	// always fails,
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(target.Close)
+	dir := t.TempDir()
+	accessPath := filepath.Join(dir, "access.log")
+	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--target", "CORE="+target.URL,
+		"--fail-threshold", "1", "--breaker-log", filepath.Join(dir, "breaker.log"), "--access-log", accessPath)
+	require.NoError(t, err)
+	var logs lockedBuffer
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, c, zerolog.New(&logs), func(a, admin string) { addrs <- [2]string{a, admin} })
+	}()
+	bound := <-addrs
+	admin := "http://" + bound[1]
+
+	// its start-up line names both addresses,
+	start := logs.lines(t)[0]
+	assert.Equal(t, "relay listening", start["message"])
+	assert.Equal(t, bound[0], start["addr"])
+	assert.Equal(t, bound[1], start["admin_addr"])
+	assert.Equal(t, accessPath, start["access_log"])
+
+	// and when CORE trips,
+	nc, err := net.Dial("tcp", bound[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(5*time.Second)))
+	r := bufio.NewReader(nc)
+	for _, line := range []string{"T1|CORE|x\n", "T2|CORE|x\n"} {
+		_, err = io.WriteString(nc, line)
+		require.NoError(t, err)
+		_, err = r.ReadString('\n')
+		require.NoError(t, err)
+	}
+
+	// then the admin port reports it,
+	code, body := httpGet(t, admin+"/healthz")
+	assert.Equal(t, http.StatusOK, code, body)
+	code, body = httpGet(t, admin+"/readyz")
+	assert.Equal(t, http.StatusOK, code, body)
+	code, body = httpGet(t, admin+"/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		`relay_breaker_state{target="CORE"} 1`,
+		`relay_requests_total{code="E904",target="CORE"} 1`,
+		"\ngo_goroutines ",
+		"\nprocess_open_fds ",
+		`relay_build_info{goversion="`,
+	} {
+		assert.Contains(t, body, want)
+	}
+	code, body = httpGet(t, admin+"/status")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"state":"OPEN"`)
+
+	// the relay logs the change at warn,
+	var changes []map[string]any
+	for _, l := range logs.lines(t) {
+		if l["message"] == "breaker state changed" {
+			changes = append(changes, l)
+		}
+	}
+	require.Len(t, changes, 1)
+	assert.Equal(t, "warn", changes[0]["level"])
+	assert.Equal(t, "OPEN", changes[0]["to"])
+
+	// and once stopped, the access log holds both answers and the admin
+	// port is closed.
+	nc.Close()
+	stop()
+	require.NoError(t, <-done)
+	data, err := os.ReadFile(accessPath)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], `"txid":"T1","target":"CORE","code":"E500"`)
+	assert.Contains(t, lines[1], `"txid":"T2","target":"CORE","code":"E904"`)
+	_, err = net.DialTimeout("tcp", bound[1], time.Second)
+	assert.Error(t, err, "admin port still open after the relay stopped")
+}
+
+func TestRunFailsOnFilesAndAddressesItCannotUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "access log", args: []string{"--access-log", filepath.Join(dir, "missing", "a.log")}, want: "--access-log: open " + filepath.Join(dir, "missing", "a.log")},
+		{name: "admin address taken", args: []string{"--admin-listen", taken.Addr().String()}, want: "--admin-listen: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "b.log")}, tt.args...)
+			c, err := parse(t, nil, args...)
+			require.NoError(t, err)
+			err = run(context.Background(), c, zerolog.Nop(), nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestLogger(t *testing.T) {
+	tests := []struct {
+		name, level, format string
+		want                string // a regexp the output must match
+	}{
+		{name: "json", level: "info", format: "json",
+			want: `^\{"level":"info","target":"CORE","time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z","message":"shown"\}\n$`},
+		{name: "console", level: "info", format: "console", want: `^\d\d:\d\d:\d\d\.\d{3} INF shown target=CORE\n$`},
+		{name: "level filters", level: "error", format: "json", want: `^$`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := newLogger(&buf, tt.level, tt.format)
+			log.Debug().Msg("hidden")
+			log.Info().Str("target", "CORE").Msg("shown")
+			assert.Regexp(t, tt.want, buf.String())
+		})
+	}
 }

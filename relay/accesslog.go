@@ -1,0 +1,158 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// DefaultAccessLogQueue is the access log queue size when
+// Config.AccessLogQueue is zero.
+const DefaultAccessLogQueue = 4096
+
+// TimeFormat is how the hub writes times in its logs: RFC 3339 UTC with
+// milliseconds, as in the breaker log.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// accessLog writes one JSON line per answered request line:
+//
+//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","code":"0000","duration_ms":1.84,"bytes":12}
+//
+// Answering never waits for it: record only puts the line on a bounded
+// queue, and a line that finds the queue full is dropped and counted
+// (relay_access_log_dropped_total). One goroutine of the Server, writeLoop,
+// drains the queue into a buffered writer, flushing whenever the queue runs
+// empty, and flushes a last time when the Server stops. It is safe for
+// concurrent use.
+type accessLog struct {
+	queue   chan accessEntry
+	out     io.Writer
+	metrics *Metrics
+	log     zerolog.Logger
+	stop    sync.Once
+}
+
+// accessEntry is one queued line. It holds copies of the bytes it needs,
+// because the request line it comes from is overwritten by the next one; a
+// fixed-size plain value, so queueing it does not allocate.
+type accessEntry struct {
+	at      time.Time
+	took    time.Duration
+	size    int
+	code    string
+	txidN   uint8
+	targetN uint8
+	txid    [maxTxIDLen]byte
+	target  [maxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
+}
+
+// accessNote describes one answer for the access log: the TXID (empty for
+// "-"), the target (the canonical name, or the client's bytes when no
+// configured target matched), the code, how long the target call took
+// (zero when there was none) and the size of the payload (zero when the
+// line did not parse). It is a plain value whose slices are only read.
+type accessNote struct {
+	txid   []byte
+	target []byte
+	code   string
+	took   time.Duration
+	size   int
+}
+
+func newAccessLog(out io.Writer, queue int, m *Metrics, log zerolog.Logger) *accessLog {
+	return &accessLog{
+		queue:   make(chan accessEntry, queue),
+		out:     out,
+		metrics: m,
+		log:     log.With().Str("component", "access_log").Logger(),
+	}
+}
+
+// record queues one line, or drops it when the queue is full. It does
+// nothing on a nil accessLog (no access log configured).
+func (a *accessLog) record(n accessNote) {
+	if a == nil {
+		return
+	}
+	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code}
+	e.txidN = uint8(copy(e.txid[:], n.txid))
+	e.targetN = uint8(copy(e.target[:], n.target))
+	select {
+	case a.queue <- e:
+	default:
+		a.metrics.countDropped()
+	}
+}
+
+// close ends the queue; writeLoop writes what is left, flushes and returns.
+// Every goroutine that records must have ended.
+func (a *accessLog) close() {
+	a.stop.Do(func() { close(a.queue) })
+}
+
+// writeLoop is the access log's goroutine. A write error is logged once,
+// the lines it lost are counted as dropped, and the next line tries again
+// with a fresh buffer, so a full disk that frees up resumes the log.
+func (a *accessLog) writeLoop() {
+	w := bufio.NewWriterSize(a.out, 64<<10)
+	var line bytes.Buffer
+	enc := zerolog.New(&line)
+	var ts []byte
+	buffered := 0 // lines in w not yet flushed
+	failing := false
+	fail := func(err error) {
+		for range buffered {
+			a.metrics.countDropped()
+		}
+		buffered = 0
+		w.Reset(a.out)
+		if !failing {
+			failing = true
+			a.log.Error().Err(err).Msg("access log write failed; lines are dropped until a write succeeds")
+		}
+	}
+	flush := func() {
+		if buffered == 0 {
+			return
+		}
+		if err := w.Flush(); err != nil {
+			fail(err)
+			return
+		}
+		buffered = 0
+		if failing {
+			failing = false
+			a.log.Info().Msg("access log writes succeed again")
+		}
+	}
+	for e := range a.queue {
+		line.Reset()
+		ts = e.at.UTC().AppendFormat(ts[:0], TimeFormat)
+		ev := enc.Log().Bytes("time", ts)
+		if e.txidN == 0 {
+			ev = ev.Str("txid", noTxID)
+		} else {
+			ev = ev.Bytes("txid", e.txid[:e.txidN])
+		}
+		if e.targetN > 0 {
+			ev = ev.Bytes("target", e.target[:e.targetN])
+		}
+		ev.Str("code", e.code).
+			Float64("duration_ms", float64(e.took.Microseconds())/1000).
+			Int("bytes", e.size).
+			Send()
+		buffered++
+		if _, err := w.Write(line.Bytes()); err != nil {
+			fail(err)
+			continue
+		}
+		if len(a.queue) == 0 {
+			flush()
+		}
+	}
+	flush()
+}

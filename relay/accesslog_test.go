@@ -1,0 +1,152 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAccessLogRecordsEveryAnswer(t *testing.T) {
+	// Given an access log and a target that fails on "fail".
+	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
+		if string(p) == "fail" {
+			answerStatus(500)(w, r, p)
+			return
+		}
+		echo(w, r, p)
+	})
+	var out lockedBuffer
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	cfg.AccessLog = &out
+	cfg.FailThreshold = 1
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	// When lines of every kind are answered,
+	for _, line := range []string{"T1|core|hello", "T2|NOPE|xy", "junk", "T3|CORE|fail", "T4|CORE|late"} {
+		c.roundTrip(line)
+	}
+	// then Shutdown writes out the whole log, one line per answer, in order.
+	c.nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	require.NoError(t, srv.Shutdown(ctx))
+
+	lines := out.jsonLines(t)
+	require.Len(t, lines, 5)
+	want := []map[string]any{
+		{"txid": "T1", "target": "CORE", "code": "0000", "bytes": 5.0},
+		{"txid": "T2", "target": "NOPE", "code": "E903", "bytes": 2.0, "duration_ms": 0.0},
+		{"txid": "-", "code": "E900", "bytes": 0.0, "duration_ms": 0.0},
+		{"txid": "T3", "target": "CORE", "code": "E500", "bytes": 4.0},
+		{"txid": "T4", "target": "CORE", "code": "E904", "bytes": 4.0, "duration_ms": 0.0},
+	}
+	for i, l := range lines {
+		assert.Subset(t, l, want[i], "line %d", i)
+		assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`, l["time"])
+	}
+	assert.NotContains(t, lines[2], "target")
+	assert.Greater(t, lines[0]["duration_ms"], 0.0, "a call has its duration")
+	assert.Greater(t, lines[3]["duration_ms"], 0.0)
+}
+
+// gateWriter blocks every Write until release is closed, after telling
+// entered about the first. Safe for concurrent use.
+type gateWriter struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	out     lockedBuffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered) })
+	<-g.release
+	return g.out.Write(p)
+}
+
+func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
+	// Given an access log of queue 4 whose writer is stuck in a write.
+	gate := &gateWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.AccessLog, cfg.AccessLogQueue = gate, 4
+	reg := withMetrics(t, &cfg)
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+	c.roundTrip("first|NOPE|x")
+	select {
+	case <-gate.entered:
+	case <-time.After(ioTimeout):
+		t.Fatal("the writer never wrote")
+	}
+
+	// When 100 more lines are answered,
+	const n = 100
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("D%d|NOPE|x", i)
+	}
+	c.send(lines...)
+	for range n {
+		c.read()
+	}
+
+	// then every answer came at once, 4 lines wait in the queue and the
+	// other 96 were dropped and counted;
+	assert.Equal(t, float64(n-4), metricValue(t, reg, metricAccessLogDropped))
+
+	// and once the writer is free, Close writes the rest.
+	close(gate.release)
+	require.NoError(t, srv.Close())
+	assert.Len(t, gate.out.jsonLines(t), 5)
+}
+
+// flakyWriter fails while failing is set. Safe for concurrent use.
+type flakyWriter struct {
+	failing atomic.Bool
+	out     lockedBuffer
+}
+
+func (f *flakyWriter) Write(p []byte) (int, error) {
+	if f.failing.Load() {
+		return 0, errors.New("disk full")
+	}
+	return f.out.Write(p)
+}
+
+func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
+	var logs lockedBuffer
+	w := &flakyWriter{}
+	w.failing.Store(true)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.AccessLog = w
+	cfg.Logger = zerolog.New(&logs)
+	reg := withMetrics(t, &cfg)
+	srv, addr := startServer(t, cfg)
+	c := dial(t, addr)
+
+	// While the writer fails, lines are lost, counted, and logged once.
+	c.roundTrip("lost1|NOPE|x")
+	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 1 }, "first lost line not counted")
+	c.roundTrip("lost2|NOPE|x")
+	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 2 }, "second lost line not counted")
+	assert.Len(t, withMessage(logs.jsonLines(t), "access log write failed; lines are dropped until a write succeeds"), 1)
+
+	// Once it works again, the log resumes.
+	w.failing.Store(false)
+	c.roundTrip("kept|NOPE|x")
+	require.NoError(t, srv.Close())
+	lines := w.out.jsonLines(t)
+	require.Len(t, lines, 1)
+	assert.Equal(t, "kept", lines[0]["txid"])
+	assert.Len(t, withMessage(logs.jsonLines(t), "access log writes succeed again"), 1)
+}

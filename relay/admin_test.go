@@ -1,0 +1,208 @@
+package relay
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startAdmin serves srv's admin handler, with g's metrics, on a loopback
+// httptest server until the test ends, and returns its base URL.
+func startAdmin(t *testing.T, srv *Server, g prometheus.Gatherer) string {
+	t.Helper()
+	a, err := NewAdmin(AdminConfig{Server: srv, Gatherer: g})
+	require.NoError(t, err)
+	hs := httptest.NewServer(a)
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// get fetches url and returns the status and body.
+func get(t *testing.T, method, url string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	client := &http.Client{Timeout: ioTimeout}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+// statusJSON fetches /status as a generic JSON object, so the test sees the
+// exact keys a client decodes.
+func statusJSON(t *testing.T, base string) map[string]any {
+	t.Helper()
+	code, body, hdr := get(t, http.MethodGet, base+"/status")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &m), body)
+	return m
+}
+
+// statusTarget returns the named target of a /status object.
+func statusTarget(t *testing.T, st map[string]any, name string) map[string]any {
+	t.Helper()
+	targets, ok := st["targets"].([]any)
+	require.True(t, ok, "targets is a list: %v", st)
+	for _, x := range targets {
+		if tg := x.(map[string]any); tg["name"] == name {
+			return tg
+		}
+	}
+	t.Fatalf("no target %s in %v", name, st)
+	return nil
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	reg := withMetrics(t, &cfg)
+	srv, _ := startServer(t, cfg)
+	base := startAdmin(t, srv, reg)
+
+	tests := []struct {
+		name, method, path string
+		status             int
+		body               string // a substring of the body
+	}{
+		{name: "healthz", method: "GET", path: "/healthz", status: 200, body: "ok"},
+		{name: "readyz", method: "GET", path: "/readyz", status: 200, body: "ready"},
+		{name: "status", method: "GET", path: "/status", status: 200, body: `"name":"CORE"`},
+		{name: "metrics", method: "GET", path: "/metrics", status: 200, body: `relay_breaker_state{target="CORE"} 0`},
+		{name: "index", method: "GET", path: "/", status: 200, body: "/metrics"},
+		{name: "head", method: "HEAD", path: "/healthz", status: 200},
+		{name: "unknown path", method: "GET", path: "/nope", status: 404},
+		{name: "post status", method: "POST", path: "/status", status: 405},
+		{name: "delete readyz", method: "DELETE", path: "/readyz", status: 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, _ := get(t, tt.method, base+tt.path)
+			assert.Equal(t, tt.status, code, body)
+			assert.Contains(t, body, tt.body)
+		})
+	}
+}
+
+func TestAdminWithoutGathererServesNoMetrics(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv, _ := startServer(t, cfg)
+	base := startAdmin(t, srv, nil)
+	code, _, _ := get(t, http.MethodGet, base+"/metrics")
+	assert.Equal(t, http.StatusNotFound, code)
+
+	_, err := NewAdmin(AdminConfig{})
+	assert.ErrorContains(t, err, "no Server")
+}
+
+func TestAdminStatusFollowsTheBreaker(t *testing.T) {
+	// Given CORE with threshold 2 and reset timeout 7 s, and CLAIM.
+	core := newFakeTarget(t, answerStatus(503))
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	cfg.FailThreshold, cfg.ResetTimeout = 2, 7*time.Second
+	srv, addr := startServer(t, cfg)
+	base := startAdmin(t, srv, nil)
+	c := dial(t, addr)
+
+	// When CORE trips,
+	c.roundTrip("F1|CORE|x")
+	c.roundTrip("F2|CORE|x")
+
+	// then /status has the documented shape and CORE's open breaker.
+	st := statusJSON(t, base)
+	assert.Equal(t, []string{"connections_open", "draining", "goroutines", "targets"}, keys(st))
+	assert.Equal(t, false, st["draining"])
+	assert.Equal(t, 1.0, st["connections_open"])
+	assert.Greater(t, st["goroutines"], 1.0)
+	tg := statusTarget(t, st, "CORE")
+	assert.Equal(t, []string{
+		"consecutive_failures", "disabled", "held", "inflight", "max_inflight", "name",
+		"retry_after_seconds", "settings", "state", "url",
+	}, keys(tg))
+	assert.Equal(t, map[string]any{
+		"name": "CORE", "url": core.URL, "state": "OPEN", "consecutive_failures": 2.0,
+		"inflight": 0.0, "max_inflight": 10.0, "retry_after_seconds": 7.0,
+		"held": false, "disabled": false,
+		"settings": map[string]any{
+			"fail_threshold": 2.0, "reset_timeout_seconds": 7.0, "target_timeout_seconds": 3.0,
+			"probe_timeout_seconds": 4.0, "failure_codes": []any{"E500", "E901", "E902"},
+		},
+	}, tg)
+	assert.Equal(t, "CLOSED", statusTarget(t, st, "CLAIM")["state"])
+
+	// When 2.5 s have passed, the retry hint counts down to the millisecond.
+	clk.Advance(2500 * time.Millisecond)
+	assert.Equal(t, 4.5, statusTarget(t, statusJSON(t, base), "CORE")["retry_after_seconds"])
+
+	// When the reset timeout is over and the probe is out, CORE is half-open
+	// with its probe in flight and no retry hint.
+	clk.Advance(4500 * time.Millisecond)
+	core.set(core.blockThen(echo))
+	c.send("P1|CORE|x")
+	core.waitEntered(t, 1)
+	tg = statusTarget(t, statusJSON(t, base), "CORE")
+	assert.Equal(t, "HALF_OPEN", tg["state"])
+	assert.Equal(t, 1.0, tg["inflight"])
+	assert.Equal(t, 0.0, tg["retry_after_seconds"])
+
+	// Then, the probe answered, CORE is closed with no failures.
+	core.unblockAll()
+	assert.Equal(t, "P1|0000|got x", c.read())
+	tg = statusTarget(t, statusJSON(t, base), "CORE")
+	assert.Equal(t, "CLOSED", tg["state"])
+	assert.Equal(t, 0.0, tg["consecutive_failures"])
+	assert.Equal(t, 0.0, tg["inflight"])
+}
+
+func TestAdminReadyzReportsTheDrain(t *testing.T) {
+	// Given a call in flight,
+	core := newFakeTarget(t, nil)
+	core.set(core.blockThen(echo))
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	srv, addr := startServer(t, cfg)
+	base := startAdmin(t, srv, nil)
+	c := dial(t, addr)
+	c.send("S1|CORE|x")
+	core.waitEntered(t, 1)
+	code, _, _ := get(t, http.MethodGet, base+"/readyz")
+	require.Equal(t, http.StatusOK, code)
+
+	// when Shutdown begins, /readyz answers 503 while /healthz stays 200,
+	done := shutdownAsync(srv, ioTimeout)
+	eventually(t, func() bool {
+		code, _, _ := get(t, http.MethodGet, base+"/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "readyz still 200 during the drain")
+	code, body, _ := get(t, http.MethodGet, base+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, "draining\n", body)
+	code, _, _ = get(t, http.MethodGet, base+"/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, true, statusJSON(t, base)["draining"])
+
+	// and the call in flight is still answered.
+	core.unblockAll()
+	assert.Equal(t, "S1|0000|got x", c.read())
+	c.nc.Close()
+	require.NoError(t, <-done)
+}

@@ -1,0 +1,336 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/relayhub/relayhub/breaker"
+)
+
+// Names of the hub's metrics and labels, as documented in
+// docs/OPERATING.md.
+const (
+	metricBreakerState     = "relay_breaker_state"
+	metricTransitions      = "relay_breaker_transitions_total"
+	metricRequests         = "relay_requests_total"
+	metricRejections       = "relay_rejections_total"
+	metricUnrouted         = "relay_unrouted_total"
+	metricInflight         = "relay_bulkhead_inflight"
+	metricDuration         = "relay_target_duration_seconds"
+	metricConnectionsOpen  = "relay_connections_open"
+	metricAccessLogDropped = "relay_access_log_dropped_total"
+
+	labelTarget = "target"
+	labelCode   = "code"
+	labelFrom   = "from"
+	labelTo     = "to"
+	labelReason = "reason"
+	reasonOpen  = "open" // E904: the breaker refused
+	reasonFull  = "full" // E905: the bulkhead refused
+
+	// codeLabelBusiness stands for every Bnnn a target sends, and
+	// codeLabelOtherTargetCode for every Ennn a target sends that a call
+	// cannot end with on its own (see callCodeLabel): a target's codes are
+	// unbounded input, so they share one label value each.
+	codeLabelBusiness        = "Bnnn"
+	codeLabelOtherTargetCode = "Ennn"
+)
+
+// durationBuckets are the upper bounds, in seconds, of the target call
+// duration histogram: fine below 100 ms where a healthy target answers,
+// coarse up to and past the default 3 s target timeout. Never changed.
+var durationBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// codeLabel is an index into the fixed set of code label values of
+// relay_requests_total. Client input never picks one: the hub's own answers
+// use their constant, and a target's answer is folded by callCodeLabel. It
+// is a plain value.
+type codeLabel uint8
+
+const (
+	lblOK              codeLabel = iota // 0000
+	lblBusiness                         // Bnnn: any business rejection a target sent
+	lblRefused                          // E400
+	lblFailed                           // E500
+	lblTimeout                          // E901
+	lblUnreachable                      // E902
+	lblCircuitOpen                      // E904, the hub's own
+	lblBulkheadFull                     // E905, the hub's own
+	lblUnavailable                      // E906, the hub's own
+	lblInternal                         // E907, the hub's own
+	lblOtherTargetCode                  // Ennn: any other error code a target sent
+	numCodeLabels
+)
+
+// codeLabelValues are the code label values, by codeLabel.
+var codeLabelValues = [numCodeLabels]string{
+	lblOK:              CodeOK,
+	lblBusiness:        codeLabelBusiness,
+	lblRefused:         CodeRefused,
+	lblFailed:          CodeTargetFailed,
+	lblTimeout:         CodeTimeout,
+	lblUnreachable:     CodeUnreachable,
+	lblCircuitOpen:     CodeCircuitOpen,
+	lblBulkheadFull:    CodeBulkheadFull,
+	lblUnavailable:     CodeUnavailable,
+	lblInternal:        CodeInternal,
+	lblOtherTargetCode: codeLabelOtherTargetCode,
+}
+
+// callCodeLabel folds the code a target call ended with into the fixed
+// label set. The codes a call itself produces keep their own label; a
+// target's business rejections share "Bnnn" and any other Ennn it sends,
+// even one that looks like a hub code such as E904, shares "Ennn", so a
+// target can neither grow the label set nor pass for the hub's refusals.
+func callCodeLabel(code string) codeLabel {
+	switch code {
+	case CodeOK:
+		return lblOK
+	case CodeRefused:
+		return lblRefused
+	case CodeTargetFailed:
+		return lblFailed
+	case CodeTimeout:
+		return lblTimeout
+	case CodeUnreachable:
+		return lblUnreachable
+	}
+	if len(code) > 0 && code[0] == 'B' {
+		return lblBusiness
+	}
+	return lblOtherTargetCode
+}
+
+// unroutedCodes are the answers that may be attributed to no configured
+// target: a malformed line, an unknown target, a line read while shutting
+// down (or a connection over the limit) whose target is unknown, and a hub
+// bug caught before the target was known.
+var unroutedCodes = [...]string{CodeMalformed, CodeUnknownTarget, CodeUnavailable, CodeInternal}
+
+// Metrics are the hub's Prometheus metrics. NewMetrics registers them; give
+// the result to Config.Metrics of one Server, whose New resolves every label
+// child once, per configured target and per code, so that counting a
+// request never looks a label up. Label values come only from the
+// configuration and the fixed code set, never from client input. A Metrics
+// is safe for concurrent use.
+type Metrics struct {
+	breakerState *prometheus.GaugeVec
+	transitions  *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	unrouted     [len(unroutedCodes)]prometheus.Counter
+	dropped      prometheus.Counter
+	live         *liveCollector
+}
+
+// NewMetrics creates the hub's metrics and registers them with reg. A nil
+// reg means a registry of their own that nobody gathers, which keeps the
+// hub's accounting without exposing it. It fails if reg already has
+// collectors of the same names.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricBreakerState,
+			Help: "State of the target's circuit breaker: 0 closed, 1 open, 2 half-open.",
+		}, []string{labelTarget}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricTransitions,
+			Help: "State changes of the target's circuit breaker.",
+		}, []string{labelTarget, labelFrom, labelTo}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricRequests,
+			Help: "Answers to request lines for a configured target, by response code; Bnnn and Ennn stand for every business rejection and every other error code the target sent.",
+		}, []string{labelTarget, labelCode}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricDuration,
+			Help:    "Duration of target calls in seconds, whatever their outcome, timeouts included.",
+			Buckets: durationBuckets[:],
+		}, []string{labelTarget}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricAccessLogDropped,
+			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
+		}),
+		live: newLiveCollector(),
+	}
+	unrouted := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricUnrouted,
+		Help: "Answers attributed to no configured target (malformed line, unknown target, or shutdown or connection limit before the target was known), by response code.",
+	}, []string{labelCode})
+	for i, code := range unroutedCodes {
+		m.unrouted[i] = unrouted.WithLabelValues(code)
+	}
+	for _, c := range []prometheus.Collector{
+		m.breakerState, m.transitions, m.requests, m.duration, unrouted, m.dropped, m.live,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("relay: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// countUnrouted counts an answer attributed to no target. code is one of
+// unroutedCodes. It does nothing on a nil Metrics.
+func (m *Metrics) countUnrouted(code string) {
+	if m == nil {
+		return
+	}
+	for i, c := range unroutedCodes {
+		if c == code {
+			m.unrouted[i].Inc()
+			return
+		}
+	}
+	panic("relay: no unrouted metric for code " + code)
+}
+
+// countDropped counts an access log line not written. It does nothing on a
+// nil Metrics.
+func (m *Metrics) countDropped() {
+	if m != nil {
+		m.dropped.Inc()
+	}
+}
+
+// bind makes m the Metrics of srv. It fails if m already serves another
+// Server: two servers reporting the same target names would collide in
+// every series.
+func (m *Metrics) bind(srv *Server) error {
+	if !m.live.srv.CompareAndSwap(nil, srv) {
+		return errors.New("relay: Config.Metrics is already used by another Server")
+	}
+	return nil
+}
+
+// forTarget resolves the label children of one configured target.
+func (m *Metrics) forTarget(name string) *routeMetrics {
+	rm := &routeMetrics{
+		state:    m.breakerState.WithLabelValues(name),
+		duration: m.duration.WithLabelValues(name),
+	}
+	rm.state.Set(float64(breaker.Closed))
+	for i, code := range codeLabelValues {
+		rm.requests[i] = m.requests.WithLabelValues(name, code)
+	}
+	for from := range rm.transitions {
+		for to := range rm.transitions[from] {
+			if from != to {
+				rm.transitions[from][to] = m.transitions.WithLabelValues(name,
+					breaker.State(from).String(), breaker.State(to).String())
+			}
+		}
+	}
+	return rm
+}
+
+// routeMetrics are one target's label children, resolved once by New. A nil
+// *routeMetrics (no Metrics configured) counts nothing. Safe for concurrent
+// use.
+type routeMetrics struct {
+	requests [numCodeLabels]prometheus.Counter
+	duration prometheus.Observer
+	state    prometheus.Gauge
+	// transitions is indexed [from][to] by breaker.State; nil where from
+	// equals to, which is no change.
+	transitions [3][3]prometheus.Counter
+}
+
+// count counts one answer with label l. For E904 and E905 that is also
+// the rejection, which liveCollector reports from the same counter.
+func (rm *routeMetrics) count(l codeLabel) {
+	if rm != nil {
+		rm.requests[l].Inc()
+	}
+}
+
+// observeCall counts a finished target call: its code and its duration in
+// seconds.
+func (rm *routeMetrics) observeCall(l codeLabel, seconds float64) {
+	if rm == nil {
+		return
+	}
+	rm.requests[l].Inc()
+	rm.duration.Observe(seconds)
+}
+
+// transition records a breaker state change. It runs inside the breaker's
+// transition observer, under the breaker's lock: a gauge store and a
+// counter increment, nothing that could call back.
+func (rm *routeMetrics) transition(t breaker.Transition) {
+	if rm == nil || int(t.From) >= len(rm.transitions) || int(t.To) >= len(rm.transitions) {
+		return
+	}
+	rm.state.Set(float64(t.To))
+	if c := rm.transitions[t.From][t.To]; c != nil {
+		c.Inc()
+	}
+}
+
+// liveCollector reports what is read from the bound Server at scrape time
+// rather than kept up to date on every request: the bulkheads' calls in
+// flight, the open connections, and the rejections, which are the
+// E904 and E905 answers of relay_requests_total under another name, so a
+// refusal costs one increment, not two. Safe for concurrent use.
+type liveCollector struct {
+	srv        atomic.Pointer[Server]
+	inflight   *prometheus.Desc
+	conns      *prometheus.Desc
+	rejections *prometheus.Desc
+}
+
+func newLiveCollector() *liveCollector {
+	return &liveCollector{
+		inflight: prometheus.NewDesc(metricInflight,
+			"Calls to the target holding a bulkhead slot now.", []string{labelTarget}, nil),
+		conns: prometheus.NewDesc(metricConnectionsOpen,
+			"Client connections being served now.", nil, nil),
+		rejections: prometheus.NewDesc(metricRejections,
+			"Requests refused without calling the target: reason open is the breaker (E904), full the bulkhead (E905).",
+			[]string{labelTarget, labelReason}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (lc *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lc.inflight
+	ch <- lc.conns
+	ch <- lc.rejections
+}
+
+// Collect implements prometheus.Collector. Before a Server is bound it
+// reports nothing.
+func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	s := lc.srv.Load()
+	if s == nil {
+		return
+	}
+	for _, r := range s.routes {
+		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
+		if r.metrics != nil {
+			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
+				counterValue(r.metrics.requests[lblCircuitOpen]), r.name, reasonOpen)
+			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
+				counterValue(r.metrics.requests[lblBulkheadFull]), r.name, reasonFull)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(lc.conns, prometheus.GaugeValue, float64(s.ConnectionsOpen()))
+}
+
+// counterValue reads a counter's current value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		// A plain counter's Write never fails.
+		panic("relay: read counter: " + err.Error())
+	}
+	return m.GetCounter().GetValue()
+}
+
+var _ prometheus.Collector = (*liveCollector)(nil)
