@@ -35,6 +35,8 @@ type loadCmd struct {
 	Drain          time.Duration     `help:"How long to wait for outstanding answers once sending stops." default:"5s" env:"RELAYCTL_DRAIN"`
 	ConnectTimeout time.Duration     `help:"Timeout of each connect." default:"5s" env:"RELAYCTL_CONNECT_TIMEOUT"`
 	Seed           uint64            `help:"Seed of the random choice of targets, for repeatable runs." default:"1" env:"RELAYCTL_SEED"`
+	Protocol       string            `help:"What to speak: relay (the hub's line protocol), redis-ping (inline PING to a redis server, as a reference) or http (POST /tx straight to a target over keep-alive, as the hub does; --mix then only picks payloads)." enum:"relay,redis-ping,http" default:"relay" env:"RELAYCTL_PROTOCOL"`
+	ServerPID      []int             `name:"server-pid" help:"Measure the CPU time this process uses during the run and report it per answer (repeatable; Linux only)." placeholder:"PID" env:"RELAYCTL_SERVER_PID"`
 	JSON           bool              `name:"json" help:"Print the summary as JSON." env:"RELAYCTL_JSON"`
 	Quiet          bool              `help:"No progress lines." env:"RELAYCTL_QUIET"`
 }
@@ -60,6 +62,15 @@ func (c *loadCmd) config() (loadConfig, error) {
 		return loadConfig{}, fmt.Errorf("--drain %s: want 0 or more", c.Drain)
 	case c.ConnectTimeout <= 0:
 		return loadConfig{}, fmt.Errorf("--connect-timeout %s: want more than 0", c.ConnectTimeout)
+	}
+	proto, err := parseWire(c.Protocol)
+	if err != nil {
+		return loadConfig{}, fmt.Errorf("--protocol: %w", err)
+	}
+	for _, pid := range c.ServerPID {
+		if pid <= 0 {
+			return loadConfig{}, fmt.Errorf("--server-pid %d: want a process id", pid)
+		}
 	}
 	m, err := parseMix(c.Mix)
 	if err != nil {
@@ -100,6 +111,8 @@ func (c *loadCmd) config() (loadConfig, error) {
 		Drain:       c.Drain,
 		DialTimeout: c.ConnectTimeout,
 		Seed:        c.Seed,
+		Protocol:    proto,
+		ServerPIDs:  c.ServerPID,
 	}
 	if c.Requests == 0 {
 		cfg.Duration = c.Duration

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,13 @@ type loadConfig struct {
 	// Progress, when not nil, is called about once a second from a single
 	// goroutine while the run lasts. It must not block for long.
 	Progress func(progressSnapshot)
+	// Protocol is what the connections speak; the zero value is the hub's
+	// line protocol. With wireHTTP the Mix only chooses payload templates:
+	// every request goes to Addr.
+	Protocol wireProtocol
+	// ServerPIDs are processes whose CPU time is measured over the run,
+	// from the first request to the last answer (Linux only).
+	ServerPIDs []int
 }
 
 // progressSnapshot is the state of a run at one progress tick, a plain
@@ -107,8 +115,22 @@ type loadResult struct {
 	Wall time.Duration
 	// Hist holds the latencies in microseconds.
 	Hist *hdrhistogram.Histogram
+	// OKHist holds the latencies, in microseconds, of the answers that say
+	// the target processed the transaction (0000 or Bnnn): fast refusals
+	// mixed in cannot flatter them.
+	OKHist *hdrhistogram.Histogram
 	// Codes counts answers per Mix entry (by index) and code.
 	Codes []map[string]int64
+	// ServerCPU is the CPU time each of ServerPIDs used during the run.
+	ServerCPU []processCPUUse
+	// ClientCPU is the CPU time this process used during the run, so a
+	// benchmark can tell how much of the machine the load itself took.
+	ClientCPU time.Duration
+	// MachineBusy is the CPU time the whole machine spent busy during the
+	// run, all CPUs together; zero where /proc/stat cannot be read.
+	MachineBusy time.Duration
+	// MeterWall is the wall time MachineBusy was measured over.
+	MeterWall time.Duration
 }
 
 // loadRun is the state shared by the connections of one run. It is safe
@@ -143,6 +165,7 @@ type loadRun struct {
 
 	histMu sync.Mutex
 	hist   *hdrhistogram.Histogram // guarded by histMu
+	okHist *hdrhistogram.Histogram // guarded by histMu
 
 	errMu   sync.Mutex
 	errSeen map[string]bool // guarded by errMu
@@ -182,6 +205,7 @@ type loadConn struct {
 	// Writer-owned.
 	nextSeq uint64
 	line    []byte
+	body    []byte // payload of an HTTP request, built before its header
 
 	// Reader-owned; read by runLoad after both goroutines end.
 	codes      []map[string]*int64
@@ -190,6 +214,9 @@ type loadConn struct {
 	malformed  int64
 	lastAnswer int64
 	latencies  []int64
+	latencyOK  []bool // per latency: the answer was 0000 or Bnnn
+	inOrderSeq uint64 // with an in-order protocol, the last sequence number answered
+	answerBody []byte // body of an HTTP answer
 }
 
 // runLoad runs one load test and returns its result. It returns errDialAll
@@ -215,6 +242,7 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 		cancelled: make(chan struct{}),
 		exhausted: make(chan struct{}),
 		hist:      hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
+		okHist:    hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
 		errSeen:   make(map[string]bool),
 	}
 	for _, e := range cfg.Mix.entries {
@@ -232,6 +260,13 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 		return nil, fmt.Errorf("%w to %s: %s", errDialAll, cfg.Addr, r.errList[0])
 	}
 
+	meters, err := startMeters(cfg.ServerPIDs)
+	if err != nil {
+		for _, c := range conns {
+			_ = c.nc.Close()
+		}
+		return nil, err
+	}
 	r.start = time.Now()
 	if cfg.Requests == 0 {
 		r.deadline = int64(cfg.Duration)
@@ -251,15 +286,21 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 		pwg.Go(func() { r.progressLoop(progressDone) })
 	}
 	wg.Wait()
+	use, meterErr := meters.stop()
 	close(progressDone)
 	pwg.Wait()
 
 	res := &loadResult{
-		Sent:       r.sent.Load(),
-		ConnErrors: r.connErrors.Load(),
-		Wall:       time.Since(wallStart),
-		Hist:       r.hist,
-		Codes:      make([]map[string]int64, len(r.targets)),
+		Sent:        r.sent.Load(),
+		ConnErrors:  r.connErrors.Load(),
+		Wall:        time.Since(wallStart),
+		Hist:        r.hist,
+		OKHist:      r.okHist,
+		Codes:       make([]map[string]int64, len(r.targets)),
+		ServerCPU:   use.servers,
+		ClientCPU:   use.self,
+		MachineBusy: use.machine,
+		MeterWall:   use.wall,
 	}
 	for i := range res.Codes {
 		res.Codes[i] = make(map[string]int64)
@@ -287,6 +328,11 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	r.errMu.Lock()
 	res.ErrorSamples = r.errList
 	r.errMu.Unlock()
+	if meterErr != nil {
+		// A server that went away mid-run shows in the answers; this only
+		// says why its CPU time is missing.
+		res.ErrorSamples = append(res.ErrorSamples, meterErr.Error())
+	}
 	return res, nil
 }
 
@@ -315,6 +361,7 @@ func (r *loadRun) dialAll(ctx context.Context) []*loadConn {
 			c.codes[j] = make(map[string]*int64)
 		}
 		c.latencies = make([]int64, 0, latencyBatch)
+		c.latencyOK = make([]bool, 0, latencyBatch)
 		conns = append(conns, c)
 	}
 	return conns
@@ -353,13 +400,74 @@ func (r *loadRun) noteError(err error) {
 	}
 }
 
-// record adds a batch of latencies in ns to the histogram.
-func (r *loadRun) record(ns []int64) {
+// runMeters measures the CPU time of the servers, of the tool itself and
+// of the whole machine over a run. It is owned by runLoad's goroutine.
+type runMeters struct {
+	servers *cpuMeter // nil without ServerPIDs
+	self    *cpuMeter // nil where /proc cannot be read
+	machine time.Duration
+	hasMach bool
+	start   time.Time
+}
+
+// meterReading is what runMeters measured; a plain value.
+type meterReading struct {
+	servers []processCPUUse
+	self    time.Duration
+	machine time.Duration
+	wall    time.Duration
+}
+
+// startMeters starts measuring. It fails when a server's CPU time cannot
+// be read, since the operator asked for it; the tool's own is best effort.
+func startMeters(pids []int) (runMeters, error) {
+	var m runMeters
+	if len(pids) > 0 {
+		var err error
+		if m.servers, err = startCPUMeter(pids); err != nil {
+			return runMeters{}, err
+		}
+	}
+	m.self, _ = startCPUMeter([]int{os.Getpid()})
+	if d, err := machineBusy(); err == nil {
+		m.machine, m.hasMach = d, true
+	}
+	m.start = time.Now()
+	return m, nil
+}
+
+// stop returns the CPU time the servers, the tool and the machine used
+// since start. Only a server's is an error to miss.
+func (m runMeters) stop() (meterReading, error) {
+	var r meterReading
+	var err error
+	if m.servers != nil {
+		r.servers, err = m.servers.stop()
+	}
+	if m.self != nil {
+		if s, e := m.self.stop(); e == nil {
+			r.self = s[0].CPU
+		}
+	}
+	if m.hasMach {
+		if d, e := machineBusy(); e == nil {
+			r.machine, r.wall = d-m.machine, time.Since(m.start)
+		}
+	}
+	return r, err
+}
+
+// record adds a batch of latencies in ns to the histogram, and those
+// whose ok is set to the histogram of processed transactions.
+func (r *loadRun) record(ns []int64, ok []bool) {
 	r.histMu.Lock()
 	defer r.histMu.Unlock()
-	for _, v := range ns {
+	for i, v := range ns {
 		us := min(max(v/int64(time.Microsecond), histLowestUS), histHighestUS)
 		_ = r.hist.RecordValue(us) // in range by the clamp above
+		if ok[i] {
+			_ = r.okHist.RecordValue(us)
+		}
 	}
 }
 
@@ -446,10 +554,7 @@ func (c *loadConn) writeLoop() {
 			target = r.cfg.Mix.pick(rng.IntN(total))
 		}
 		seq := c.register(at, target)
-		b := appendLoadTxID(c.line[:0], c.id, seq)
-		b = append(b, r.targets[target]...)
-		b = r.cfg.Payloads[target].appendTo(b, n+1, c.id)
-		b = append(b, '\n')
+		b := c.appendRequest(c.line[:0], seq, target, n)
 		c.line = b
 		if _, err := w.bw.Write(b); err != nil {
 			c.unregister(seq)
@@ -463,6 +568,24 @@ func (c *loadConn) writeLoop() {
 			r.exhaust()
 		}
 	}
+}
+
+// appendRequest appends request n, sequence number seq on this connection,
+// to b in the run's protocol.
+func (c *loadConn) appendRequest(b []byte, seq uint64, target int, n uint64) []byte {
+	r := c.run
+	switch r.cfg.Protocol {
+	case wireRedisPing:
+		return append(b, pingRequest...)
+	case wireHTTP:
+		c.body = r.cfg.Payloads[target].appendTo(c.body[:0], n+1, c.id)
+		var txid [32]byte
+		return appendHTTPRequest(b, r.cfg.Addr, appendLoadTxID(txid[:0], c.id, seq), c.body)
+	}
+	b = appendLoadTxID(b, c.id, seq)
+	b = append(b, r.targets[target]...)
+	b = r.cfg.Payloads[target].appendTo(b, n+1, c.id)
+	return append(b, '\n')
 }
 
 // writer is the state of one writeLoop, owned by its goroutine.
@@ -591,6 +714,10 @@ func (c *loadConn) finishWriting(bw *bufio.Writer) {
 func (c *loadConn) readLoop() {
 	defer c.flushLatencies()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	if c.run.cfg.Protocol == wireHTTP {
+		c.readHTTP(br)
+		return
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		switch {
@@ -631,8 +758,12 @@ func (c *loadConn) endRead(err error) {
 		return
 	default:
 	}
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		err = errors.New("connection closed by the hub")
+	case errors.Is(err, io.ErrUnexpectedEOF) && c.run.cfg.Protocol == wireHTTP:
+		// http.ReadResponse reports a close between answers this way.
+		err = errors.New("connection closed by the target")
 	}
 	c.fail(err)
 }
@@ -647,9 +778,64 @@ func skipLine(br *bufio.Reader) error {
 	}
 }
 
+// readHTTP matches HTTP answers to outstanding requests in order, like
+// readLoop does lines.
+func (c *loadConn) readHTTP(br *bufio.Reader) {
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err == nil {
+			c.answerBody, err = readCapped(resp.Body, c.answerBody[:0], readBufferSize)
+			_ = resp.Body.Close()
+		}
+		if err != nil {
+			c.endRead(err)
+			return
+		}
+		if c.complete(c.nextInOrder(), httpAnswerCode(resp.StatusCode, c.answerBody)) {
+			return
+		}
+	}
+}
+
+// readCapped reads r to its end, appending to buf, and fails when that is
+// more than limit bytes: no target answer is anywhere near it.
+func readCapped(r io.Reader, buf []byte, limit int) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case len(buf) > limit:
+			return buf, fmt.Errorf("answer body over %d bytes", limit)
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case err != nil:
+			return buf, err
+		}
+	}
+}
+
+// nextInOrder returns the sequence number the next answer of an in-order
+// protocol belongs to. Such answers free the ring's slots oldest first, so
+// register never skips a slot and the numbers run 1, 2, 3, ...
+func (c *loadConn) nextInOrder() uint64 {
+	c.inOrderSeq++
+	return c.inOrderSeq
+}
+
 // handle processes one answer line and reports whether the reader is done.
 func (c *loadConn) handle(line []byte) bool {
 	r := c.run
+	if r.cfg.Protocol == wireRedisPing {
+		code, ok := parseRedisReply(line)
+		if !ok {
+			c.malformed++
+			return false
+		}
+		return c.complete(c.nextInOrder(), code)
+	}
 	txid, code, _, ok := parseAnswer(line)
 	if !ok {
 		c.malformed++
@@ -661,6 +847,14 @@ func (c *loadConn) handle(line []byte) bool {
 		r.unmatched.Add(1)
 		return false
 	}
+	return c.complete(seq, code)
+}
+
+// complete settles the answer, with code, to request seq of this
+// connection and reports whether the reader is done. An answer to a
+// request that is not outstanding is unmatched.
+func (c *loadConn) complete(seq uint64, code []byte) bool {
+	r := c.run
 	c.mu.Lock()
 	s := &c.ring[seq&c.mask]
 	if !s.used || s.seq != seq {
@@ -679,6 +873,7 @@ func (c *loadConn) handle(line []byte) bool {
 	now := r.now()
 	c.lastAnswer = now
 	c.latencies = append(c.latencies, now-at)
+	c.latencyOK = append(c.latencyOK, codeSucceeded(code))
 	if len(c.latencies) == latencyBatch {
 		c.flushLatencies()
 	}
@@ -696,7 +891,8 @@ func (c *loadConn) handle(line []byte) bool {
 
 func (c *loadConn) flushLatencies() {
 	if len(c.latencies) > 0 {
-		c.run.record(c.latencies)
+		c.run.record(c.latencies, c.latencyOK)
 		c.latencies = c.latencies[:0]
+		c.latencyOK = c.latencyOK[:0]
 	}
 }

@@ -8,6 +8,7 @@
 //	relayctl load --conns 16 --duration 10s --mix CORE=70,CLAIM=30
 //	relayctl load --rate 20000 --requests 200000 --json
 //	relayctl status
+//	relayctl idle --conns 10000 --hold 10s --server-pid "$(pidof relay)"
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
 // cannot be reached or does not answer in time. load exits 1 when any answer
@@ -23,6 +24,12 @@
 // tool down with it (coordinated omission). Only the tool's own timer
 // lateness (Go timers fire up to about 1ms late) is left out: a request
 // that fell due while its sender slept is measured from the wake-up.
+//
+// For benchmarks, load can also speak to reference servers with the same
+// connections, pacing and histogram (--protocol redis-ping, or http straight
+// to a target), and report the CPU time of given processes per answer
+// (--server-pid). idle holds many silent connections open and reports the
+// hub's resident memory per connection.
 package main
 
 import (
@@ -47,6 +54,7 @@ type cli struct {
 	Send    sendCmd          `cmd:"" help:"Send one transaction and print its answer."`
 	Load    loadCmd          `cmd:"" help:"Load-test the hub and report throughput and latency percentiles."`
 	Status  statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
+	Idle    idleCmd          `cmd:"" help:"Hold many silent connections open and report the hub's memory per connection."`
 }
 
 // streams are where a command writes. The summary goes to Out, progress
@@ -81,7 +89,7 @@ func (e *exitError) ExitCode() int { return e.code }
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relayctl"),
-		kong.Description("Operator's client for the relay hub: send, load, status."),
+		kong.Description("Operator's client for the relay hub: send, load, status, idle."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(rateDepth)},
 	}, opts...)...)
 }

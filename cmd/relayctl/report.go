@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,29 +43,61 @@ func latencyPercentiles(h *hdrhistogram.Histogram) latencySummary {
 // loadSummary is the report of a load run, as printed and as JSON. It is
 // not changed after newLoadSummary, so concurrent reads are safe.
 type loadSummary struct {
-	Addr           string                      `json:"addr"`
-	Conns          int                         `json:"conns"`
-	Depth          int                         `json:"depth"`
-	Rate           float64                     `json:"rate"`
-	Mix            string                      `json:"mix"`
-	Sent           int64                       `json:"sent"`
-	Answered       int64                       `json:"answered"`
-	ElapsedSeconds float64                     `json:"elapsed_seconds"`
-	Throughput     float64                     `json:"throughput"`
-	LatencyUS      latencySummary              `json:"latency_us"`
-	Codes          map[string]int64            `json:"codes"`
-	TargetCodes    map[string]map[string]int64 `json:"target_codes"`
-	Unmatched      int64                       `json:"unmatched"`
-	Malformed      int64                       `json:"malformed"`
-	Missing        int64                       `json:"missing"`
-	ConnErrors     int64                       `json:"conn_errors"`
-	ErrorSamples   []string                    `json:"error_samples,omitempty"`
+	Addr           string         `json:"addr"`
+	Protocol       string         `json:"protocol"`
+	Conns          int            `json:"conns"`
+	Depth          int            `json:"depth"`
+	Rate           float64        `json:"rate"`
+	Mix            string         `json:"mix"`
+	Sent           int64          `json:"sent"`
+	Answered       int64          `json:"answered"`
+	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	Throughput     float64        `json:"throughput"`
+	LatencyUS      latencySummary `json:"latency_us"`
+	// LatencyOKUS covers only the answers that say the target processed
+	// the transaction (0000 or Bnnn); OKAnswered counts them.
+	LatencyOKUS  latencySummary              `json:"latency_ok_us"`
+	OKAnswered   int64                       `json:"ok_answered"`
+	Codes        map[string]int64            `json:"codes"`
+	TargetCodes  map[string]map[string]int64 `json:"target_codes"`
+	Unmatched    int64                       `json:"unmatched"`
+	Malformed    int64                       `json:"malformed"`
+	Missing      int64                       `json:"missing"`
+	ConnErrors   int64                       `json:"conn_errors"`
+	ErrorSamples []string                    `json:"error_samples,omitempty"`
+	ServerCPU    []cpuSummary                `json:"server_cpu,omitempty"`
+	ClientCPU    cpuSummary                  `json:"client_cpu"`
+	// MachineBusyCores is how many CPUs the whole machine kept busy on
+	// average during the run: the servers, this tool, and anything else.
+	MachineBusyCores float64 `json:"machine_busy_cores"`
+}
+
+// cpuSummary is the CPU time one process used during a run; a plain value.
+// The times have the 10ms resolution of /proc/PID/stat.
+type cpuSummary struct {
+	PID         int     `json:"pid"`
+	Seconds     float64 `json:"seconds"`
+	PerAnswer   float64 `json:"us_per_answer"` // µs of CPU per answer
+	Utilisation float64 `json:"cores"`         // CPU seconds per elapsed second
+}
+
+// newCPUSummary relates a CPU time to a run's answers and elapsed time.
+func newCPUSummary(pid int, cpu time.Duration, answered int64, elapsed time.Duration) cpuSummary {
+	s := cpuSummary{PID: pid, Seconds: cpu.Seconds()}
+	if answered > 0 {
+		s.PerAnswer = cpu.Seconds() * 1e6 / float64(answered)
+	}
+	if elapsed > 0 {
+		s.Utilisation = cpu.Seconds() / elapsed.Seconds()
+	}
+	return s
 }
 
 // newLoadSummary builds the report of a run.
 func newLoadSummary(cfg loadConfig, res *loadResult) loadSummary {
 	s := loadSummary{
 		Addr:           cfg.Addr,
+		Protocol:       cfg.Protocol.String(),
 		Conns:          cfg.Conns,
 		Depth:          cfg.Depth,
 		Rate:           cfg.Rate,
@@ -83,6 +116,17 @@ func newLoadSummary(cfg loadConfig, res *loadResult) loadSummary {
 	}
 	if res.Elapsed > 0 {
 		s.Throughput = float64(res.Answered) / res.Elapsed.Seconds()
+	}
+	if res.OKHist != nil {
+		s.LatencyOKUS = latencyPercentiles(res.OKHist)
+		s.OKAnswered = res.OKHist.TotalCount()
+	}
+	for _, u := range res.ServerCPU {
+		s.ServerCPU = append(s.ServerCPU, newCPUSummary(u.PID, u.CPU, res.Answered, res.Elapsed))
+	}
+	s.ClientCPU = newCPUSummary(os.Getpid(), res.ClientCPU, res.Answered, res.Elapsed)
+	if res.MeterWall > 0 {
+		s.MachineBusyCores = res.MachineBusy.Seconds() / res.MeterWall.Seconds()
 	}
 	for i, e := range cfg.Mix.entries {
 		tc := make(map[string]int64)
@@ -119,12 +163,20 @@ func (s loadSummary) writeText(w io.Writer) error {
 	if s.Rate > 0 {
 		mode = "rate " + strconv.FormatFloat(s.Rate, 'f', -1, 64) + "/s"
 	}
+	if s.Protocol != "" && s.Protocol != wireRelay.String() {
+		mode += ", protocol " + s.Protocol
+	}
 	fmt.Fprintf(tw, "target\t%s, %d conns, depth %d, %s, mix %s\n", s.Addr, s.Conns, s.Depth, mode, s.Mix)
 	fmt.Fprintf(tw, "requests\tsent %d, answered %d in %.3fs\n", s.Sent, s.Answered, s.ElapsedSeconds)
 	fmt.Fprintf(tw, "throughput\t%.1f answers/s\n", s.Throughput)
 	l := s.LatencyUS
 	fmt.Fprintf(tw, "latency\tp50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n",
 		formatUS(l.P50), formatUS(l.P90), formatUS(l.P99), formatUS(l.P999), formatUS(l.Max))
+	if s.OKAnswered > 0 && s.OKAnswered < s.Answered {
+		l := s.LatencyOKUS
+		fmt.Fprintf(tw, "  0000/Bnnn\tp50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n",
+			formatUS(l.P50), formatUS(l.P90), formatUS(l.P99), formatUS(l.P999), formatUS(l.Max))
+	}
 	fmt.Fprintf(tw, "codes\t%s\n", formatCodes(s.Codes))
 	if len(s.TargetCodes) > 1 {
 		for _, name := range slices.Sorted(maps.Keys(s.TargetCodes)) {
@@ -135,6 +187,15 @@ func (s loadSummary) writeText(w io.Writer) error {
 		s.Unmatched, s.Missing, s.Malformed, s.ConnErrors)
 	for _, e := range s.ErrorSamples {
 		fmt.Fprintf(tw, "  error\t%s\n", e)
+	}
+	for _, c := range s.ServerCPU {
+		fmt.Fprintf(tw, "server cpu\tpid %d: %.2fs, %.2f cores, %.2fµs per answer\n", c.PID, c.Seconds, c.Utilisation, c.PerAnswer)
+	}
+	if s.ClientCPU.Seconds > 0 {
+		fmt.Fprintf(tw, "load cpu\t%.2fs, %.2f cores, %.2fµs per answer\n", s.ClientCPU.Seconds, s.ClientCPU.Utilisation, s.ClientCPU.PerAnswer)
+	}
+	if s.MachineBusyCores > 0 {
+		fmt.Fprintf(tw, "machine\t%.2f cores busy, all processes\n", s.MachineBusyCores)
 	}
 	return tw.Flush()
 }

@@ -1,0 +1,494 @@
+#!/usr/bin/env bash
+# Runs the end-to-end benchmarks of docs/BENCHMARKS.md against the real
+# binaries, on free loopback ports, and prints a table of medians with
+# min–max over RUNS runs, then the targets of the performance record with
+# MET or NOT MET. Every load is driven by the same tool, relayctl load, so
+# the hub and its references (redis-server answering inline PING, a fixture
+# spoken to straight over HTTP keep-alive) share one load generator and one
+# histogram. Runs of the two sides of a comparison alternate, so a noisy
+# neighbour on the machine hurts both alike.
+#
+# Scenarios:
+#   1. fast-fail: CORE's breaker held open; 64 connections at depth 1 and
+#      16; against redis-server PING at the same connections and depth.
+#   2. full path: relay -> fixture (BAL) at 16 and 64 connections in a
+#      closed loop, and 16 paced at FULL_RATE, against the same load
+#      straight to the fixture. Closed loop measures throughput (and p99
+#      under saturation, mostly queueing); paced measures added latency.
+#   3. isolation: CORE slow; 500 connections hammer CORE (flat out, then
+#      paced at STORM_RATE) while 16 send CLAIM at a fixed rate; against the
+#      same CLAIM load with CORE idle. CLAIM latency is that of the answers
+#      CLAIM processed (0000/Bnnn): fast E905s must not flatter it.
+#   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
+#      line each first); relay RSS per connection, fresh relay every run.
+#   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
+#
+# Installs redis-server from Debian when it is missing (needs root). The raw
+# JSON of every run stays in BENCH_OUT (a new temporary directory by
+# default). Takes about 6 minutes with the defaults below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}                   # runs per measurement (the median needs 3)
+DURATION=${DURATION:-5}           # seconds per load run
+CONNS_FASTFAIL=${CONNS_FASTFAIL:-64}
+FULL_INFLIGHT=${FULL_INFLIGHT:-256} # relay --max-inflight for scenario 2
+FULL_RATE=${FULL_RATE:-2000}      # the paced run of scenario 2, requests/s on 16 conns
+SLOW_MS=${SLOW_MS:-200}           # CORE's delay in scenario 3
+STORM_CONNS=${STORM_CONNS:-500}
+CLAIM_CONNS=${CLAIM_CONNS:-16}
+CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
+STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
+IDLE_CONNS=${IDLE_CONNS:-10000}
+IDLE_HOLD=${IDLE_HOLD:-5s}
+
+# ---------------------------------------------------------------- setup --
+
+need_cmd() { # CMD DEBIAN-PACKAGE
+  command -v "$1" >/dev/null && return
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "bench: $1 is missing; install the Debian package $2" >&2
+    exit 1
+  fi
+  echo "bench: installing $2 from Debian" >&2
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  fi
+}
+need_cmd redis-server redis-server
+need_cmd jq jq
+need_cmd curl curl
+
+make build >/dev/null
+
+out=${BENCH_OUT:-$(mktemp -d /tmp/relayhub-bench.XXXXXX)}
+mkdir -p "$out"
+pids=()
+
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() {
+  echo "bench: $*" >&2
+  exit 1
+}
+
+# Both ends of IDLE_CONNS connections, plus some, must fit the limit.
+ulimit -n "$(ulimit -Hn)"
+(($(ulimit -n) > IDLE_CONNS + 100)) ||
+  die "open file limit $(ulimit -n) is too low for IDLE_CONNS=$IDLE_CONNS"
+
+# forget PID: drops an ended process from the ones cleanup stops.
+forget() {
+  local keep=() p
+  for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+
+# stop PID: ends one process this script started.
+stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  forget "$1"
+}
+
+# wait_addr LOG: prints the address a relay or fixture logs once listening.
+wait_addr() {
+  local addr
+  for _ in $(seq 200); do
+    addr=$(grep -o '"addr":"[^"]*"' "$1" 2>/dev/null | head -n 1 | cut -d'"' -f4) || true
+    [[ -n $addr ]] && { echo "$addr"; return; }
+    sleep 0.05
+  done
+  die "no listen address in $1 after 10 s: $(tail -n 5 "$1")"
+}
+
+# free_port: prints a loopback port nobody listens on, below the ephemeral
+# range so no outgoing connection takes it meanwhile.
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+  die "no free port found"
+}
+
+# start_fixture NAME KIND [ARGS...]: sets FIX_URL and FIX_PID.
+start_fixture() {
+  local name=$1 kind=$2
+  shift 2
+  bin/fixture --name "$name" --kind "$kind" --listen 127.0.0.1:0 "$@" >/dev/null 2>"$out/fixture-$name.log" &
+  FIX_PID=$!
+  pids+=("$FIX_PID")
+  FIX_URL="http://$(wait_addr "$out/fixture-$name.log")"
+}
+
+# start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
+# port is on, as by default, so the metrics are counted as in production.
+start_relay() {
+  local name=$1
+  shift
+  : >"$out/relay-$name.log"
+  bin/relay --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
+    >/dev/null 2>"$out/relay-$name.log" &
+  RELAY_PID=$!
+  pids+=("$RELAY_PID")
+  RELAY_ADDR=$(wait_addr "$out/relay-$name.log")
+}
+
+# start_redis: sets REDIS_ADDR and REDIS_PID.
+start_redis() {
+  local port
+  port=$(free_port)
+  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+    --daemonize no --maxclients 20000 >"$out/redis.log" 2>&1 &
+  REDIS_PID=$!
+  pids+=("$REDIS_PID")
+  REDIS_ADDR=127.0.0.1:$port
+  for _ in $(seq 200); do
+    grep -q "Ready to accept connections" "$out/redis.log" && return
+    sleep 0.05
+  done
+  die "redis-server did not start: $(tail -n 5 "$out/redis.log")"
+}
+
+# load NAME ARGS...: one relayctl load run, its JSON summary kept as
+# NAME.json. A run with unmatched or missing answers still counts; its
+# errors show in the table.
+load() {
+  local name=$1
+  shift
+  bin/relayctl load --quiet --json --duration "${DURATION}s" --drain 2s "$@" >"$out/$name.json" ||
+    echo "bench: $name: relayctl load exited $? (see $out/$name.json)" >&2
+}
+
+# ------------------------------------------------------------ aggregation --
+
+# agg FMT JQ FILE...: median (min–max) of JQ over the files, each printed
+# with the printf format FMT.
+agg() {
+  local fmt=$1 expr=$2
+  shift 2
+  jq -r "$expr" "$@" | sort -g | awk -v f="$fmt" '
+    { v[NR] = $1 }
+    END {
+      if (NR == 0) { print "n/a"; exit }
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf f " (" f "–" f ")\n", m, v[1], v[NR]
+    }'
+}
+
+# med JQ FILE...: the median of JQ over the files, unformatted.
+med() {
+  local expr=$1
+  shift
+  jq -r "$expr" "$@" | sort -g | awk '
+    { v[NR] = $1 }
+    END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# pair NAME A.json B.json: the per-run comparison of two alternating runs.
+pair() {
+  jq -n --slurpfile a "$2" --slurpfile b "$3" '{
+    ratio: ($a[0].throughput / $b[0].throughput),
+    p99_ratio: ($a[0].latency_us.p99 / $b[0].latency_us.p99),
+    p99_overhead_us: ($a[0].latency_us.p99 - $b[0].latency_us.p99),
+    ok_p99_ratio: (if $b[0].latency_ok_us.p99 > 0 then $a[0].latency_ok_us.p99 / $b[0].latency_ok_us.p99 else null end),
+    cpu_ratio: (if ($b[0].server_cpu // [] | length) > 0 and $b[0].server_cpu[0].us_per_answer > 0
+                then $a[0].server_cpu[0].us_per_answer / $b[0].server_cpu[0].us_per_answer else null end)
+  }' >"$out/$1.json"
+}
+
+# errors FILE...: unmatched+missing+malformed+connection errors, summed.
+errors() { jq -s 'map(.unmatched + .missing + .malformed + .conn_errors) | add' "$@"; }
+
+# share CODE FILE...: the percentage of answers with CODE over the files.
+share() {
+  jq -rs --arg c "$1" 'map(.codes[$c] // 0) as $n | map(.answered) as $a |
+    if ($a | add) > 0 then (100 * ($n | add) / ($a | add)) else 0 end' "${@:2}"
+}
+
+# row CELL...: appends one row to the table.
+row() {
+  local IFS='|'
+  local s="$*"
+  echo "| ${s//|/ | } |" >>"$out/table.md"
+}
+
+targets=()
+verdict() { # TEXT OK(1/0)
+  if (($2)); then targets+=("MET      $1"); else targets+=("NOT MET  $1"); fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }' && echo 1 || echo 0; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }' && echo 1 || echo 0; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' && echo 1 || echo 0; }
+fmt() { awk -v f="$1" -v v="$2" 'BEGIN { printf f, v }'; }
+
+echo "bench: results in $out; $RUNS runs of ${DURATION}s per measurement" >&2
+
+# ------------------------------------------------- 1. fast-fail vs redis --
+
+echo "bench: 1. fast-fail vs redis PING" >&2
+closed=$(free_port)
+start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+ff_relay=$RELAY_PID ff_addr=$RELAY_ADDR
+# The one call that trips the breaker: refused by the closed port, E902.
+bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" >/dev/null || true
+answer=$(bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" || true)
+[[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open: $answer"
+start_redis
+for run in $(seq "$RUNS"); do
+  for d in 1 16; do
+    load "s1-relay-d$d-$run" --addr "$ff_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$ff_relay"
+    load "s1-redis-d$d-$run" --addr "$REDIS_ADDR" --protocol redis-ping --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$REDIS_PID"
+    pair "s1-pair-d$d-$run" "$out/s1-relay-d$d-$run.json" "$out/s1-redis-d$d-$run.json"
+  done
+done
+stop "$ff_relay"
+stop "$REDIS_PID"
+
+# ---------------------------------------------- 2. full path vs direct --
+
+echo "bench: 2. full path vs straight to the fixture" >&2
+start_fixture CORE core
+fp_fix=$FIX_PID fp_url=$FIX_URL
+start_relay full --target "CORE=$fp_url" --max-inflight "$FULL_INFLIGHT"
+fp_relay=$RELAY_PID fp_addr=$RELAY_ADDR
+for run in $(seq "$RUNS"); do
+  for c in 16 64; do
+    load "s2-relay-c$c-$run" --addr "$fp_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+      --server-pid "$fp_relay" --server-pid "$fp_fix"
+    load "s2-direct-c$c-$run" --addr "${fp_url#http://}" --protocol http --conns "$c" \
+      --payload 'BAL ACC{conn}' --server-pid "$fp_fix"
+    pair "s2-pair-c$c-$run" "$out/s2-relay-c$c-$run.json" "$out/s2-direct-c$c-$run.json"
+  done
+  load "s2-relay-paced-$run" --addr "$fp_addr" --conns 16 --rate "$FULL_RATE" --payload 'BAL ACC{conn}' \
+    --server-pid "$fp_relay" --server-pid "$fp_fix"
+  load "s2-direct-paced-$run" --addr "${fp_url#http://}" --protocol http --conns 16 --rate "$FULL_RATE" \
+    --payload 'BAL ACC{conn}' --server-pid "$fp_fix"
+  pair "s2-pair-paced-$run" "$out/s2-relay-paced-$run.json" "$out/s2-direct-paced-$run.json"
+done
+stop "$fp_relay"
+stop "$fp_fix"
+
+# ------------------------------------------------------- 3. isolation --
+
+echo "bench: 3. isolation: CLAIM while CORE is slow and hammered" >&2
+start_fixture CORE core --mode slow --delay-ms "$SLOW_MS"
+is_core=$FIX_PID is_core_url=$FIX_URL
+start_fixture CLAIM claim
+is_claim=$FIX_PID is_claim_url=$FIX_URL
+start_relay isolation --target "CORE=$is_core_url" --target "CLAIM=$is_claim_url"
+is_relay=$RELAY_PID is_addr=$RELAY_ADDR
+claim_load() {
+  load "$1" --addr "$is_addr" --conns "$CLAIM_CONNS" --rate "$CLAIM_RATE" --mix CLAIM=100 \
+    --payload 'SUBMIT P{conn} 100'
+}
+# storm NAME [ARGS...]: CLAIM measured while STORM_CONNS connections send
+# CORE requests, started a second early so the storm is at full strength.
+storm() {
+  local name=$1
+  shift
+  bin/relayctl load --quiet --json --addr "$is_addr" --conns "$STORM_CONNS" --mix CORE=100 \
+    --duration "$((DURATION + 2))s" --drain 2s --server-pid "$is_relay" "$@" >"$out/s3-storm-$name.json" &
+  local storm=$!
+  pids+=("$storm")
+  sleep 1
+  claim_load "s3-during-$name"
+  wait "$storm" || echo "bench: storm $name: relayctl load exited $?" >&2
+  forget "$storm"
+}
+for run in $(seq "$RUNS"); do
+  claim_load "s3-alone-$run"
+  storm "flat-$run"
+  storm "paced-$run" --rate "$STORM_RATE"
+  pair "s3-pair-flat-$run" "$out/s3-during-flat-$run.json" "$out/s3-alone-$run.json"
+  pair "s3-pair-paced-$run" "$out/s3-during-paced-$run.json" "$out/s3-alone-$run.json"
+done
+stop "$is_relay"
+stop "$is_core"
+stop "$is_claim"
+
+# ---------------------------------------------------------- 4. memory --
+
+echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
+closed=$(free_port)
+for run in $(seq "$RUNS"); do
+  for mode in cold warm; do
+    start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed"
+    warm=()
+    [[ $mode == warm ]] && warm=(--warm)
+    bin/relayctl idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+      --server-pid "$RELAY_PID" >"$out/s4-$mode-$run.json" ||
+      echo "bench: idle $mode run $run: relayctl idle exited $?" >&2
+    stop "$RELAY_PID"
+  done
+done
+
+# ------------------------------------------------ 5. micro-benchmarks --
+
+echo "bench: 5. micro-benchmarks" >&2
+go test -run '^$' -bench . -benchmem -count "$RUNS" ./breaker/ ./bulkhead/ >"$out/s5-micro.txt"
+if ! go test -run '^$' -bench 'FastFailLine|BulkheadFullLine|CallLine|ParseRequest|AppendResponse' -benchmem \
+  -count "$RUNS" ./relay/ >"$out/s5-relay.txt" 2>&1; then
+  echo "bench: relay micro-benchmarks did not run (see $out/s5-relay.txt)" >&2
+fi
+
+# ------------------------------------------------------------- report --
+
+: >"$out/table.md"
+row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
+row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
+for d in 1 16; do
+  for s in relay redis; do
+    f=("$out"/s1-$s-d$d-*.json)
+    row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" \
+      "$(agg %.0f .throughput "${f[@]}")" \
+      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
+      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
+      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
+      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
+      "$(errors "${f[@]}")"
+  done
+done
+for c in c16 c64 paced; do
+  case $c in
+  paced) label="16 conns at $FULL_RATE/s" ;;
+  *) label="${c#c} conns" ;;
+  esac
+  f=("$out"/s2-relay-$c-*.json)
+  row "2 full path, $label" "relay → fixture" \
+    "$(agg %.0f .throughput "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
+    "relay $(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}"), fixture $(agg %.1f '.server_cpu[1].us_per_answer' "${f[@]}")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
+    "$(errors "${f[@]}")"
+  f=("$out"/s2-direct-$c-*.json)
+  row "2 full path, $label" "straight to fixture" \
+    "$(agg %.0f .throughput "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
+    "fixture $(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
+    "$(errors "${f[@]}")"
+done
+for s in alone during-flat during-paced; do
+  f=("$out"/s3-$s-*.json)
+  case $s in
+  alone) label="CORE idle" ;;
+  during-flat) label="$STORM_CONNS conns flat out on slow CORE" ;;
+  during-paced) label="$STORM_CONNS conns at $STORM_RATE/s on slow CORE" ;;
+  esac
+  row "3 isolation, CLAIM $CLAIM_CONNS conns at $CLAIM_RATE/s (0000 answers)" "$label" \
+    "$(agg %.0f .throughput "${f[@]}")" \
+    "$(agg %.2f '.latency_ok_us.p50/1000' "${f[@]}")" \
+    "$(agg %.2f '.latency_ok_us.p99/1000' "${f[@]}")" \
+    "" \
+    "" \
+    "$(errors "${f[@]}"); CLAIM E905 $(share E905 "${f[@]}" | awk '{ printf "%.2f%%", $1 }')"
+done
+for s in flat paced; do
+  f=("$out"/s3-storm-$s-*.json)
+  row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
+    "$(agg %.0f .throughput "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
+    "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
+    "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
+    "$(errors "${f[@]}"); E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')"
+done
+
+{
+  echo
+  echo "| memory, $IDLE_CONNS idle connections | KiB per connection | relay RSS held, MiB | lost |"
+  echo "| --- | ---: | ---: | ---: |"
+  for mode in cold warm; do
+    f=("$out"/s4-$mode-*.json)
+    echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+  done
+  echo
+  echo "| micro-benchmark | ns/op | B/op | allocs/op |"
+  echo "| --- | ---: | ---: | ---: |"
+  cat "$out/s5-micro.txt" "$out/s5-relay.txt" | awk '
+    /^Benchmark/ && / ns\/op/ {
+      name = $1; sub(/-[0-9]+$/, "", name)
+      for (i = 2; i <= NF; i++) {
+        if ($(i) == "ns/op") ns[name] = ns[name] " " $(i - 1)
+        if ($(i) == "B/op") by[name] = $(i - 1)
+        if ($(i) == "allocs/op") al[name] = $(i - 1)
+      }
+      if (!(name in seen)) { seen[name] = 1; order[++n] = name }
+    }
+    function stat(s,   v, k, i, j, t, m) {
+      k = split(s, v, " ")
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      m = (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+      return sprintf("%.1f (%.1f–%.1f)", m, v[1], v[k])
+    }
+    END { for (i = 1; i <= n; i++) printf "| %s | %s | %s | %s |\n", order[i], stat(ns[order[i]]), by[order[i]], al[order[i]] }'
+} >>"$out/table.md"
+
+# Targets of the performance record, judged on medians.
+for d in 1 16; do
+  r=$(med .ratio "$out"/s1-pair-d$d-*.json)
+  verdict "fast-fail depth $d: relay answers/s ≥ redis PING: relay/redis = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
+  r=$(med .cpu_ratio "$out"/s1-pair-d$d-*.json)
+  verdict "fast-fail depth $d: relay CPU per answer ≤ redis: relay/redis = $(fmt %.2f "$r")×" "$(le "$r" 1)"
+done
+allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
+if [[ -n $allocs ]]; then
+  verdict "fast-fail: no allocation per request: BenchmarkFastFailLine $allocs allocs/op" "$(le "$allocs" 0)"
+fi
+r=$(med .ratio "$out"/s2-pair-c64-*.json)
+verdict "full path 64 conns: relay ≥ 0.6× direct: $(fmt %.2f "$r")×" "$(ge "$r" 0.6)"
+for c in c16 c64 paced; do
+  o=$(med '.p99_overhead_us/1000' "$out"/s2-pair-$c-*.json)
+  case $c in
+  paced) label="16 conns at $FULL_RATE/s" ;;
+  *) label="${c#c} conns, closed loop" ;;
+  esac
+  verdict "full path $label: p99 overhead < 1 ms: $(fmt %.2f "$o") ms" "$(lt "$o" 1)"
+done
+for s in flat paced; do
+  r=$(med .ok_p99_ratio "$out"/s3-pair-$s-*.json)
+  e=$(share E905 "$out"/s3-during-$s-*.json)
+  verdict "isolation ($s storm): CLAIM p99 ≤ 1.2× alone: $(fmt %.2f "$r")×, and CLAIM E905 $(fmt %.2f "$e")% of its answers" "$(le "$r" 1.2)"
+done
+for mode in cold warm; do
+  k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
+  verdict "memory ($mode): < 8 KiB per idle connection: $(fmt %.2f "$k") KiB" "$(lt "$k" 8)"
+done
+seq_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+par_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccessParallel-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+seq_allocs=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $7 }' "$out/s5-micro.txt" | sort -g | tail -n 1)
+if [[ -n $seq_ns && -n $par_ns ]]; then
+  verdict "breaker: CLOSED admit+record < 25 ns, 0 allocs: $seq_ns ns, $seq_allocs allocs" \
+    "$(($(lt "$seq_ns" 25) && $(le "${seq_allocs:-1}" 0)))"
+  verdict "breaker: parallel ≤ sequential per op: $par_ns ns vs $seq_ns ns" "$(le "$par_ns" "$seq_ns")"
+fi
+
+{
+  echo
+  echo "Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-)."
+  echo "Medians of $RUNS runs of ${DURATION}s, (min–max). CPU the machine spent on other processes (and the kernel's network work not charged to any) during scenarios 1 and 2: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s1-re*-*.json "$out"/s2-[rd]*-*.json) cores of $(nproc)."
+  relay_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer + .server_cpu[1].us_per_answer' "$out"/s2-relay-c64-*.json)
+  direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
+  echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
+  echo
+  echo "Targets:"
+  printf '  %s\n' "${targets[@]}"
+} >>"$out/table.md"
+
+echo
+cat "$out/table.md"
