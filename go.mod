@@ -3,6 +3,7 @@ module github.com/relayhub/relayhub
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/alecthomas/kong v1.17.0
 	github.com/mattn/go-isatty v0.0.20

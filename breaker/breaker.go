@@ -272,6 +272,11 @@ type Breaker struct {
 	// counts in CLOSED are changed by compare-and-swap without it when
 	// FailureRate is off.
 	word atomic.Uint64
+	// probeAfter is when the current open period ends, as a Duration since
+	// epoch (heldOpen while held), so that an open breaker refuses without
+	// mu. It is written under mu before the word that makes it current.
+	probeAfter atomic.Int64
+	epoch      time.Time // the clock's time at New; set once
 
 	mu        sync.Mutex
 	openedAt  time.Time     // guarded by mu; when the current open period started
@@ -313,6 +318,7 @@ func New(s Settings) *Breaker {
 	if b.jitter > 0 {
 		b.nextShare = b.drawShare()
 	}
+	b.epoch = b.clock.Now()
 	return b
 }
 
@@ -326,32 +332,57 @@ func (b *Breaker) Name() string { return b.name }
 func (b *Breaker) Settings() Settings { return b.settings }
 
 // Allow asks to make one call. It returns ErrOpen when the breaker refuses:
-// it is open and its open period has not passed, it is held open, or it is
-// half-open with its probe out. Otherwise the returned ticket must be given
-// back to Done, DoneAfter or Cancel.
+// it is open and its open period has not passed, it is held open (then the
+// error is ErrHeld, which wraps ErrOpen), or it is half-open with its probe
+// out. Otherwise the returned ticket must be given back to Done, DoneAfter
+// or Cancel.
 func (b *Breaker) Allow() (Ticket, error) {
-	if w := b.word.Load(); stateOf(w) == Closed {
-		return Ticket{generation: generationOf(w)}, nil
-	}
-	return b.allowSlow()
+	t, _, err := b.Admit()
+	return t, err
 }
 
-func (b *Breaker) allowSlow() (Ticket, error) {
+// Admit is Allow that, when it refuses, also returns how long until a probe
+// may be admitted, as RetryAfter would, read from the same clock reading.
+// An open breaker refuses without taking the lock.
+func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
+	w := b.word.Load()
+	if stateOf(w) == Closed {
+		return Ticket{generation: generationOf(w)}, 0, nil
+	}
 	now := b.clock.Now()
+	if stateOf(w) == Open {
+		after := b.probeAfter.Load()
+		if after == heldOpen {
+			return Ticket{}, 0, ErrHeld
+		}
+		if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
+			return Ticket{}, wait, ErrOpen
+		}
+	}
+	return b.admitSlow(now)
+}
+
+// heldOpen is the probeAfter of a breaker held open: no probe, ever.
+const heldOpen = math.MaxInt64
+
+func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.word.Load()
 	switch stateOf(w) {
 	case Closed:
-		return Ticket{generation: generationOf(w)}, nil
+		return Ticket{generation: generationOf(w)}, 0, nil
 	case Open:
-		if b.held || now.Sub(b.openedAt) < b.openFor {
-			return Ticket{}, ErrOpen
+		if b.held {
+			return Ticket{}, 0, ErrHeld
+		}
+		if wait := b.openedAt.Add(b.openFor).Sub(now); wait > 0 {
+			return Ticket{}, wait, ErrOpen
 		}
 		w = b.setStateLocked(w, HalfOpen, now)
 	default: // HalfOpen
 		if b.probeOut && (b.probeTimeout == 0 || now.Sub(b.probeAt) < b.probeTimeout) {
-			return Ticket{}, ErrOpen
+			return Ticket{}, 0, ErrOpen
 		}
 		// A fresh generation, so a probe that was handed back, or one that
 		// outlived ProbeTimeout, can never report for this one.
@@ -360,7 +391,7 @@ func (b *Breaker) allowSlow() (Ticket, error) {
 	}
 	b.probeOut = true
 	b.probeAt = now
-	return Ticket{generation: generationOf(w), probe: true}, nil
+	return Ticket{generation: generationOf(w), probe: true}, 0, nil
 }
 
 // Done records the result of a call admitted with t. failed says whether the
@@ -548,14 +579,19 @@ func (b *Breaker) startOpenPeriodLocked(now time.Time) {
 	b.openedAt = now
 	b.openFor = b.period
 	if b.jitter > 0 {
-		extra := time.Duration(float64(b.period) * (b.nextShare * b.jitter))
-		if extra > math.MaxInt64-b.openFor {
-			b.openFor = math.MaxInt64
-		} else {
-			b.openFor += extra
-		}
+		b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*b.jitter)))
 		b.redraw = true
 	}
+	b.probeAfter.Store(int64(min(addSaturating(now.Sub(b.epoch), b.openFor), heldOpen-1)))
+}
+
+// addSaturating returns a+b for a non-negative b, or the longest Duration
+// when the sum would overflow.
+func addSaturating(a, b time.Duration) time.Duration {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // unlock releases mu and then, if an open period used up the jitter share,

@@ -532,3 +532,44 @@ func BenchmarkOpenRefuseParallel(b *testing.B) {
 		}
 	})
 }
+
+func TestAdmitTellsTheWait(t *testing.T) {
+	// Given a breaker that opened 3 s ago with a 10 s reset timeout
+	b, clk, _ := newBreaker(t, 1, 10*time.Second)
+	trip(t, b, 1)
+	clk.Advance(3 * time.Second)
+
+	// When a request is refused, it learns the same wait RetryAfter reports
+	_, wait, err := b.Admit()
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	assert.NotErrorIs(t, err, breaker.ErrHeld)
+	assert.Equal(t, 7*time.Second, wait)
+	assert.Equal(t, b.RetryAfter(), wait)
+
+	// Then once the wait is over the next request is the probe
+	clk.Advance(wait)
+	tk, wait, err := b.Admit()
+	require.NoError(t, err)
+	assert.True(t, tk.Probe())
+	assert.Zero(t, wait)
+}
+
+func TestAdmitWhileHeld(t *testing.T) {
+	// Given a breaker an operator holds open, long past its reset timeout
+	b, clk, _ := newBreaker(t, 1, time.Second)
+	trip(t, b, 1)
+	b.HoldOpen()
+	clk.Advance(time.Hour)
+
+	// When a request comes, it is refused as held, with no wait to offer
+	_, wait, err := b.Admit()
+	assert.ErrorIs(t, err, breaker.ErrHeld)
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	assert.Zero(t, wait)
+
+	// Then Enable starts a normal open period from now
+	b.Enable()
+	_, wait, err = b.Admit()
+	assert.NotErrorIs(t, err, breaker.ErrHeld)
+	assert.Equal(t, time.Second, wait)
+}

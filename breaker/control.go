@@ -18,6 +18,7 @@ func (b *Breaker) HoldOpen() {
 	defer b.unlock()
 	b.disabled = false
 	b.held = true
+	b.probeAfter.Store(heldOpen)
 	if w := b.word.Load(); stateOf(w) != Open {
 		b.setStateLocked(w, Open, now)
 	}

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -39,6 +40,11 @@ func (s State) String() string {
 // ErrOpen is returned by Allow when the breaker refuses a call: it is open,
 // or half-open with its probe already out.
 var ErrOpen = errors.New("breaker: open")
+
+// ErrHeld is returned by Allow and Admit when the breaker refuses because
+// HoldOpen keeps it open: no probe will be admitted until Enable or
+// ForceClose. It wraps ErrOpen.
+var ErrHeld = fmt.Errorf("%w: held open", ErrOpen)
 
 // Clock tells the time. The breaker reads time only through it, so tests can
 // drive the breaker with a fake clock and never sleep.

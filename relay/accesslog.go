@@ -22,6 +22,9 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 //
 //	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","code":"0000","duration_ms":1.84,"bytes":12}
 //
+// target is the target that answered; when it answered as the fallback of
+// the target the client named, that one is in "fallback_for".
+//
 // Answering never waits for it: record only puts the line on a bounded
 // queue, and a line that finds the queue full is dropped and counted
 // (relay_access_log_dropped_total). One goroutine of the Server, writeLoop,
@@ -44,6 +47,7 @@ type accessEntry struct {
 	took    time.Duration
 	size    int
 	code    string
+	via     string // the target the client named, when target is its fallback
 	txidN   uint8
 	targetN uint8
 	txid    [maxTxIDLen]byte
@@ -52,15 +56,18 @@ type accessEntry struct {
 
 // accessNote describes one answer for the access log: the TXID (empty for
 // "-"), the target (the canonical name, or the client's bytes when no
-// configured target matched), the code, how long the target call took
-// (zero when there was none) and the size of the payload (zero when the
-// line did not parse). It is a plain value whose slices are only read.
+// configured target matched), the target the client named when target
+// answered as its fallback (else empty), the code, how long the target
+// call took (zero when there was none) and the size of the payload (zero
+// when the line did not parse). It is a plain value whose slices are only
+// read.
 type accessNote struct {
-	txid   []byte
-	target []byte
-	code   string
-	took   time.Duration
-	size   int
+	txid        []byte
+	target      []byte
+	fallbackFor string
+	code        string
+	took        time.Duration
+	size        int
 }
 
 func newAccessLog(out io.Writer, queue int, m *Metrics, log zerolog.Logger) *accessLog {
@@ -78,7 +85,7 @@ func (a *accessLog) record(n accessNote) {
 	if a == nil {
 		return
 	}
-	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code}
+	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor}
 	e.txidN = uint8(copy(e.txid[:], n.txid))
 	e.targetN = uint8(copy(e.target[:], n.target))
 	select {
@@ -140,6 +147,9 @@ func (a *accessLog) writeLoop() {
 		}
 		if e.targetN > 0 {
 			ev = ev.Bytes("target", e.target[:e.targetN])
+		}
+		if e.via != "" {
+			ev = ev.Str("fallback_for", e.via)
 		}
 		ev.Str("code", e.code).
 			Float64("duration_ms", float64(e.took.Microseconds())/1000).

@@ -1,12 +1,16 @@
 package relay
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"runtime"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,8 +34,11 @@ type Status struct {
 
 // StatusTarget is one target in Status. It is a plain value.
 type StatusTarget struct {
-	Name                string `json:"name"`
-	URL                 string `json:"url"`
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	// Fallback names the target that takes this one's requests while its
+	// breaker refuses them; absent when none.
+	Fallback            string `json:"fallback,omitempty"`
 	State               string `json:"state"` // CLOSED, OPEN or HALF_OPEN
 	ConsecutiveFailures int    `json:"consecutive_failures"`
 	Inflight            int    `json:"inflight"`
@@ -46,9 +53,13 @@ type StatusTarget struct {
 }
 
 // StatusSettings are a target's effective settings in StatusTarget,
-// durations in seconds. The policies of SPEC §12 appear only when on. It is
-// a plain value.
+// durations in seconds. What SPEC §12 adds appears only when in use: each
+// policy when it is on (a zero value is off and left out), and
+// max_inflight when the target has settings of its own (--config; the
+// bulkhead size of every target is StatusTarget's max_inflight). It is a
+// plain value.
 type StatusSettings struct {
+	MaxInflight            int      `json:"max_inflight,omitempty"`
 	FailThreshold          int      `json:"fail_threshold"`
 	ResetTimeoutSeconds    float64  `json:"reset_timeout_seconds"`
 	TargetTimeoutSeconds   float64  `json:"target_timeout_seconds"`
@@ -72,33 +83,40 @@ func (s *Server) Status() Status {
 		Targets:         make([]StatusTarget, len(targets)),
 	}
 	for i, t := range targets {
-		ts := t.Settings
-		st.Targets[i] = StatusTarget{
-			Name:                t.Name,
-			URL:                 t.URL,
-			State:               t.State.String(),
-			ConsecutiveFailures: t.ConsecutiveFailures,
-			Inflight:            t.InFlight,
-			MaxInflight:         t.MaxInFlight,
-			RetryAfterSeconds:   retryAfterSeconds(t.RetryAfter),
-			Held:                t.Held,
-			Disabled:            t.Disabled,
-			Settings: StatusSettings{
-				FailThreshold:          ts.FailThreshold,
-				ResetTimeoutSeconds:    ts.ResetTimeout.Seconds(),
-				TargetTimeoutSeconds:   ts.TargetTimeout.Seconds(),
-				ProbeTimeoutSeconds:    ts.ProbeTimeout.Seconds(),
-				FailureCodes:           ts.FailureCodes,
-				FailureRate:            ts.FailureRate,
-				WindowSeconds:          ts.Window.Seconds(),
-				MinSamples:             ts.MinSamples,
-				SlowCallSeconds:        ts.SlowCall.Seconds(),
-				MaxResetTimeoutSeconds: ts.MaxResetTimeout.Seconds(),
-				ResetJitter:            ts.ResetJitter,
-			},
-		}
+		st.Targets[i] = t.statusJSON()
 	}
 	return st
+}
+
+// statusJSON returns t as /status shows it.
+func (t TargetStatus) statusJSON() StatusTarget {
+	ts := t.Settings
+	return StatusTarget{
+		Name:                t.Name,
+		URL:                 t.URL,
+		Fallback:            t.Fallback,
+		State:               t.State.String(),
+		ConsecutiveFailures: t.ConsecutiveFailures,
+		Inflight:            t.InFlight,
+		MaxInflight:         t.MaxInFlight,
+		RetryAfterSeconds:   retryAfterSeconds(t.RetryAfter),
+		Held:                t.Held,
+		Disabled:            t.Disabled,
+		Settings: StatusSettings{
+			MaxInflight:            ts.MaxInflight,
+			FailThreshold:          ts.FailThreshold,
+			ResetTimeoutSeconds:    ts.ResetTimeout.Seconds(),
+			TargetTimeoutSeconds:   ts.TargetTimeout.Seconds(),
+			ProbeTimeoutSeconds:    ts.ProbeTimeout.Seconds(),
+			FailureCodes:           ts.FailureCodes,
+			FailureRate:            ts.FailureRate,
+			WindowSeconds:          ts.Window.Seconds(),
+			MinSamples:             ts.MinSamples,
+			SlowCallSeconds:        ts.SlowCall.Seconds(),
+			MaxResetTimeoutSeconds: ts.MaxResetTimeout.Seconds(),
+			ResetJitter:            ts.ResetJitter,
+		},
+	}
 }
 
 // AdminConfig configures NewAdmin. It is a plain value.
@@ -108,27 +126,51 @@ type AdminConfig struct {
 	// Gatherer is what GET /metrics serves, usually the registry given to
 	// NewMetrics. Nil means /metrics is not served (404).
 	Gatherer prometheus.Gatherer
-	// Logger receives the errors of gathering metrics and of encoding the
-	// status. The zero Logger logs nothing.
+	// Logger receives the operators' breaker actions, refused
+	// authorizations, and the errors of gathering metrics and of encoding
+	// the status. The zero Logger logs nothing.
 	Logger zerolog.Logger
+	// Token, when not empty, is the bearer token every request other than
+	// GET and HEAD must carry ("Authorization: Bearer <Token>"); one
+	// without it is answered 401. Empty means no check: keep the admin port
+	// on loopback or a management network then.
+	Token string
 }
 
-// Admin is the hub's admin HTTP handler (SPEC §9):
+// Admin is the hub's admin HTTP handler (SPEC §9, §12):
 //
 //   - GET /metrics: the Gatherer's metrics in the Prometheus formats;
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
 //     Shutdown has begun, so a load balancer stops sending new connections;
-//   - GET /status: Status as JSON.
+//   - GET /status: Status as JSON;
+//   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
+//     Server.ControlBreaker, answered 200 with the target's entry of
+//     /status; 404 for an unknown target, 400 for a bad body or action,
+//     405 for another method, each with a JSON {"error":...} body.
 //
-// Other paths answer 404, other methods 405. It is safe for concurrent use.
+// With AdminConfig.Token set, every request other than GET and HEAD needs
+// the bearer token, or is answered 401 with a JSON error and
+// "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
+// It is safe for concurrent use.
 type Admin struct {
-	srv *Server
-	mux *http.ServeMux
-	log zerolog.Logger
+	srv       *Server
+	mux       *http.ServeMux
+	log       zerolog.Logger
+	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
+	tokenHash [sha256.Size]byte
+	hasToken  bool
 }
 
 var _ http.Handler = (*Admin)(nil)
+
+// denyLogBurst is how many refused authorizations a second are logged, so
+// that someone guessing tokens cannot flood the log.
+const denyLogBurst = 5
+
+// maxActionBody caps the body of POST /breakers/{target}: the JSON object
+// it takes is a few dozen bytes.
+const maxActionBody = 4 << 10
 
 // NewAdmin returns the admin handler for cfg.Server. The caller serves it
 // with an http.Server of its own, on an address apart from the client
@@ -139,10 +181,18 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 		return nil, errors.New("relay: admin: no Server")
 	}
 	a := &Admin{srv: cfg.Server, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
+	if cfg.Token != "" {
+		// Only the hash is kept: hashes of equal length compared in
+		// constant time tell a guesser neither the token's bytes nor its
+		// length.
+		a.tokenHash, a.hasToken = sha256.Sum256([]byte(cfg.Token)), true
+	}
 	a.mux.HandleFunc("GET /{$}", a.serveIndex)
 	a.mux.HandleFunc("GET /healthz", a.serveHealthz)
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
+	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -153,14 +203,92 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 	return a, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. The token is checked before routing,
+// so a request without it learns nothing about the paths behind it.
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.hasToken && r.Method != http.MethodGet && r.Method != http.MethodHead && !a.authorized(r) {
+		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			Msg("admin request refused: missing or wrong bearer token")
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeJSONError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// authorized reports whether r carries the bearer token. The scheme is
+// matched case-insensitively (RFC 7235); the token is compared in constant
+// time, through its hash.
+func (a *Admin) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+}
+
+// actionRequest is the body of POST /breakers/{target}.
+type actionRequest struct {
+	Action *string `json:"action"`
+}
+
+// serveBreaker is POST /breakers/{target}. The action is logged before it
+// is applied, so the breaker changes it causes follow it in the log.
+func (a *Admin) serveBreaker(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSONError(w, http.StatusMethodNotAllowed, "method "+r.Method+` not allowed: POST {"action":"open|close|disable|enable"}`)
+		return
+	}
+	name := r.PathValue("target")
+	rt := a.srv.lookup([]byte(name))
+	if rt == nil {
+		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("unknown target %q", name))
+		return
+	}
+	action, err := decodeAction(http.MaxBytesReader(w, r.Body, maxActionBody))
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	a.log.Info().Str("target", rt.name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
+	st, err := a.srv.ControlBreaker(rt.name, action)
+	if err != nil {
+		// Both the target and the action were checked above.
+		panic("relay: admin: breaker action: " + err.Error())
+	}
+	writeJSON(w, http.StatusOK, st.statusJSON())
+}
+
+// decodeAction reads the body of POST /breakers/{target}: one JSON object
+// with a string "action" and nothing else.
+func decodeAction(body io.Reader) (BreakerAction, error) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	var req actionRequest
+	if err := dec.Decode(&req); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			return "", fmt.Errorf("body over %d bytes", maxActionBody)
+		}
+		return "", fmt.Errorf(`body: want a JSON object {"action":"open|close|disable|enable"}: %v`, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("body: want one JSON object and nothing after it")
+	}
+	if req.Action == nil {
+		return "", errors.New(`body: no "action": want open, close, disable or enable`)
+	}
+	action, err := ParseBreakerAction(*req.Action)
+	if err != nil {
+		return "", fmt.Errorf("unknown action %q: want open, close, disable or enable", *req.Action)
+	}
+	return action, nil
 }
 
 // adminIndex is the body of GET /, for an operator who opens the port in a
 // browser.
-const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target\n"
+const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
 func (a *Admin) serveIndex(w http.ResponseWriter, _ *http.Request) {
 	writeText(w, http.StatusOK, adminIndex)
@@ -186,10 +314,33 @@ func (a *Admin) serveStatus(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusInternalServerError, "status does not encode\n")
 		return
 	}
+	writeJSONBody(w, http.StatusOK, body)
+}
+
+// writeJSON answers v as JSON that no cache may keep. v is one of the
+// admin's own types, which always encode.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic("relay: admin answer does not encode: " + err.Error())
+	}
+	writeJSONBody(w, status, body)
+}
+
+// writeJSONError answers {"error": msg}.
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+	}{msg})
+}
+
+// writeJSONBody answers an encoded JSON body, with a final newline, that no
+// cache may keep.
+func writeJSONBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
 

@@ -10,6 +10,13 @@
 // buffering, and one method composes the policies: breaker, bulkhead, call,
 // record, release.
 //
+// Each target may have settings of its own (Target.Settings, which
+// LoadTargetFile fills from a TOML file over the flags' defaults), the
+// optional breaker policies of SPEC §12 (failure rate, slow calls, backoff,
+// jitter), and a fallback target that takes its requests while its breaker
+// refuses them. Operators control a breaker by hand through
+// Server.ControlBreaker, which Admin serves as POST /breakers/{target}.
+//
 // Observability is optional and off the answer path: Metrics (NewMetrics)
 // counts every answer by target and code on a Prometheus registry of the
 // caller's; Admin (NewAdmin) serves /metrics, /healthz, /readyz and

@@ -23,14 +23,16 @@ const (
 	metricDuration         = "relay_target_duration_seconds"
 	metricConnectionsOpen  = "relay_connections_open"
 	metricAccessLogDropped = "relay_access_log_dropped_total"
+	metricFallbacks        = "relay_fallbacks_total"
 
-	labelTarget = "target"
-	labelCode   = "code"
-	labelFrom   = "from"
-	labelTo     = "to"
-	labelReason = "reason"
-	reasonOpen  = "open" // E904: the breaker refused
-	reasonFull  = "full" // E905: the bulkhead refused
+	labelTarget   = "target"
+	labelCode     = "code"
+	labelFrom     = "from"
+	labelTo       = "to"
+	labelReason   = "reason"
+	labelFallback = "fallback"
+	reasonOpen    = "open" // E904: the breaker refused
+	reasonFull    = "full" // E905: the bulkhead refused
 
 	// codeLabelBusiness stands for every Bnnn a target sends, and
 	// codeLabelOtherTargetCode for every Ennn a target sends that a call
@@ -122,6 +124,7 @@ type Metrics struct {
 	transitions  *prometheus.CounterVec
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
+	fallbacks    *prometheus.CounterVec
 	unrouted     [len(unroutedCodes)]prometheus.Counter
 	dropped      prometheus.Counter
 	live         *liveCollector
@@ -153,6 +156,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of target calls in seconds, whatever their outcome, timeouts included.",
 			Buckets: durationBuckets[:],
 		}, []string{labelTarget}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricFallbacks,
+			Help: "Requests the target's breaker refused that its fallback's breaker admitted; their answers are counted under the fallback in relay_requests_total.",
+		}, []string{labelTarget, labelFallback}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricAccessLogDropped,
 			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
@@ -167,7 +174,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.unrouted[i] = unrouted.WithLabelValues(code)
 	}
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.transitions, m.requests, m.duration, unrouted, m.dropped, m.live,
+		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, unrouted, m.dropped, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -209,11 +216,15 @@ func (m *Metrics) bind(srv *Server) error {
 	return nil
 }
 
-// forTarget resolves the label children of one configured target.
-func (m *Metrics) forTarget(name string) *routeMetrics {
+// forTarget resolves the label children of one configured target and, when
+// it has one, of its fallback (fallback is empty otherwise).
+func (m *Metrics) forTarget(name, fallback string) *routeMetrics {
 	rm := &routeMetrics{
 		state:    m.breakerState.WithLabelValues(name),
 		duration: m.duration.WithLabelValues(name),
+	}
+	if fallback != "" {
+		rm.fallbacks = m.fallbacks.WithLabelValues(name, fallback)
 	}
 	rm.state.Set(float64(breaker.Closed))
 	for i, code := range codeLabelValues {
@@ -240,6 +251,17 @@ type routeMetrics struct {
 	// transitions is indexed [from][to] by breaker.State; nil where from
 	// equals to, which is no change.
 	transitions [3][3]prometheus.Counter
+	// fallbacks counts the requests sent on to the fallback; nil when the
+	// target has none.
+	fallbacks prometheus.Counter
+}
+
+// countFallback counts a request the target's breaker refused and its
+// fallback's breaker admitted.
+func (rm *routeMetrics) countFallback() {
+	if rm != nil && rm.fallbacks != nil {
+		rm.fallbacks.Inc()
+	}
 }
 
 // count counts one answer with label l. For E904 and E905 that is also

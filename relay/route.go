@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"errors"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -15,16 +16,21 @@ import (
 )
 
 // route is everything the hub holds for one target: its breaker, its
-// bulkhead, its HTTP side and its metrics. It is safe for concurrent use;
-// its fields other than transitions are set once by New.
+// bulkhead, its HTTP side, its fallback and its metrics. It is safe for
+// concurrent use; its fields other than transitions are set once by New.
 type route struct {
 	name         string
 	nameBytes    []byte
 	url          string
+	fallbackName string // canonical name of the fallback target; empty when none
+	fallback     *route // the fallback's route; nil when none
+	ownSettings  bool   // the target came with Settings of its own
 	breaker      *breaker.Breaker
 	bulkhead     *bulkhead.Bulkhead
 	target       target
 	failureCodes []string
+	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
+	viaBusy      string        // viaPrefix + msgBulkheadFull
 	metrics      *routeMetrics // nil without metrics
 	log          zerolog.Logger
 	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
@@ -82,8 +88,9 @@ func (tl *transitionLog) take() []breaker.Transition {
 // also carries the consecutive failure count and, for OPEN, the seconds
 // until a probe, read from a Snapshot taken now, when the breaker is still
 // in the state that change led to. It is called after every breaker call
-// that can change the state (Allow when it admits a probe, DoneAfter), and
-// costs one atomic load when there is nothing to log.
+// that can change the state (Allow when it admits a probe, DoneAfter, and
+// an operator's action through ControlBreaker), and costs one atomic load
+// when there is nothing to log.
 func (r *route) logTransitions() {
 	if !r.transitions.waiting.Load() {
 		return
@@ -146,11 +153,17 @@ func (s *Server) lookup(name []byte) *route {
 //
 //  1. shutting down: E906 at once;
 //  2. the target is looked up: unknown, E903 at once;
-//  3. the target's breaker admits the call: refused (open, or half-open with
-//     the probe out), E904 at once with the retry hint;
-//  4. the target's bulkhead takes a slot: full, the breaker ticket goes back
-//     with Cancel (neither success nor failure, so a probe's slot is freed)
-//     and E905 at once;
+//  3. the target's breaker admits the call. When it refuses (open, held
+//     open, or half-open with the probe out) and the target has a fallback,
+//     the fallback's breaker is asked instead, and from here on the request
+//     is the fallback's: its bulkhead, its call, its record, and every
+//     message it gets starts "via FALLBACK: ". When the breakers refuse
+//     (the target's, and its fallback's if any), E904 at once with the
+//     target's own retry hint, or "held open by operator";
+//  4. the admitting target's bulkhead takes a slot: full, the breaker ticket
+//     goes back with Cancel (neither success nor failure, so a probe's slot
+//     is freed) and E905 at once. A full bulkhead never sends a request to
+//     the fallback: only a refusing breaker does;
 //  5. in a goroutine of its own: the HTTP call, its classification, the
 //     result recorded with the breaker's DoneAfter (a failure when the code
 //     is one of the route's failure codes; the call's duration for the
@@ -161,7 +174,9 @@ func (s *Server) lookup(name []byte) *route {
 // result is recorded before the answer is written, so a client that has its
 // answer sees the breaker already moved by it. Likewise every answer is
 // counted in the metrics and queued for the access log before it is
-// written; neither can block.
+// written; neither can block. An answer is counted under the target that
+// gave it: the fallback when it took the request (the target's refusal is
+// counted apart, in relay_fallbacks_total), else the target.
 //
 // A panic anywhere in here is a hub bug: the request is answered E907, a
 // breaker ticket taken is handed back with Cancel and a bulkhead slot taken
@@ -173,7 +188,8 @@ func (c *conn) dispatch(req Request) {
 	// to start.
 	s.activeCalls.Add(1)
 	var (
-		rt       *route
+		rt       *route // the route whose breaker admitted the request
+		primary  *route // the route the client named, when its fallback took the request
 		ticket   breaker.Ticket
 		admitted bool // ticket is held
 		acquired bool // a bulkhead slot is held
@@ -193,7 +209,7 @@ func (c *conn) dispatch(req Request) {
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			s.noteHubAnswer(rt, req, CodeInternal, lblInternal)
+			s.noteHubAnswer(rt, primary, req, CodeInternal, lblInternal)
 			answer(c, req.TxID, CodeInternal, msgInternal, true)
 		}
 		s.activeCalls.Add(-1)
@@ -202,22 +218,32 @@ func (c *conn) dispatch(req Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		s.noteHubAnswer(s.lookup(req.Target), req, CodeUnavailable, lblUnavailable)
+		s.noteHubAnswer(s.lookup(req.Target), nil, req, CodeUnavailable, lblUnavailable)
 		answer(c, req.TxID, CodeUnavailable, msgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		s.noteHubAnswer(nil, req, CodeUnknownTarget, 0)
+		s.noteHubAnswer(nil, nil, req, CodeUnknownTarget, 0)
 		answer(c, req.TxID, CodeUnknownTarget, msgUnknownTarget, false)
 		return
 	}
-	var err error
-	if ticket, err = rt.breaker.Allow(); err != nil {
-		c.scratch = appendRetryHint(c.scratch[:0], rt.breaker.RetryAfter())
-		s.noteHubAnswer(rt, req, CodeCircuitOpen, lblCircuitOpen)
-		answer(c, req.TxID, CodeCircuitOpen, c.scratch, false)
-		return
+	var (
+		err        error
+		retryAfter time.Duration
+	)
+	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
+		fb := rt.fallback
+		if fb == nil {
+			c.refuseOpen(rt, req, retryAfter, err)
+			return
+		}
+		if ticket, _, err = fb.breaker.Admit(); err != nil {
+			c.refuseOpen(rt, req, retryAfter, err)
+			return
+		}
+		primary, rt = rt, fb
+		primary.metrics.countFallback()
 	}
 	admitted = true
 	if ticket.Probe() {
@@ -226,23 +252,43 @@ func (c *conn) dispatch(req Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		s.noteHubAnswer(rt, req, CodeBulkheadFull, lblBulkheadFull)
-		answer(c, req.TxID, CodeBulkheadFull, msgBulkheadFull, false)
+		s.noteHubAnswer(rt, primary, req, CodeBulkheadFull, lblBulkheadFull)
+		msg := msgBulkheadFull
+		if primary != nil {
+			msg = rt.viaBusy
+		}
+		answer(c, req.TxID, CodeBulkheadFull, msg, false)
 		return
 	}
 	acquired = true
 
-	cl := getCall(c, rt, ticket, req)
+	cl := getCall(c, rt, primary, ticket, req)
 	c.calls.Add(1)
 	s.wg.Go(func() { cl.run() })
 	async = true
 }
 
+// refuseOpen answers E904 for rt, whose breaker refused the request with
+// err and retryAfter (and its fallback's too, if it has one). The message is
+// rt's: "held open by operator" while an operator holds it, else its retry
+// hint.
+func (c *conn) refuseOpen(rt *route, req Request, retryAfter time.Duration, err error) {
+	c.srv.noteHubAnswer(rt, nil, req, CodeCircuitOpen, lblCircuitOpen)
+	if errors.Is(err, breaker.ErrHeld) {
+		answer(c, req.TxID, CodeCircuitOpen, msgHeldOpen, false)
+		return
+	}
+	c.scratch = appendRetryHint(c.scratch[:0], retryAfter)
+	answer(c, req.TxID, CodeCircuitOpen, c.scratch, false)
+}
+
 // noteHubAnswer counts an answer the hub made without a target call, in the
 // metrics and the access log: credited to rt when the request's target is
 // configured, else (rt nil) to no target, where code must be one the hub
-// answers before routing (E903, E906, E907) and l is unused.
-func (s *Server) noteHubAnswer(rt *route, req Request, code string, l codeLabel) {
+// answers before routing (E903, E906, E907) and l is unused. primary, when
+// not nil, is the target the client named, whose fallback rt took the
+// request.
+func (s *Server) noteHubAnswer(rt, primary *route, req Request, code string, l codeLabel) {
 	target := req.Target
 	if rt != nil {
 		rt.metrics.count(l)
@@ -251,8 +297,16 @@ func (s *Server) noteHubAnswer(rt *route, req Request, code string, l codeLabel)
 		s.metrics.countUnrouted(code)
 	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, code: code, size: len(req.Payload)})
+		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload)})
 	}
+}
+
+// nameOrEmpty returns r's name, or "" for a nil route.
+func (r *route) nameOrEmpty() string {
+	if r == nil {
+		return ""
+	}
+	return r.name
 }
 
 // noteUnparsed counts an answer to a line that did not parse (E900, or
@@ -264,7 +318,9 @@ func (s *Server) noteUnparsed(txid []byte, code string) {
 }
 
 // appendRetryHint appends the E904 message "circuit open; retry after Ns",
-// N being d in whole seconds rounded up and at least 1: a half-open breaker
+// N being d in whole seconds rounded up and at least 1. d is the breaker's
+// own remaining open time (Snapshot's RetryAfter), so the hint includes
+// the backoff and jitter of the open period in force. A half-open breaker
 // with its probe out has no fixed reopening time, and "0s" would invite a
 // busy loop.
 func appendRetryHint(dst []byte, d time.Duration) []byte {
@@ -279,20 +335,23 @@ func appendRetryHint(dst []byte, d time.Duration) []byte {
 // read buffer, which the next line overwrites. Calls are pooled so that
 // their buffers are reused. A call is used by one goroutine at a time.
 type call struct {
-	c      *conn
-	rt     *route
-	ticket breaker.Ticket
-	line   []byte // TXID then payload
-	txidN  int    // length of the TXID at the start of line
-	body   []byte // scratch for the target's answer
+	c       *conn
+	rt      *route
+	primary *route // the target the client named, when rt is its fallback; else nil
+	ticket  breaker.Ticket
+	line    []byte // TXID then payload
+	txidN   int    // length of the TXID at the start of line
+	body    []byte // scratch for the target's answer
+	msg     []byte // scratch for "via NAME: " and the target's message
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // getCall returns a pooled call holding copies of req's TXID and payload.
-func getCall(c *conn, rt *route, ticket breaker.Ticket, req Request) *call {
+// primary is the target the client named when rt is its fallback, else nil.
+func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req Request) *call {
 	cl := callPool.Get().(*call)
-	cl.c, cl.rt, cl.ticket = c, rt, ticket
+	cl.c, cl.rt, cl.primary, cl.ticket = c, rt, primary, ticket
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
 	cl.txidN = len(req.TxID)
 	return cl
@@ -301,9 +360,12 @@ func getCall(c *conn, rt *route, ticket breaker.Ticket, req Request) *call {
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt = nil, nil
+	cl.c, cl.rt, cl.primary = nil, nil, nil
 	if cap(cl.body) > 16<<10 {
 		cl.body = nil
+	}
+	if cap(cl.msg) > 16<<10 {
+		cl.msg = nil
 	}
 	if cap(cl.line) > 16<<10 {
 		cl.line = nil
@@ -333,7 +395,7 @@ func (cl *call) run() {
 			}
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("target call panicked")
 			rt.metrics.count(lblInternal)
-			s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: CodeInternal, size: len(cl.line) - cl.txidN})
+			s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: CodeInternal, size: len(cl.line) - cl.txidN})
 			answer(c, txid, CodeInternal, msgInternal, true)
 		}
 		c.calls.Done()
@@ -359,9 +421,15 @@ func (cl *call) run() {
 	// client holding its answer finds it in the metrics.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
 	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: code, took: took, size: len(cl.line) - cl.txidN})
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN})
 	}
-	answer(c, txid, code, msg, true)
+	if cl.primary != nil {
+		// The client asked for another target: say which one answered.
+		cl.msg = append(append(cl.msg[:0], rt.viaPrefix...), msg...)
+		answer(c, txid, code, cl.msg, true)
+	} else {
+		answer(c, txid, code, msg, true)
+	}
 	// Failures are logged at warn, but at most failLogBurst a second per
 	// target (the rest at debug): they are what an operator looks for, and
 	// the metrics count every one.
@@ -373,6 +441,9 @@ func (cl *call) run() {
 		ev = ev.Bytes("detail", msg)
 	} else {
 		ev = rt.log.Debug()
+	}
+	if cl.primary != nil {
+		ev = ev.Str("fallback_for", cl.primary.name)
 	}
 	ev.Bytes("txid", txid).Str("code", code).Bool("failed", failed).
 		Float64("duration_ms", float64(took.Microseconds())/1000).Msg("call done")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,9 @@ const (
 	maxLingering = 1024
 )
 
-// Target names one back end and where it listens. It is a plain value.
+// Target names one back end and where it listens, and optionally its own
+// settings and a fallback. It is a plain value; New copies what Settings
+// points to.
 type Target struct {
 	// Name is the target's name. Clients match it case-insensitively; New
 	// makes it upper case, the canonical form. 1 to 64 characters of
@@ -68,6 +71,18 @@ type Target struct {
 	// URL is the target's base URL, http:// or https:// with a host and no
 	// query or fragment; transactions are posted to URL + "/tx".
 	URL string
+	// Settings, when not nil, are this target's settings in full: the
+	// Config's FailThreshold, ResetTimeout, MaxInflight, TargetTimeout,
+	// FailureCodes and policy fields do not apply to it, and a zero field
+	// selects the same default as the Config field of that name.
+	// LoadTargetFile fills it from the flags' defaults and the file. Nil
+	// means the Config's values.
+	Settings *TargetSettings
+	// Fallback, when not empty, names another configured target (matched
+	// case-insensitively) that takes this target's requests while this
+	// target's breaker refuses them (SPEC §12). The fallback must not have
+	// a fallback of its own: one step, no chains, no cycles.
+	Fallback string
 }
 
 // Validate reports whether t is a usable target: a valid name and an http or
@@ -83,17 +98,27 @@ func (t Target) canonical() (name, txURL string, err error) {
 	if !ValidTxID([]byte(t.Name)) {
 		return "", "", fmt.Errorf("target name %q: want 1 to 64 of A-Z a-z 0-9 . _ : -", t.Name)
 	}
-	u, err := url.Parse(t.URL)
+	u, err := checkTargetURL(t.URL)
 	if err != nil {
-		return "", "", fmt.Errorf("target %s: URL %q does not parse", t.Name, t.URL)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
-		return "", "", fmt.Errorf("target %s: URL %q: want http:// or https:// with a host", t.Name, t.URL)
-	}
-	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return "", "", fmt.Errorf("target %s: URL %q: want no query or fragment", t.Name, t.URL)
+		return "", "", fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	return strings.ToUpper(t.Name), strings.TrimRight(u.String(), "/") + "/tx", nil
+}
+
+// checkTargetURL parses a target's base URL: http or https, with a host, no
+// query and no fragment.
+func checkTargetURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("URL %q does not parse", raw)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("URL %q: want http:// or https:// with a host", raw)
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return nil, fmt.Errorf("URL %q: want no query or fragment", raw)
+	}
+	return u, nil
 }
 
 // ParseFailureCode checks one --failure-codes entry and returns it in
@@ -138,6 +163,31 @@ type Config struct {
 	// FailureCodes are the response codes that count as breaker failures,
 	// each accepted by ParseFailureCode. Empty means E500, E901, E902.
 	FailureCodes []string
+	// FailureRate, between 0 and 1, turns on the failure-rate trip: a
+	// closed breaker also opens when, among the calls that ended within the
+	// last Window, there are at least MinSamples and the failed share is at
+	// least FailureRate. Zero means off.
+	FailureRate float64
+	// Window is the span the failure rate looks back over. Zero means one
+	// minute. Ignored while FailureRate is off.
+	Window time.Duration
+	// MinSamples is the fewest calls in the window for the failure rate to
+	// open the breaker. Zero means 20. Ignored while FailureRate is off.
+	MinSamples int
+	// SlowCall, when above zero, makes a success that took longer count as
+	// a breaker failure (the client still gets the answer). Zero means off.
+	SlowCall time.Duration
+	// MaxResetTimeout, when above ResetTimeout, turns on backoff: each
+	// failed probe doubles the open period, up to MaxResetTimeout. Zero
+	// means off.
+	MaxResetTimeout time.Duration
+	// ResetJitter, between 0 and 1, lengthens each open period by a random
+	// share of up to ResetJitter. Zero means off.
+	ResetJitter float64
+	// Rand is the random source of the jitter, returning values in [0, 1);
+	// it is shared by every breaker, so it must be safe for concurrent use.
+	// Nil means math/rand/v2.
+	Rand func() float64
 	// MaxLineBytes is the longest request line accepted, not counting its
 	// line terminator. Zero means 16384.
 	MaxLineBytes int
@@ -222,19 +272,25 @@ type Server struct {
 
 // New returns a Server configured by cfg, with one breaker, one bulkhead and
 // one HTTP target per configured target. It fails on a config it cannot
-// serve: no targets, a bad or duplicate target, a negative setting, or a bad
-// failure code.
+// serve: no targets, a bad or duplicate target, a negative setting, a rate
+// or jitter outside 0 to 1, a bad failure code, or a fallback that names no
+// configured target, the target itself, or a target with a fallback of its
+// own.
 //
-// When cfg.HTTPClient is nil, New builds one client for all targets whose
-// transport keeps MaxInflight idle connections per target and never
-// caps connections per host, so a full bulkhead's worth of calls never waits
-// for a connection; it uses no proxy from the environment, asks for no
-// compression, dials within TargetTimeout and follows no redirects.
+// Each target runs with its own settings: Target.Settings when set, else
+// the Config's. When cfg.HTTPClient is nil, New builds one client for all
+// targets whose transport keeps, per host, as many idle connections as the
+// bulkheads of the targets on that host hold together (the largest such sum
+// over the hosts), and never caps connections per host, so a full
+// bulkhead's worth of calls never waits for a connection; it uses no proxy
+// from the environment, asks for no compression, dials within the longest
+// target timeout (each call is bounded by its own target's) and follows no
+// redirects.
 //
-// Each breaker's ProbeTimeout is TargetTimeout plus one second (SPEC §12,
-// probe liveness): a probe that has not reported by then has certainly
-// been answered E901, so its silence can only be a lost result, and a new
-// probe may go.
+// Each breaker's ProbeTimeout is its target's TargetTimeout plus one second
+// (SPEC §12, probe liveness): a probe that has not reported by then has
+// certainly been answered E901, so its silence can only be a lost result,
+// and a new probe may go.
 //
 // With cfg.AccessLog set, New starts the access log's writer: the Server
 // must then be stopped with Shutdown or Close, which end it.
@@ -244,6 +300,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := checkNonNegative(cfg); err != nil {
 		return nil, err
+	}
+	defaults := cfg.targetDefaults()
+	if err := defaults.check(); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	defaultCodes, err := parseFailureCodes(defaults.FailureCodes)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{
 		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
@@ -256,26 +320,6 @@ func New(cfg Config) (*Server, error) {
 		listeners:    make(map[*net.Listener]struct{}),
 		conns:        make(map[net.Conn]*conn),
 	}
-	maxInflight := orDefault(cfg.MaxInflight, DefaultMaxInflight)
-	timeout := orDefault(cfg.TargetTimeout, DefaultTargetTimeout)
-	if s.client == nil {
-		// Several targets may share a host, and so its idle pool.
-		s.client = newHTTPClient(maxInflight*len(cfg.Targets), timeout)
-		s.ownClient = true
-	}
-
-	failureCodes := cfg.FailureCodes
-	if len(failureCodes) == 0 {
-		failureCodes = defaultFailureCodes[:]
-	}
-	codes := make([]string, 0, len(failureCodes))
-	for _, c := range failureCodes {
-		code, err := ParseFailureCode(c)
-		if err != nil {
-			return nil, fmt.Errorf("relay: %w", err)
-		}
-		codes = append(codes, code)
-	}
 
 	for _, t := range cfg.Targets {
 		name, txURL, err := t.canonical()
@@ -287,25 +331,60 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("relay: target %s configured twice", name)
 			}
 		}
+		settings, codes, own := defaults, defaultCodes, t.Settings != nil
+		if own {
+			settings = t.Settings.withDefaults()
+			if err := settings.check(); err != nil {
+				return nil, fmt.Errorf("relay: target %s: %w", name, err)
+			}
+			if codes, err = parseFailureCodes(settings.FailureCodes); err != nil {
+				return nil, fmt.Errorf("relay: target %s: %w", name, err)
+			}
+		}
 		rt := &route{
 			name:         name,
 			nameBytes:    []byte(name),
 			url:          t.URL,
-			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: maxInflight}),
-			target:       target{url: txURL, client: s.client, timeout: timeout},
+			fallbackName: strings.ToUpper(t.Fallback),
+			ownSettings:  own,
+			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
+			target:       target{url: txURL, timeout: settings.TargetTimeout},
 			failureCodes: codes,
+			viaPrefix:    "via " + name + ": ",
+			viaBusy:      "via " + name + ": " + msgBulkheadFull,
 			log:          s.log.With().Str("target", name).Logger(),
 		}
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
 		rt.breaker = breaker.New(breaker.Settings{
-			Name:          name,
-			FailThreshold: orDefault(cfg.FailThreshold, DefaultFailThreshold),
-			ResetTimeout:  orDefault(cfg.ResetTimeout, DefaultResetTimeout),
-			Clock:         cfg.Clock,
-			OnTransition:  rt.observer(cfg.OnTransition),
-			ProbeTimeout:  timeout + probeGrace,
+			Name:            name,
+			FailThreshold:   settings.FailThreshold,
+			ResetTimeout:    settings.ResetTimeout,
+			Clock:           cfg.Clock,
+			OnTransition:    rt.observer(cfg.OnTransition),
+			FailureRate:     settings.FailureRate,
+			Window:          settings.Window,
+			MinSamples:      settings.MinSamples,
+			SlowCall:        settings.SlowCall,
+			MaxResetTimeout: settings.MaxResetTimeout,
+			ResetJitter:     settings.ResetJitter,
+			Rand:            cfg.Rand,
+			ProbeTimeout:    settings.TargetTimeout + probeGrace,
 		})
 		s.routes = append(s.routes, rt)
+	}
+	if err := s.linkFallbacks(); err != nil {
+		return nil, err
+	}
+	if s.client == nil {
+		var longest time.Duration
+		for _, rt := range s.routes {
+			longest = max(longest, rt.target.timeout)
+		}
+		s.client = newHTTPClient(idlePerHost(s.routes), longest)
+		s.ownClient = true
+	}
+	for _, rt := range s.routes {
+		rt.target.client = s.client
 	}
 	// Label children are resolved once the whole configuration is known to
 	// be good, so a refused Config leaves no series behind. No breaker can
@@ -315,7 +394,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		for _, rt := range s.routes {
-			rt.metrics = cfg.Metrics.forTarget(rt.name)
+			rt.metrics = cfg.Metrics.forTarget(rt.name, rt.fallbackName)
 		}
 	}
 	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
@@ -324,6 +403,143 @@ func New(cfg Config) (*Server, error) {
 		s.bg.Go(s.access.writeLoop)
 	}
 	return s, nil
+}
+
+// linkFallbacks points each route with a fallback at the fallback's route,
+// refusing a name that is no configured target, the target itself, or a
+// target that has a fallback of its own: one step only, which also rules
+// out every cycle.
+func (s *Server) linkFallbacks() error {
+	for _, rt := range s.routes {
+		if rt.fallbackName == "" {
+			continue
+		}
+		fb := s.lookup([]byte(rt.fallbackName))
+		switch {
+		case fb == nil:
+			return fmt.Errorf("relay: target %s: fallback %q is not a configured target", rt.name, rt.fallbackName)
+		case fb == rt:
+			return fmt.Errorf("relay: target %s: fallback to itself", rt.name)
+		case fb.fallbackName != "":
+			return fmt.Errorf("relay: target %s: fallback %s has a fallback of its own (%s); fallbacks go one step only", rt.name, fb.name, fb.fallbackName)
+		}
+		rt.fallback = fb
+	}
+	return nil
+}
+
+// idlePerHost returns how many idle connections the shared transport must
+// keep per host so that no bulkhead's worth of calls ever has to dial: the
+// sum of the bulkhead sizes of the targets on one host (targets may share
+// a host, and the transport pools by host), for the host where it is
+// largest.
+func idlePerHost(routes []*route) int {
+	perHost := make(map[string]int, len(routes))
+	most := 0
+	for _, rt := range routes {
+		key := hostKey(rt.target.url)
+		perHost[key] += rt.bulkhead.Limit()
+		most = max(most, perHost[key])
+	}
+	return most
+}
+
+// hostKey returns the scheme, host and port of a validated target URL the
+// way http.Transport keys its idle pool: lower-case host, default port
+// filled in.
+func hostKey(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// New validated every URL before.
+		panic("relay: host of a validated URL: " + err.Error())
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// parseFailureCodes checks failure codes with ParseFailureCode and returns
+// them in canonical form; none means the default set.
+func parseFailureCodes(in []string) ([]string, error) {
+	if len(in) == 0 {
+		in = defaultFailureCodes[:]
+	}
+	codes := make([]string, 0, len(in))
+	for _, c := range in {
+		code, err := ParseFailureCode(c)
+		if err != nil {
+			return nil, err
+		}
+		codes = append(codes, code)
+	}
+	return codes, nil
+}
+
+// targetDefaults returns the settings of every target without Settings of
+// its own, defaults filled in.
+func (cfg Config) targetDefaults() TargetSettings {
+	return TargetSettings{
+		MaxInflight:     cfg.MaxInflight,
+		FailThreshold:   cfg.FailThreshold,
+		ResetTimeout:    cfg.ResetTimeout,
+		TargetTimeout:   cfg.TargetTimeout,
+		FailureCodes:    cfg.FailureCodes,
+		FailureRate:     cfg.FailureRate,
+		Window:          cfg.Window,
+		MinSamples:      cfg.MinSamples,
+		SlowCall:        cfg.SlowCall,
+		MaxResetTimeout: cfg.MaxResetTimeout,
+		ResetJitter:     cfg.ResetJitter,
+	}.withDefaults()
+}
+
+// withDefaults returns ts with its zero limits and timeouts replaced by the
+// package defaults; the policies stay as they are, off when zero, and the
+// breaker fills in Window and MinSamples when the failure rate is on.
+func (ts TargetSettings) withDefaults() TargetSettings {
+	ts.MaxInflight = orDefault(ts.MaxInflight, DefaultMaxInflight)
+	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
+	ts.ResetTimeout = orDefault(ts.ResetTimeout, DefaultResetTimeout)
+	ts.TargetTimeout = orDefault(ts.TargetTimeout, DefaultTargetTimeout)
+	if len(ts.FailureCodes) == 0 {
+		ts.FailureCodes = defaultFailureCodes[:]
+	}
+	ts.FailureCodes = slices.Clone(ts.FailureCodes)
+	return ts
+}
+
+// check refuses negative limits and durations and a rate or jitter outside
+// 0 to 1 (NaN included), naming the field.
+func (ts TargetSettings) check() error {
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"FailThreshold", ts.FailThreshold < 0},
+		{"ResetTimeout", ts.ResetTimeout < 0},
+		{"MaxInflight", ts.MaxInflight < 0},
+		{"TargetTimeout", ts.TargetTimeout < 0},
+		{"Window", ts.Window < 0},
+		{"MinSamples", ts.MinSamples < 0},
+		{"SlowCall", ts.SlowCall < 0},
+		{"MaxResetTimeout", ts.MaxResetTimeout < 0},
+	} {
+		if f.bad {
+			return fmt.Errorf("%s must not be negative", f.name)
+		}
+	}
+	if !(ts.FailureRate >= 0 && ts.FailureRate <= 1) {
+		return fmt.Errorf("FailureRate must be between 0 and 1, got %v", ts.FailureRate)
+	}
+	if !(ts.ResetJitter >= 0 && ts.ResetJitter <= 1) {
+		return fmt.Errorf("ResetJitter must be between 0 and 1, got %v", ts.ResetJitter)
+	}
+	return nil
 }
 
 // probeGrace is what a probe gets on top of the target timeout before the
@@ -375,6 +591,9 @@ type TargetStatus struct {
 	Name string
 	// URL is the target's base URL as configured.
 	URL string
+	// Fallback is the canonical name of the target that takes this one's
+	// requests while its breaker refuses them; empty when none.
+	Fallback string
 	// State is the breaker's state.
 	State breaker.State
 	// ConsecutiveFailures is the breaker's current count of failures in a
@@ -395,9 +614,15 @@ type TargetStatus struct {
 	Settings TargetSettings
 }
 
-// TargetSettings are the effective settings of one target, every default
-// filled in, for status pages. It is a plain value; FailureCodes is a copy.
+// TargetSettings are one target's settings. Given in Target.Settings, a zero
+// field selects the default of the Config field of the same name; reported
+// by Targets, every default is filled in and a policy that is off is zero.
+// It is a plain value; New and Targets copy FailureCodes.
 type TargetSettings struct {
+	// MaxInflight is the bulkhead size. Targets reports it here only for a
+	// target with Settings of its own (it is zero otherwise); the bulkhead
+	// size of every target is TargetStatus.MaxInFlight.
+	MaxInflight int
 	// FailThreshold is the count of consecutive failures that opens the
 	// breaker.
 	FailThreshold int
@@ -406,7 +631,8 @@ type TargetSettings struct {
 	// TargetTimeout bounds one target call.
 	TargetTimeout time.Duration
 	// ProbeTimeout is how long a half-open probe may stay silent before
-	// another is admitted.
+	// another is admitted. It is reported only: New always makes it
+	// TargetTimeout plus one second.
 	ProbeTimeout time.Duration
 	// FailureCodes are the codes that count as breaker failures.
 	FailureCodes []string
@@ -435,34 +661,45 @@ func (t TargetStatus) RetryAfterSeconds() int {
 func (s *Server) Targets() []TargetStatus {
 	out := make([]TargetStatus, 0, len(s.routes))
 	for _, r := range s.routes {
-		snap := r.breaker.Snapshot()
-		bs := r.breaker.Settings()
-		out = append(out, TargetStatus{
-			Name:                r.name,
-			URL:                 r.url,
-			State:               snap.State,
-			ConsecutiveFailures: snap.ConsecutiveFailures,
-			InFlight:            r.bulkhead.InFlight(),
-			MaxInFlight:         r.bulkhead.Limit(),
-			RetryAfter:          snap.RetryAfter,
-			Held:                snap.Held,
-			Disabled:            snap.Disabled,
-			Settings: TargetSettings{
-				FailThreshold:   bs.FailThreshold,
-				ResetTimeout:    bs.ResetTimeout,
-				TargetTimeout:   r.target.timeout,
-				ProbeTimeout:    bs.ProbeTimeout,
-				FailureCodes:    append([]string(nil), r.failureCodes...),
-				FailureRate:     bs.FailureRate,
-				Window:          bs.Window,
-				MinSamples:      bs.MinSamples,
-				SlowCall:        bs.SlowCall,
-				MaxResetTimeout: bs.MaxResetTimeout,
-				ResetJitter:     bs.ResetJitter,
-			},
-		})
+		out = append(out, s.targetStatus(r))
 	}
 	return out
+}
+
+// targetStatus returns r's status now.
+func (s *Server) targetStatus(r *route) TargetStatus {
+	snap := r.breaker.Snapshot()
+	bs := r.breaker.Settings()
+	var maxInflight int
+	if r.ownSettings {
+		maxInflight = r.bulkhead.Limit()
+	}
+	return TargetStatus{
+		Name:                r.name,
+		URL:                 r.url,
+		Fallback:            r.fallbackName,
+		State:               snap.State,
+		ConsecutiveFailures: snap.ConsecutiveFailures,
+		InFlight:            r.bulkhead.InFlight(),
+		MaxInFlight:         r.bulkhead.Limit(),
+		RetryAfter:          snap.RetryAfter,
+		Held:                snap.Held,
+		Disabled:            snap.Disabled,
+		Settings: TargetSettings{
+			MaxInflight:     maxInflight,
+			FailThreshold:   bs.FailThreshold,
+			ResetTimeout:    bs.ResetTimeout,
+			TargetTimeout:   r.target.timeout,
+			ProbeTimeout:    bs.ProbeTimeout,
+			FailureCodes:    append([]string(nil), r.failureCodes...),
+			FailureRate:     bs.FailureRate,
+			Window:          bs.Window,
+			MinSamples:      bs.MinSamples,
+			SlowCall:        bs.SlowCall,
+			MaxResetTimeout: bs.MaxResetTimeout,
+			ResetJitter:     bs.ResetJitter,
+		},
+	}
 }
 
 // Draining reports whether Shutdown or Close has begun: the Server no longer
@@ -493,7 +730,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.inShutdown.Load() {
+			if s.isClosed() {
 				return ErrServerClosed
 			}
 			// Running out of file descriptors and the like pass; back off
@@ -617,8 +854,10 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 // returned. Shutdown returns once every goroutine of the Server has ended
 // and the access log, if any, is written out and flushed.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.inShutdown.Store(true)
+	// The listeners close before lines are answered E906, so a client that
+	// has been told "shutting down" can no longer connect.
 	lnErr := s.closeListeners()
+	s.inShutdown.Store(true)
 
 	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
 	if err == nil {
@@ -648,8 +887,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // It returns once every goroutine of the Server has ended and the access
 // log, if any, is written out and flushed.
 func (s *Server) Close() error {
-	s.inShutdown.Store(true)
 	err := s.closeListeners()
+	s.inShutdown.Store(true)
 	s.abortCalls(errShutdownAbort)
 	s.closeConns()
 	s.wg.Wait()
@@ -680,6 +919,13 @@ func (s *Server) closeListeners() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isClosed reports whether Shutdown or Close has closed the listeners.
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // connsSnapshot returns the connections being served.

@@ -44,6 +44,7 @@ const (
 	msgUnknownTarget   = "unknown target"
 	msgBulkheadFull    = "target busy: too many calls in flight"
 	msgCircuitOpenHead = "circuit open; retry after "
+	msgHeldOpen        = "circuit open; held open by operator"
 )
 
 // target is the HTTP side of one configured target. It is safe for

@@ -10,6 +10,13 @@
 //	  --target CORE=http://127.0.0.1:9201 --target CLAIM=http://127.0.0.1:9202 \
 //	  --fail-threshold 5 --reset-timeout 10s --breaker-log breaker.log
 //
+// Per-target settings, fallbacks and the optional breaker policies come from
+// flags that set every target's defaults and a TOML file that overrides them
+// per target (docs/CONFIG.md):
+//
+//	relay --failure-rate 0.5 --min-samples 20 --window 1m \
+//	  --config docs/relay.example.toml
+//
 // Every flag has an environment variable RELAY_<FLAG_IN_UPPER_SNAKE>.
 package main
 
@@ -24,7 +31,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,24 +50,36 @@ import (
 var version = "dev"
 
 type cli struct {
-	Listen        string           `help:"Address to serve the line protocol on; port 0 picks a free port (logged as addr)." default:"127.0.0.1:9200" env:"RELAY_LISTEN"`
-	AdminListen   string           `help:"Address for the admin HTTP endpoints (/metrics, /healthz, /readyz, /status); port 0 picks a free port (logged as admin_addr); empty turns them off." default:"127.0.0.1:9280" env:"RELAY_ADMIN_LISTEN"`
-	Target        []targetFlag     `help:"Target as NAME=URL; repeat for more. Giving any replaces the default pair. In the environment, comma-separated." placeholder:"NAME=URL" default:"CORE=http://127.0.0.1:9201,CLAIM=http://127.0.0.1:9202" env:"RELAY_TARGET"`
-	FailThreshold int              `help:"Consecutive failures that open a target's breaker." default:"5" env:"RELAY_FAIL_THRESHOLD"`
-	ResetTimeout  duration         `help:"How long an open breaker refuses calls before a probe; a bare number is seconds, 500ms works." default:"10s" env:"RELAY_RESET_TIMEOUT"`
-	MaxInflight   int              `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
-	TargetTimeout duration         `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
-	BreakerLog    string           `help:"File every breaker state change is appended to." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
-	FailureCodes  []string         `help:"Response codes that count as breaker failures, comma-separated." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
-	MaxLineBytes  int              `help:"Longest request line, not counting the newline; longer ones get E900." default:"16384" env:"RELAY_MAX_LINE_BYTES"`
-	MaxConns      int              `help:"Client connections served at once; one more gets E906 and is closed." default:"10000" env:"RELAY_MAX_CONNS"`
-	IdleTimeout   duration         `help:"Close a client connection that sends no line for this long." default:"5m" env:"RELAY_IDLE_TIMEOUT"`
-	DrainTimeout  duration         `help:"On SIGINT or SIGTERM, how long calls in flight may take to finish before they are cancelled." default:"10s" env:"RELAY_DRAIN_TIMEOUT"`
-	WriteTimeout  duration         `help:"Disconnect a client that does not read its answers for this long." default:"30s" env:"RELAY_WRITE_TIMEOUT"`
-	LogLevel      string           `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
-	LogFormat     string           `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
-	AccessLog     string           `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
-	Version       kong.VersionFlag `help:"Print the version and exit."`
+	Listen        string       `help:"Address to serve the line protocol on; port 0 picks a free port (logged as addr)." default:"127.0.0.1:9200" env:"RELAY_LISTEN"`
+	AdminListen   string       `help:"Address for the admin HTTP endpoints (/metrics, /healthz, /readyz, /status); port 0 picks a free port (logged as admin_addr); empty turns them off." default:"127.0.0.1:9280" env:"RELAY_ADMIN_LISTEN"`
+	Target        []targetFlag `help:"Target as NAME=URL; repeat for more. Giving any replaces the default pair. In the environment, comma-separated." placeholder:"NAME=URL" default:"CORE=http://127.0.0.1:9201,CLAIM=http://127.0.0.1:9202" env:"RELAY_TARGET"`
+	FailThreshold int          `help:"Consecutive failures that open a target's breaker." default:"5" env:"RELAY_FAIL_THRESHOLD"`
+	ResetTimeout  duration     `help:"How long an open breaker refuses calls before a probe; a bare number is seconds, 500ms works." default:"10s" env:"RELAY_RESET_TIMEOUT"`
+	MaxInflight   int          `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
+	TargetTimeout duration     `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
+	BreakerLog    string       `help:"File every breaker state change is appended to." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
+	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
+	MaxLineBytes  int          `help:"Longest request line, not counting the newline; longer ones get E900." default:"16384" env:"RELAY_MAX_LINE_BYTES"`
+	MaxConns      int          `help:"Client connections served at once; one more gets E906 and is closed." default:"10000" env:"RELAY_MAX_CONNS"`
+	IdleTimeout   duration     `help:"Close a client connection that sends no line for this long." default:"5m" env:"RELAY_IDLE_TIMEOUT"`
+	DrainTimeout  duration     `help:"On SIGINT or SIGTERM, how long calls in flight may take to finish before they are cancelled." default:"10s" env:"RELAY_DRAIN_TIMEOUT"`
+	WriteTimeout  duration     `help:"Disconnect a client that does not read its answers for this long." default:"30s" env:"RELAY_WRITE_TIMEOUT"`
+	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
+	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
+	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+
+	// The settings of SPEC §12, all off by default. The flags are the
+	// defaults of every target; --config overrides them per target.
+	Config          string   `help:"TOML file of per-target settings and fallbacks (docs/CONFIG.md); its keys override the flags per target, and its tables may add targets. Empty means none." placeholder:"FILE" env:"RELAY_CONFIG"`
+	FailureRate     float64  `help:"Also open a breaker when at least this share (0 to 1) of the calls that ended within --window failed, once there are --min-samples of them; 0 turns it off." default:"0" env:"RELAY_FAILURE_RATE"`
+	Window          duration `help:"Span of time the failure rate looks back over; 0 means 1m." default:"0" env:"RELAY_WINDOW"`
+	MinSamples      int      `help:"Fewest calls in the window before the failure rate can open a breaker; 0 means 20." default:"0" env:"RELAY_MIN_SAMPLES"`
+	SlowCall        duration `help:"A successful call slower than this counts as a breaker failure (the client still gets its answer); 0 turns it off." default:"0" env:"RELAY_SLOW_CALL"`
+	MaxResetTimeout duration `help:"Backoff: each failed probe doubles the open period, up to this (more than --reset-timeout); 0 turns it off." default:"0" env:"RELAY_MAX_RESET_TIMEOUT"`
+	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
+	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME) must carry; GETs stay open. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+
+	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
 // duration is a flag value in Go's duration syntax (500ms, 10s, 5m) or a
@@ -86,21 +104,9 @@ func (d *duration) Decode(ctx *kong.DecodeContext) error {
 func (d duration) String() string { return time.Duration(d).String() }
 
 // parseDuration reads a bare number as seconds and anything else as a Go
-// duration.
+// duration, as the config file does.
 func parseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s != "" && strings.Trim(s, "0123456789.") == "" {
-		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs > float64(1<<63-1)/float64(time.Second) {
-			return 0, fmt.Errorf("duration %q: want a number of seconds or a duration like 500ms", s)
-		}
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("duration %q: want a number of seconds or a duration like 500ms", s)
-	}
-	return v, nil
+	return relay.ParseDuration(s)
 }
 
 // targetFlag is one --target NAME=URL.
@@ -186,6 +192,48 @@ func (c *cli) Validate() error {
 	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
 		return errors.New("--access-log: must name a file, or be empty to turn it off")
 	}
+	return c.validatePolicies()
+}
+
+// validatePolicies checks the flags of SPEC §12; each error names its flag.
+// Zero turns each policy off, so only values that cannot mean anything are
+// refused.
+func (c *cli) validatePolicies() error {
+	for _, f := range []struct {
+		flag  string
+		value float64
+	}{
+		{"--failure-rate", c.FailureRate},
+		{"--reset-jitter", c.ResetJitter},
+	} {
+		if !(f.value >= 0 && f.value <= 1) {
+			return fmt.Errorf("%s: must be from 0 (off) to 1, got %v", f.flag, f.value)
+		}
+	}
+	for _, f := range []struct {
+		flag  string
+		value duration
+	}{
+		{"--window", c.Window},
+		{"--slow-call", c.SlowCall},
+		{"--max-reset-timeout", c.MaxResetTimeout},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("%s: must not be negative, got %s", f.flag, time.Duration(f.value))
+		}
+	}
+	if c.MinSamples < 0 {
+		return fmt.Errorf("--min-samples: must not be negative, got %d", c.MinSamples)
+	}
+	if c.MaxResetTimeout > 0 && c.MaxResetTimeout <= c.ResetTimeout {
+		return fmt.Errorf("--max-reset-timeout: must be more than --reset-timeout (%s) for backoff to apply, or 0 for none, got %s", c.ResetTimeout, c.MaxResetTimeout)
+	}
+	if c.Config != "" && strings.TrimSpace(c.Config) == "" {
+		return errors.New("--config: must name a file, or be empty for none")
+	}
+	if c.AdminToken != "" && strings.TrimSpace(c.AdminToken) != c.AdminToken {
+		return errors.New("--admin-token: must not begin or end with spaces")
+	}
 	return nil
 }
 
@@ -240,6 +288,26 @@ const adminShutdownTimeout = 2 * time.Second
 // with the bound addresses once the listeners are open (adminAddr is empty
 // when the admin port is off).
 func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, adminAddr string)) (err error) {
+	// The configuration is read first: a bad one stops the relay before it
+	// touches any file.
+	codes := make([]string, len(c.FailureCodes))
+	for i, code := range c.FailureCodes {
+		if codes[i], err = relay.ParseFailureCode(code); err != nil {
+			return fmt.Errorf("--failure-codes: %w", err)
+		}
+	}
+	targets := make([]relay.Target, len(c.Target))
+	for i, t := range c.Target {
+		targets[i] = relay.Target(t)
+	}
+	if c.Config != "" {
+		// The flags are every target's defaults; the file overrides them
+		// per target and may add targets.
+		if targets, err = relay.LoadTargetFile(c.Config, c.targetDefaults(codes), targets); err != nil {
+			return err
+		}
+	}
+
 	blog, err := breakerlog.Open(c.BreakerLog)
 	if err != nil {
 		return fmt.Errorf("--breaker-log: %w", err)
@@ -262,34 +330,30 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			}
 		}()
 	}
-	codes := make([]string, len(c.FailureCodes))
-	for i, code := range c.FailureCodes {
-		if codes[i], err = relay.ParseFailureCode(code); err != nil {
-			return fmt.Errorf("--failure-codes: %w", err)
-		}
-	}
-	targets := make([]relay.Target, len(c.Target))
-	for i, t := range c.Target {
-		targets[i] = relay.Target(t)
-	}
 	reg, metrics, err := newMetrics()
 	if err != nil {
 		return err
 	}
 	cfg := relay.Config{
-		Targets:       targets,
-		FailThreshold: c.FailThreshold,
-		ResetTimeout:  time.Duration(c.ResetTimeout),
-		MaxInflight:   c.MaxInflight,
-		TargetTimeout: time.Duration(c.TargetTimeout),
-		FailureCodes:  codes,
-		MaxLineBytes:  c.MaxLineBytes,
-		MaxConns:      c.MaxConns,
-		IdleTimeout:   time.Duration(c.IdleTimeout),
-		WriteTimeout:  time.Duration(c.WriteTimeout),
-		Logger:        logger,
-		OnTransition:  transitionObserver(blog, logger),
-		Metrics:       metrics,
+		Targets:         targets,
+		FailThreshold:   c.FailThreshold,
+		ResetTimeout:    time.Duration(c.ResetTimeout),
+		MaxInflight:     c.MaxInflight,
+		TargetTimeout:   time.Duration(c.TargetTimeout),
+		FailureCodes:    codes,
+		FailureRate:     c.FailureRate,
+		Window:          time.Duration(c.Window),
+		MinSamples:      c.MinSamples,
+		SlowCall:        time.Duration(c.SlowCall),
+		MaxResetTimeout: time.Duration(c.MaxResetTimeout),
+		ResetJitter:     c.ResetJitter,
+		MaxLineBytes:    c.MaxLineBytes,
+		MaxConns:        c.MaxConns,
+		IdleTimeout:     time.Duration(c.IdleTimeout),
+		WriteTimeout:    time.Duration(c.WriteTimeout),
+		Logger:          logger,
+		OnTransition:    transitionObserver(blog, logger),
+		Metrics:         metrics,
 	}
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
@@ -317,7 +381,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
-		if admin, err = newAdminServer(srv, reg, logger); err != nil {
+		if admin, err = newAdminServer(srv, reg, c.AdminToken, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -329,6 +393,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	names := make([]string, len(targets))
 	for i, t := range srv.Targets() {
 		names[i] = t.Name + "=" + t.URL
+		if t.Fallback != "" {
+			names[i] += " (fallback " + t.Fallback + ")"
+		}
 	}
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
@@ -337,7 +404,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
-		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat)
+		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
+		Str("config", c.Config).Float64("failure_rate", c.FailureRate).Stringer("window", c.Window).
+		Int("min_samples", c.MinSamples).Stringer("slow_call", c.SlowCall).
+		Stringer("max_reset_timeout", c.MaxResetTimeout).Float64("reset_jitter", c.ResetJitter).
+		Bool("admin_token", c.AdminToken != "")
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
@@ -390,6 +461,24 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	return nil
 }
 
+// targetDefaults returns the settings the flags give every target, as
+// LoadTargetFile takes them; codes are the parsed --failure-codes.
+func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
+	return relay.TargetSettings{
+		MaxInflight:     c.MaxInflight,
+		FailThreshold:   c.FailThreshold,
+		ResetTimeout:    time.Duration(c.ResetTimeout),
+		TargetTimeout:   time.Duration(c.TargetTimeout),
+		FailureCodes:    codes,
+		FailureRate:     c.FailureRate,
+		Window:          time.Duration(c.Window),
+		MinSamples:      c.MinSamples,
+		SlowCall:        time.Duration(c.SlowCall),
+		MaxResetTimeout: time.Duration(c.MaxResetTimeout),
+		ResetJitter:     c.ResetJitter,
+	}
+}
+
 // newMetrics builds the process's own registry (never the global one) with
 // the Go runtime and process collectors, a relay_build_info series, and the
 // hub's metrics.
@@ -417,11 +506,12 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 	return reg, m, nil
 }
 
-// newAdminServer returns the HTTP server of the admin port. Its timeouts
+// newAdminServer returns the HTTP server of the admin port, where token,
+// when not empty, guards every POST. Its timeouts
 // keep a slow or idle admin client from holding a connection for long; its
 // own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(srv *relay.Server, reg *prometheus.Registry, logger zerolog.Logger) (*http.Server, error) {
-	h, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg, Logger: logger})
+func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, logger zerolog.Logger) (*http.Server, error) {
+	h, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg, Logger: logger, Token: token})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/relay"
+)
+
+func TestPolicyFlagsAreOffByDefault(t *testing.T) {
+	c, err := parse(t, nil)
+	require.NoError(t, err)
+	assert.Empty(t, c.Config)
+	assert.Zero(t, c.FailureRate)
+	assert.Zero(t, c.Window)
+	assert.Zero(t, c.MinSamples)
+	assert.Zero(t, c.SlowCall)
+	assert.Zero(t, c.MaxResetTimeout)
+	assert.Zero(t, c.ResetJitter)
+	assert.Empty(t, c.AdminToken)
+}
+
+func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
+	c, err := parse(t, []string{
+		"RELAY_CONFIG=/etc/relay.toml", "RELAY_FAILURE_RATE=0.5", "RELAY_WINDOW=30s", "RELAY_MIN_SAMPLES=12",
+		"RELAY_SLOW_CALL=1.5", "RELAY_MAX_RESET_TIMEOUT=2m", "RELAY_RESET_JITTER=0.1", "RELAY_ADMIN_TOKEN=t0ken",
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "/etc/relay.toml", c.Config)
+	assert.Equal(t, 0.5, c.FailureRate)
+	assert.Equal(t, duration(30*time.Second), c.Window)
+	assert.Equal(t, 12, c.MinSamples)
+	assert.Equal(t, duration(1500*time.Millisecond), c.SlowCall)
+	assert.Equal(t, duration(2*time.Minute), c.MaxResetTimeout)
+	assert.Equal(t, 0.1, c.ResetJitter)
+	assert.Equal(t, "t0ken", c.AdminToken)
+
+	assert.Equal(t, relay.TargetSettings{
+		MaxInflight: 10, FailThreshold: 5, ResetTimeout: 10 * time.Second, TargetTimeout: 3 * time.Second,
+		FailureCodes: []string{"E500"}, FailureRate: 0.5, Window: 30 * time.Second, MinSamples: 12,
+		SlowCall: 1500 * time.Millisecond, MaxResetTimeout: 2 * time.Minute, ResetJitter: 0.1,
+	}, c.targetDefaults([]string{"E500"}))
+}
+
+func TestBadPolicyValuesNameTheirFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "rate above 1", args: []string{"--failure-rate", "1.5"}, want: "--failure-rate: must be from 0 (off) to 1, got 1.5"},
+		{name: "negative rate", args: []string{"--failure-rate=-0.2"}, want: "--failure-rate: must be from 0 (off) to 1"},
+		{name: "rate NaN", args: []string{"--failure-rate", "NaN"}, want: "--failure-rate"},
+		{name: "rate not a number", args: []string{"--failure-rate", "half"}, want: "--failure-rate"},
+		{name: "jitter above 1", args: []string{"--reset-jitter", "2"}, want: "--reset-jitter: must be from 0 (off) to 1"},
+		{name: "negative window", args: []string{"--window=-1s"}, want: "--window: must not be negative"},
+		{name: "bad window", args: []string{"--window", "a while"}, want: "--window"},
+		{name: "negative min samples", args: []string{"--min-samples=-1"}, want: "--min-samples: must not be negative"},
+		{name: "negative slow call", args: []string{"--slow-call=-2s"}, want: "--slow-call: must not be negative"},
+		{name: "negative backoff", args: []string{"--max-reset-timeout=-1m"}, want: "--max-reset-timeout: must not be negative"},
+		{name: "backoff cap below reset", args: []string{"--reset-timeout", "30s", "--max-reset-timeout", "20s"}, want: "--max-reset-timeout: must be more than --reset-timeout (30s)"},
+		{name: "blank config", args: []string{"--config", " "}, want: "--config: must name a file"},
+		{name: "token with spaces", args: []string{"--admin-token", " t "}, want: "--admin-token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, nil, tt.args...)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), "\n", "one line on stderr")
+		})
+	}
+}
+
+func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "relay.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[CORE]\nmax_inflight = 0\n"), 0o600))
+	logPath := filepath.Join(dir, "breaker.log")
+	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "", "--config", conf, "--breaker-log", logPath)
+	require.NoError(t, err)
+	err = run(context.Background(), c, zerolog.Nop(), nil)
+	require.Error(t, err)
+	assert.Equal(t, "config "+conf+": [CORE] max_inflight: must be at least 1, got 0", err.Error())
+	_, statErr := os.Stat(logPath)
+	assert.True(t, os.IsNotExist(statErr), "the breaker log is not created for a relay that does not start")
+}
