@@ -24,11 +24,12 @@ type fakeConfig struct {
 	// DropNth leaves the Nth request line (counted over all connections,
 	// from 1) without an answer.
 	DropNth int64
-	// BogusAfterNth writes an extra answer with a TXID nobody sent right
-	// after answering the Nth request line.
+	// BogusAfterNth writes an extra answer with a TXID nobody sent once
+	// the Nth request line is read, just before its answer, so the tool is
+	// still reading when it comes.
 	BogusAfterNth int64
-	// GarbageAfterNth writes a line that is not TXID|CODE|MESSAGE after
-	// answering the Nth request line.
+	// GarbageAfterNth writes a line that is not TXID|CODE|MESSAGE once the
+	// Nth request line is read, just before its answer.
 	GarbageAfterNth int64
 	// CloseAfter closes each connection once it has answered this many
 	// lines; 0 never.
@@ -110,6 +111,12 @@ func (f *fakeRelay) serveConn(c net.Conn) {
 		if f.cfg.Silent || n == f.cfg.DropNth {
 			continue
 		}
+		if n == f.cfg.BogusAfterNth {
+			_, _ = bw.WriteString("nobody-1|0000|ok\n")
+		}
+		if n == f.cfg.GarbageAfterNth {
+			_, _ = bw.WriteString("garbage\n")
+		}
 		if f.cfg.Hold > 1 {
 			pending = append(pending, f.appendAnswer(nil, line))
 			if len(pending) < f.cfg.Hold {
@@ -126,12 +133,6 @@ func (f *fakeRelay) serveConn(c net.Conn) {
 			// tool's allocations, not the fake's.
 			_, _ = bw.Write(f.appendAnswer(bw.AvailableBuffer(), line))
 			answered++
-		}
-		if n == f.cfg.BogusAfterNth {
-			_, _ = bw.WriteString("nobody-1|0000|ok\n")
-		}
-		if n == f.cfg.GarbageAfterNth {
-			_, _ = bw.WriteString("garbage\n")
 		}
 		if f.cfg.CloseAfter > 0 && answered >= f.cfg.CloseAfter {
 			_ = bw.Flush()
