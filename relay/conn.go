@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -9,13 +8,26 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // conn is one client connection. Its read loop parses lines and answers the
 // ones that need no call itself; admitted calls answer from their own
-// goroutines. Answers share one buffered writer under wmu, so each line is
-// written whole. It is safe for concurrent use as described on each field.
+// goroutines. Answers are gathered in one write buffer under wmu, so each
+// line is written whole. It is safe for concurrent use as described on each
+// field.
+//
+// Memory: a connection holds buffers only while it has bytes in them. The
+// read loop reads into a buffer of readBufSize from readBufs, taken when
+// input arrives and handed back when the loop has used it all and would
+// wait; a line that outgrows it moves to a buffer of MaxLineBytes+2 from the
+// Server's longBufs for as long as the line needs it. On a socket (Unix) the
+// loop waits for input through syscall.RawConn without holding a buffer at
+// all; on other connections it holds a read buffer while it waits. Answers
+// are appended to a buffer from writeBufs, handed back by the write that
+// empties it. An idle connection thus holds no buffer: it costs its
+// goroutine and a few small structures.
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than the sum of its targets'
@@ -28,14 +40,18 @@ type conn struct {
 	nc  net.Conn
 
 	// Owned by the read loop.
-	r       *bufio.Reader
-	scratch []byte           // message of an E904 answer
-	txid    [maxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
+	rc      syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
+	rbuf    *[]byte               // the read buffer; nil while no input is held
+	rlong   bool                  // rbuf is from srv.longBufs, else from readBufs
+	r, w    int                   // the input not yet used is (*rbuf)[r:w]
+	rerr    error                 // why the last read ended the input, reported once the input before it is used
+	scratch []byte                // message of an E904 answer
+	txid    [maxTxIDLen]byte      // TXID of an over-long line, kept while its rest is discarded
 
 	wmu  sync.Mutex
-	w    *bufio.Writer // guarded by wmu
-	line []byte        // guarded by wmu: the answer being written
-	werr error         // guarded by wmu: why answers can no longer be written
+	wbuf *[]byte // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
+	werr error   // guarded by wmu: why answers can no longer be written
 
 	dmu     sync.Mutex
 	stopped bool // guarded by dmu: Shutdown told the read loop to stop
@@ -44,6 +60,28 @@ type conn struct {
 	readDone chan struct{}  // closed when the read loop has ended
 }
 
+// Buffer sizes of a connection.
+const (
+	// readBufSize is the read buffer: room for the lines of a typical
+	// request and a pipelined burst of them in one read, and one page, so
+	// that a buffer in use costs at most a page of memory.
+	readBufSize = 4 << 10
+	// writeBufSize is the write buffer: a pipelined burst of answers goes
+	// out in one write, as with bufio's default.
+	writeBufSize = 4 << 10
+	// maxAnswerLen is the longest answer line appendResponse makes: a TXID,
+	// a four-character code, a message of MaxMessageBytes and the
+	// separators.
+	maxAnswerLen = maxTxIDLen + 1 + 4 + 1 + MaxMessageBytes + 1
+)
+
+// readBufs and writeBufs lend buffers to connections while they hold bytes:
+// *[]byte, so that lending and returning one allocates nothing.
+var (
+	readBufs  = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, writeBufSize); return &b }}
+)
+
 // errConnDone marks a connection whose answers are all written.
 var errConnDone = errors.New("relay: connection done")
 
@@ -51,15 +89,18 @@ var errConnDone = errors.New("relay: connection done")
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{
-		srv: s,
-		nc:  nc,
-		// Room for a line of MaxLineBytes and its "\r\n": a longer line
-		// fills the buffer and is refused without being held whole.
-		r:        bufio.NewReaderSize(nc, s.maxLineBytes+2),
-		w:        bufio.NewWriter(nc),
+	c := &conn{
+		srv:      s,
+		nc:       nc,
 		readDone: make(chan struct{}),
 	}
+	if sc, ok := nc.(syscall.Conn); ok && rawReads {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc = rc
+			c.rawRead = c.readRaw
+		}
+	}
+	return c
 }
 
 // readEnd says why a connection's read loop stopped.
@@ -102,6 +143,7 @@ func (c *conn) serve() {
 // deadline is re-armed whenever the loop is about to wait for input, so it
 // measures time without a complete line.
 func (c *conn) readLoop() readEnd {
+	defer c.releaseReadBuf()
 	c.armReadDeadline()
 	for {
 		line, tooLong, err := c.readLine()
@@ -126,44 +168,210 @@ func (c *conn) readLoop() readEnd {
 	}
 }
 
-// readLine returns the next line without its "\n" or "\r\n". For a line
-// longer than MaxLineBytes it returns tooLong, with line holding the line's
-// TXID when its start had a valid one (else nil), after discarding the rest
-// of the line. err is io.EOF with the last, unterminated line of a client
-// that closed its side (which is still served), or the read error that ends
-// the connection (then any partial line is dropped).
+// readLine returns the next line without its "\n" or "\r\n"; it is valid
+// until the next readLine. For a line longer than MaxLineBytes it returns
+// tooLong, with line holding the line's TXID when its start had a valid one
+// (else nil), after discarding the rest of the line. err is io.EOF with the
+// last, unterminated line of a client that closed its side (which is still
+// served), or the read error that ends the connection (then any partial
+// line is dropped).
+//
+// A line is over-long once MaxLineBytes+2 bytes (room for its "\r\n") have
+// come without a "\n", so the hub never holds more of a line than that; the
+// TXID is read from those first bytes.
 func (c *conn) readLine() (line []byte, tooLong bool, err error) {
-	line, err = c.r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		n := copy(c.txid[:], LeadingTxID(line))
-		for err == bufio.ErrBufferFull {
-			_, err = c.r.ReadSlice('\n')
+	limit := c.srv.maxLineBytes + 2
+	scanned := 0 // bytes at the start of the input known to hold no '\n'
+	for {
+		in := c.input()
+		if i := bytes.IndexByte(in[scanned:], '\n'); i >= 0 {
+			i += scanned
+			c.r += i + 1
+			line, tooLong = c.checkLine(in[:i])
+			return line, tooLong, nil
 		}
-		if err != nil && err != io.EOF {
-			return nil, false, err
+		scanned = len(in)
+		if len(in) >= limit {
+			return c.discardLine()
 		}
-		return c.txid[:n], true, err
+		if c.rerr != nil {
+			err, c.rerr = c.rerr, nil
+			c.r = c.w
+			if err != io.EOF {
+				return nil, false, err
+			}
+			line, tooLong = c.checkLine(in)
+			return line, tooLong, io.EOF
+		}
+		c.fill()
 	}
-	if err != nil && err != io.EOF {
-		return nil, false, err
-	}
-	line = bytes.TrimSuffix(line, []byte{'\n'})
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	if len(line) > c.srv.maxLineBytes {
-		return LeadingTxID(line), true, err
-	}
-	return line, false, err
 }
 
-// completeLineBuffered reports whether the read buffer already holds a whole
+// checkLine trims the '\r' before a line's end and refuses the line when
+// it is longer than MaxLineBytes, returning instead the TXID at its start,
+// read from the bytes an over-long line would have been cut to.
+func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
+	line = bytes.TrimSuffix(raw, []byte{'\r'})
+	if len(line) <= c.srv.maxLineBytes {
+		return line, false
+	}
+	return LeadingTxID(raw[:min(len(raw), c.srv.maxLineBytes+2)]), true
+}
+
+// discardLine ends an over-long line whose first MaxLineBytes+2 bytes are
+// the input: it keeps the line's TXID and drops input up to the line's
+// '\n', or to the end of the input when the client closed its side. It
+// returns as readLine does.
+func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
+	n := copy(c.txid[:], LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
+	for {
+		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {
+			c.r += i + 1
+			return c.txid[:n], true, nil
+		}
+		c.r = c.w
+		if c.rerr != nil {
+			err, c.rerr = c.rerr, nil
+			if err != io.EOF {
+				return nil, false, err
+			}
+			return c.txid[:n], true, io.EOF
+		}
+		c.fill()
+	}
+}
+
+// input returns the bytes read and not yet used.
+func (c *conn) input() []byte {
+	if c.rbuf == nil {
+		return nil
+	}
+	return (*c.rbuf)[c.r:c.w]
+}
+
+// completeLineBuffered reports whether the input already holds a whole
 // line, so reading it will not wait for the client.
 func (c *conn) completeLineBuffered() bool {
-	n := c.r.Buffered()
-	if n == 0 {
-		return false
+	return bytes.IndexByte(c.input(), '\n') >= 0
+}
+
+// fill reads more input after the input already held, recording in rerr
+// why the input ends when it does. The caller has used every complete line
+// and kept fewer than MaxLineBytes+2 bytes, so there is room for more once
+// the held bytes move to the start of the buffer, or to a long-line buffer
+// when they fill a read buffer.
+func (c *conn) fill() {
+	c.makeRoom()
+	if c.rc != nil {
+		if err := c.rc.Read(c.rawRead); err != nil {
+			c.rerr = err // the wait ended: deadline passed, or connection closed
+		}
+		return
 	}
-	b, _ := c.r.Peek(n)
-	return bytes.IndexByte(b, '\n') >= 0
+	c.holdReadBuf()
+	// As bufio does, a connection that keeps reading nothing is given up
+	// on rather than spun on.
+	for range maxEmptyReads {
+		n, err := c.nc.Read((*c.rbuf)[c.w:])
+		c.w += n
+		if n > 0 || err != nil {
+			c.rerr = err
+			return
+		}
+	}
+	c.rerr = io.ErrNoProgress
+}
+
+// maxEmptyReads is how many reads in a row may return no bytes and no error
+// before the connection counts as broken.
+const maxEmptyReads = 100
+
+// makeRoom readies the held read buffer for a read, if there is one: a
+// buffer with nothing left in it starts over (a long-line buffer goes
+// back), the input left moves to the start, and input that fills a read
+// buffer moves to a long-line buffer.
+func (c *conn) makeRoom() {
+	switch {
+	case c.rbuf == nil:
+	case c.r == c.w && c.rlong:
+		c.releaseReadBuf()
+	case c.r > 0:
+		c.w = copy(*c.rbuf, (*c.rbuf)[c.r:c.w])
+		c.r = 0
+	case c.w == len(*c.rbuf):
+		// Only a read buffer fills up this way: a long-line buffer full of
+		// a line is over-long, which readLine handles before reading.
+		long := c.srv.longBuf()
+		c.w = copy(*long, c.input())
+		readBufs.Put(c.rbuf)
+		c.rbuf, c.rlong = long, true
+	}
+}
+
+// readRaw is the read loop's syscall.RawConn callback. It reads the socket
+// into the held read buffer, taking one if none is held, and reports true
+// with the bytes read, or with the end of the input in rerr. When the
+// socket has nothing to read yet it reports false, so that the runtime
+// parks the loop until the socket is readable; before that, parkReadBuf
+// trims what the loop holds to the line it has begun.
+func (c *conn) readRaw(fd uintptr) bool {
+	c.holdReadBuf()
+	n, wouldBlock, err := readFD(fd, (*c.rbuf)[c.w:])
+	switch {
+	case wouldBlock:
+		c.parkReadBuf()
+		return false
+	case err != nil:
+		c.rerr = err
+	case n == 0:
+		c.rerr = io.EOF
+	}
+	c.w += n
+	return true
+}
+
+// parkReadBuf hands back what the loop need not hold while it waits for
+// input: the read buffer when it holds no input, or the long-line buffer
+// when the input left fits a read buffer.
+func (c *conn) parkReadBuf() {
+	switch {
+	case c.r == c.w:
+		c.releaseReadBuf()
+	case c.rlong && c.w-c.r < readBufSize:
+		buf := readBufs.Get().(*[]byte)
+		n := copy(*buf, c.input())
+		c.srv.longBufs.Put(c.rbuf)
+		c.rbuf, c.rlong, c.r, c.w = buf, false, 0, n
+	}
+}
+
+// holdReadBuf takes a read buffer unless one is held.
+func (c *conn) holdReadBuf() {
+	if c.rbuf == nil {
+		c.rbuf, c.rlong, c.r, c.w = readBufs.Get().(*[]byte), false, 0, 0
+	}
+}
+
+// releaseReadBuf hands back the read buffer, dropping any input in it.
+func (c *conn) releaseReadBuf() {
+	if c.rbuf == nil {
+		return
+	}
+	if c.rlong {
+		c.srv.longBufs.Put(c.rbuf)
+	} else {
+		readBufs.Put(c.rbuf)
+	}
+	c.rbuf, c.rlong, c.r, c.w = nil, false, 0, 0
+}
+
+// longBuf returns a buffer of MaxLineBytes+2 bytes from s.longBufs.
+func (s *Server) longBuf() *[]byte {
+	if b, ok := s.longBufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, s.maxLineBytes+2)
+	return &b
 }
 
 // serveLine answers a malformed line E900 (E906 once shutting down, like
@@ -230,9 +438,8 @@ func (c *conn) readEndFor(err error) readEnd {
 // reset the connection and destroy answers not yet delivered.
 func (c *conn) finish(end readEnd) {
 	c.wmu.Lock()
-	if c.werr == nil && c.w.Buffered() > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout))
-		c.werr = c.w.Flush()
+	if c.werr == nil && c.wbuf != nil {
+		c.werr = c.writeOutLocked()
 	}
 	healthy := c.werr == nil
 	if healthy {
@@ -258,21 +465,57 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 	if c.werr != nil {
 		return
 	}
-	c.line = appendResponse(c.line[:0], txid, code, msg)
-	c.writeLineLocked(flush)
+	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
+		// The buffer may not have room for this answer: send what it holds.
+		if err := c.writeOutLocked(); err != nil {
+			c.failLocked(err)
+			return
+		}
+	}
+	if c.wbuf == nil {
+		c.wbuf = writeBufs.Get().(*[]byte)
+	}
+	*c.wbuf = appendResponse(*c.wbuf, txid, code, msg)
+	if flush {
+		if err := c.writeOutLocked(); err != nil {
+			c.failLocked(err)
+		}
+	}
 }
 
 // flush sends the buffered answers to the client.
 func (c *conn) flush() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.werr != nil || c.w.Buffered() == 0 {
+	if c.werr != nil || c.wbuf == nil {
 		return
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout))
-	if err := c.w.Flush(); err != nil {
+	if err := c.writeOutLocked(); err != nil {
 		c.failLocked(err)
 	}
+}
+
+// writeOutLocked writes the buffered answers and hands the buffer back,
+// whether or not the write succeeds. The write deadline is set only here,
+// when answers reach the network, because only then can the client make
+// the hub wait.
+func (c *conn) writeOutLocked() error {
+	b := *c.wbuf
+	var err error
+	if len(b) > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout))
+		var n int
+		n, err = c.nc.Write(b)
+		if err == nil && n < len(b) {
+			err = io.ErrShortWrite
+		}
+	}
+	if cap(b) == writeBufSize {
+		*c.wbuf = b[:0]
+		writeBufs.Put(c.wbuf)
+	}
+	c.wbuf = nil
+	return err
 }
 
 // failLocked records a failed write and disconnects the client: it is gone,
@@ -283,20 +526,4 @@ func (c *conn) failLocked(err error) {
 	c.werr = err
 	c.nc.Close()
 	c.srv.log.Debug().Err(err).Str("remote", c.nc.RemoteAddr().String()).Msg("client write failed; connection closed")
-}
-
-// writeLineLocked writes c.line. The write deadline is set only when the
-// write reaches the network (a flush, or a line that does not fit the
-// buffer), because only then can the client make it block.
-func (c *conn) writeLineLocked(flush bool) {
-	if flush || c.w.Available() < len(c.line) {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout))
-	}
-	_, err := c.w.Write(c.line)
-	if err == nil && flush {
-		err = c.w.Flush()
-	}
-	if err != nil {
-		c.failLocked(err)
-	}
 }

@@ -245,6 +245,9 @@ type Server struct {
 	log          zerolog.Logger
 	metrics      *Metrics   // nil without metrics
 	access       *accessLog // nil without an access log
+	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
+	// connections while they read a line too long for a read buffer.
+	longBufs sync.Pool
 
 	// callCtx is the parent of every target call. It is not tied to any
 	// client connection; Close, or Shutdown when its time runs out, cancels

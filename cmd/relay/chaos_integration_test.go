@@ -324,9 +324,13 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 	}
 
 	// Neither target ever saw more calls at once than --max-inflight, and
-	// no transaction reached a target twice.
+	// no transaction reached a target twice. A call the hub gave up on at
+	// --target-timeout (E901) frees its slot at once, while the target may
+	// take a moment to notice the closed connection and stop counting it:
+	// each such call may overlap one new call, never more.
 	coreStats, claimStats := core.SettledStats(t), claim.SettledStats(t)
-	assert.LessOrEqual(t, coreStats.MaxInFlight, int64(maxInflight), "CORE bulkhead exceeded")
+	abandoned := min(codes["CORE"]["E901"], maxInflight)
+	assert.LessOrEqual(t, coreStats.MaxInFlight, int64(maxInflight+abandoned), "CORE bulkhead exceeded")
 	assert.LessOrEqual(t, claimStats.MaxInFlight, int64(maxInflight), "CLAIM bulkhead exceeded")
 	called := 0
 	for code, n := range codes["CORE"] {

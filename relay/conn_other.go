@@ -1,0 +1,15 @@
+//go:build !unix
+
+package relay
+
+import "errors"
+
+// rawReads reports that connections read through net.Conn.Read, holding a
+// read buffer while they wait for input: waiting for readability needs a
+// Unix read on the descriptor.
+const rawReads = false
+
+// readFD is not used where rawReads is false.
+func readFD(uintptr, []byte) (int, bool, error) {
+	return 0, false, errors.ErrUnsupported
+}

@@ -1,0 +1,508 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/breaker"
+)
+
+// readResult is what one readLine returned, comparable across readers.
+type readResult struct {
+	line    string
+	tooLong bool
+	eof     bool
+}
+
+func (r readResult) String() string {
+	return fmt.Sprintf("{%q long=%v eof=%v}", r.line, r.tooLong, r.eof)
+}
+
+// referenceLines splits stream into lines the way the hub did with a
+// bufio.Reader of MaxLineBytes+2 bytes: the semantics the pooled buffers
+// must keep, byte for byte.
+func referenceLines(stream []byte, maxLineBytes int) []readResult {
+	r := bufio.NewReaderSize(bytes.NewReader(stream), maxLineBytes+2)
+	var out []readResult
+	for {
+		line, err := r.ReadSlice('\n')
+		res := readResult{eof: err == io.EOF}
+		if err == bufio.ErrBufferFull {
+			txid := string(LeadingTxID(line))
+			for err == bufio.ErrBufferFull {
+				_, err = r.ReadSlice('\n')
+			}
+			res = readResult{line: txid, tooLong: true, eof: err == io.EOF}
+		} else {
+			line = bytes.TrimSuffix(line, []byte{'\n'})
+			line = bytes.TrimSuffix(line, []byte{'\r'})
+			if len(line) > maxLineBytes {
+				res.line, res.tooLong = string(LeadingTxID(line)), true
+			} else {
+				res.line = string(line)
+			}
+		}
+		out = append(out, res)
+		if err != nil {
+			return out
+		}
+	}
+}
+
+// collectLines calls readLine until it fails, which must be at the end of
+// the input.
+func collectLines(t *testing.T, c *conn) []readResult {
+	t.Helper()
+	var out []readResult
+	for range 1 << 20 {
+		line, tooLong, err := c.readLine()
+		if err != nil && err != io.EOF {
+			require.NoError(t, err, "after %d lines", len(out))
+		}
+		out = append(out, readResult{line: string(line), tooLong: tooLong, eof: err == io.EOF})
+		if err != nil {
+			return out
+		}
+	}
+	t.Fatal("no end of input")
+	return nil
+}
+
+// chunkConn is a net.Conn without a file descriptor whose Read hands out its
+// input at most chunk bytes at a time and, when eofWithData is set, reports
+// the end of the input together with the last bytes, as io.Reader allows.
+type chunkConn struct {
+	net.Conn
+	in          []byte
+	chunk       int
+	eofWithData bool
+}
+
+func (cc *chunkConn) Read(p []byte) (int, error) {
+	if len(cc.in) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, cc.in[:min(cc.chunk, len(cc.in))])
+	cc.in = cc.in[n:]
+	if cc.eofWithData && len(cc.in) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err = net.DialTimeout("tcp", ln.Addr().String(), ioTimeout)
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	require.NoError(t, ln.(*net.TCPListener).SetDeadline(time.Now().Add(ioTimeout)))
+	server, err = ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { server.Close() })
+	return server, client
+}
+
+// lineServer returns a Server that reads lines of at most maxLineBytes.
+func lineServer(t *testing.T, maxLineBytes int) *Server {
+	t.Helper()
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.MaxLineBytes = maxLineBytes
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
+	return srv
+}
+
+// lineStreams returns the inputs the readers are checked on, for lines of
+// at most maxLine bytes.
+func lineStreams(maxLine int) map[string][]byte {
+	rnd := rand.New(rand.NewPCG(1, uint64(maxLine)))
+	line := func(txid string, n int) string { // a line of n bytes, TXID first
+		s := txid + "|CORE|"
+		if n < len(s) {
+			return strings.Repeat("x", n)
+		}
+		return s + strings.Repeat("p", n-len(s))
+	}
+	small := "S1|CORE|BAL 1\nS2|CORE|BAL 2\r\n\nS3|NONE|x\n"
+	streams := map[string][]byte{
+		"small lines": []byte(small),
+		"straddles the read buffer": []byte(small + strings.Repeat("F|CORE|x\n", 450) +
+			line("LONG", readBufSize+1000) + "\n" + small),
+		"limit and one over after small lines": []byte(small +
+			line("EX1", maxLine) + "\n" + line("EX2", maxLine) + "\r\n" +
+			line("OV1", maxLine+1) + "\n" + line("OV2", maxLine+1) + "\r\n" + line("OV3", maxLine+2) + "\n" +
+			"ok|CORE|after\n" +
+			// Its '|' comes after the first MaxLineBytes+2 bytes when the
+			// limit is small: then it has no TXID.
+			line(strings.Repeat("T", 60), maxLine+5000) + "\n" +
+			line("FAR", 6*maxLine+17) + "\n" +
+			strings.Repeat("y", 3*maxLine) + "\n" +
+			"bad txid|CORE|" + strings.Repeat("z", 2*maxLine) + "\n" + small),
+		"pipelined lines over many buffers": []byte(strings.Repeat("P-0001|CORE|XFER 1001 1002 2500\n", 3000)),
+		"unterminated last line":            []byte(small + "LAST|CORE|no newline\r"),
+		"unterminated line at the limit":    []byte(small + line("LAST", maxLine)),
+		"unterminated line one over":        []byte(small + line("LAST", maxLine+1)),
+		"unterminated line far over":        []byte(small + line("LAST", 3*maxLine)),
+		"empty":                             nil,
+	}
+	var b strings.Builder
+	for i := range 400 {
+		n := rnd.IntN(60)
+		switch rnd.IntN(8) {
+		case 0:
+			n = rnd.IntN(2*maxLine + 10)
+		case 1:
+			n = maxLine - 2 + rnd.IntN(5)
+		case 2:
+			n = readBufSize - 3 + rnd.IntN(6)
+		}
+		b.WriteString(line(fmt.Sprintf("R%d", i), n))
+		if rnd.IntN(3) == 0 {
+			b.WriteByte('\r')
+		}
+		b.WriteByte('\n')
+	}
+	streams["random lengths"] = []byte(b.String())
+	return streams
+}
+
+// TestReadLineKeepsLineSemantics checks that the pooled read buffers split
+// every input into the same lines, over-long refusals and TXIDs as a
+// bufio.Reader of MaxLineBytes+2 did, whether the bytes come from a socket
+// (read through syscall.RawConn) or from a connection without a descriptor,
+// in chunks of every size.
+func TestReadLineKeepsLineSemantics(t *testing.T) {
+	for _, maxLine := range []int{32, readBufSize - 3, readBufSize - 2, readBufSize - 1, DefaultMaxLineBytes} {
+		srv := lineServer(t, maxLine)
+		for name, stream := range lineStreams(maxLine) {
+			want := referenceLines(stream, maxLine)
+			t.Run(fmt.Sprintf("maxLine=%d/%s/socket", maxLine, name), func(t *testing.T) {
+				nc, client := tcpPair(t)
+				c := newConn(srv, nc)
+				require.NotNil(t, c.rc, "a TCP connection must be read through syscall.RawConn")
+				written := make(chan error, 1)
+				go func() {
+					// Pieces of odd sizes, so lines arrive split across reads.
+					for rest := stream; len(rest) > 0; {
+						n := min(len(rest), 1+len(rest)%7919)
+						if _, err := client.Write(rest[:n]); err != nil {
+							written <- err
+							return
+						}
+						rest = rest[n:]
+					}
+					written <- client.(*net.TCPConn).CloseWrite()
+				}()
+				require.NoError(t, nc.SetReadDeadline(time.Now().Add(ioTimeout)))
+				assert.Equal(t, want, collectLines(t, c))
+				assert.NoError(t, <-written)
+			})
+			for _, chunk := range []int{1, 7, readBufSize, DefaultMaxLineBytes + 5} {
+				for _, eofWithData := range []bool{false, true} {
+					t.Run(fmt.Sprintf("maxLine=%d/%s/chunks of %d, eof with data %v", maxLine, name, chunk, eofWithData), func(t *testing.T) {
+						if chunk == 1 && len(stream) > 100_000 {
+							t.Skip("covered by the larger chunks")
+						}
+						c := newConn(srv, &chunkConn{in: stream, chunk: chunk, eofWithData: eofWithData})
+						require.Nil(t, c.rc)
+						assert.Equal(t, want, collectLines(t, c))
+					})
+				}
+			}
+		}
+	}
+}
+
+// waitForInput makes c's next read wait for input that will not come until
+// a deadline a moment away, so that the read loop parks as it does on an
+// idle connection, and checks that the wait ended with that deadline.
+func waitForInput(t *testing.T, c *conn) {
+	t.Helper()
+	require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	_, _, err := c.readLine()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+}
+
+// readLines reads n lines from c and returns them.
+func readLines(t *testing.T, c *conn, n int) []string {
+	t.Helper()
+	require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(ioTimeout)))
+	var got []string
+	for range n {
+		line, tooLong, err := c.readLine()
+		require.NoError(t, err)
+		require.False(t, tooLong)
+		got = append(got, string(line))
+	}
+	return got
+}
+
+func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
+	srv := lineServer(t, DefaultMaxLineBytes)
+	long := "L|CORE|" + strings.Repeat("p", 3*readBufSize)
+
+	t.Run("nothing held after small lines", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		_, err := io.WriteString(client, "A|CORE|1\nB|CORE|2\n")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"A|CORE|1", "B|CORE|2"}, readLines(t, c, 2))
+		waitForInput(t, c)
+		assert.Nil(t, c.rbuf, "a connection waiting with no partial line must hand its read buffer back")
+	})
+
+	t.Run("the long-line buffer goes back once the long line is used", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		_, err := io.WriteString(client, "A|CORE|1\n"+long+"\nB|CORE|2\n")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"A|CORE|1", long, "B|CORE|2"}, readLines(t, c, 3))
+		waitForInput(t, c)
+		assert.Nil(t, c.rbuf)
+	})
+
+	t.Run("a partial long line keeps the long-line buffer", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		_, err := io.WriteString(client, "A|CORE|1\n"+long[:2*readBufSize])
+		require.NoError(t, err)
+		assert.Equal(t, []string{"A|CORE|1"}, readLines(t, c, 1))
+		waitForInput(t, c)
+		require.NotNil(t, c.rbuf)
+		assert.True(t, c.rlong)
+	})
+
+	t.Run("a short partial line after a long line moves back to a read buffer", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		_, err := io.WriteString(client, long+"\nC|CO")
+		require.NoError(t, err)
+		assert.Equal(t, []string{long}, readLines(t, c, 1))
+		waitForInput(t, c)
+		require.NotNil(t, c.rbuf)
+		assert.False(t, c.rlong)
+		assert.Len(t, *c.rbuf, readBufSize)
+	})
+
+	t.Run("the read loop hands its buffer back when it ends", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		_, err := io.WriteString(client, "A|NONE|1\n"+long[:2*readBufSize])
+		require.NoError(t, err)
+		require.NoError(t, client.(*net.TCPConn).CloseWrite())
+		assert.Equal(t, endEOF, c.readLoop())
+		assert.Nil(t, c.rbuf)
+	})
+
+	t.Run("the write buffer goes back with the write that empties it", func(t *testing.T) {
+		nc, client := tcpPair(t)
+		c := newConn(srv, nc)
+		answer(c, "A", CodeUnknownTarget, msgUnknownTarget, false)
+		c.wmu.Lock()
+		require.NotNil(t, c.wbuf, "an unflushed answer is held")
+		c.wmu.Unlock()
+		c.flush()
+		answer(c, "B", CodeUnknownTarget, msgUnknownTarget, true)
+		c.wmu.Lock()
+		assert.Nil(t, c.wbuf)
+		c.wmu.Unlock()
+		r := bufio.NewReader(client)
+		require.NoError(t, client.SetReadDeadline(time.Now().Add(ioTimeout)))
+		for _, want := range []string{"A|E903|" + msgUnknownTarget + "\n", "B|E903|" + msgUnknownTarget + "\n"} {
+			got, err := r.ReadString('\n')
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		}
+	})
+}
+
+// TestAnswersOverflowTheWriteBuffer checks that a burst of answers larger
+// than the write buffer goes out whole and in order.
+func TestAnswersOverflowTheWriteBuffer(t *testing.T) {
+	srv := lineServer(t, DefaultMaxLineBytes)
+	nc, client := tcpPair(t)
+	c := newConn(srv, nc)
+	long := strings.Repeat("m", MaxMessageBytes)
+	var want strings.Builder
+	for i := range 100 { // about 60 KB: many buffers' worth
+		txid := fmt.Sprintf("%064d", i)
+		want.WriteString(txid + "|B201|" + long + "\n")
+	}
+	done := make(chan []byte, 1)
+	go func() {
+		_ = client.SetReadDeadline(time.Now().Add(ioTimeout))
+		b, _ := io.ReadAll(io.LimitReader(client, int64(want.Len())))
+		done <- b
+	}()
+	for i := range 100 {
+		answer(c, fmt.Sprintf("%064d", i), "B201", long, false)
+		c.wmu.Lock()
+		// Each answer is of the longest kind: seven fit, the eighth sends them.
+		require.Len(t, *c.wbuf, (i%7+1)*maxAnswerLen, "answers are written once the next might not fit")
+		require.Equal(t, writeBufSize, cap(*c.wbuf), "the write buffer never grows")
+		c.wmu.Unlock()
+	}
+	c.flush()
+	assert.Equal(t, want.String(), string(<-done))
+}
+
+func TestLongLinesThroughTheServer(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	_, addr := startServer(t, cfg)
+	line := func(txid string, n int) string {
+		s := txid + "|NONE|"
+		return s + strings.Repeat("p", n-len(s))
+	}
+	unknown := func(txid string) string { return txid + "|E903|" + msgUnknownTarget }
+	tooLong := func(txid string) string { return txid + "|E900|" + msgLineTooLong }
+
+	t.Run("limit and one over, right after small lines", func(t *testing.T) {
+		c := dial(t, addr)
+		c.send("S1|NONE|a", "S2|NONE|b",
+			line("EX1", DefaultMaxLineBytes), line("EX2", DefaultMaxLineBytes)+"\r",
+			line("OV1", DefaultMaxLineBytes+1), line("OV2", DefaultMaxLineBytes+1)+"\r",
+			"S3|NONE|c")
+		assert.Equal(t, map[string]string{
+			"S1": unknown("S1"), "S2": unknown("S2"),
+			"EX1": unknown("EX1"), "EX2": unknown("EX2"),
+			"OV1": tooLong("OV1"), "OV2": tooLong("OV2"),
+			"S3": unknown("S3"),
+		}, c.readByTxID(7))
+	})
+
+	t.Run("pipelined lines of every length", func(t *testing.T) {
+		c := dial(t, addr)
+		want := map[string]string{}
+		var lines []string
+		for i := range 300 {
+			txid := fmt.Sprintf("P%03d", i)
+			n := []int{20, 600, readBufSize - 1, readBufSize + 1, 9000, DefaultMaxLineBytes, DefaultMaxLineBytes + 1, 40000}[i%8]
+			lines = append(lines, line(txid, n))
+			want[txid] = unknown(txid)
+			if n > DefaultMaxLineBytes {
+				want[txid] = tooLong(txid)
+			}
+		}
+		sent := make(chan error, 1)
+		go func() {
+			_, err := io.WriteString(c.nc, strings.Join(lines, "\n")+"\n")
+			sent <- err
+		}()
+		assert.Equal(t, want, c.readByTxID(len(want)))
+		require.NoError(t, <-sent)
+	})
+
+	t.Run("a long line written in pieces", func(t *testing.T) {
+		c := dial(t, addr)
+		full := line("PC", DefaultMaxLineBytes) + "\n"
+		for rest := full; len(rest) > 0; {
+			n := min(len(rest), 3000)
+			_, err := io.WriteString(c.nc, rest[:n])
+			require.NoError(t, err)
+			rest = rest[n:]
+		}
+		assert.Equal(t, unknown("PC"), c.read())
+		assert.Equal(t, unknown("Z"), c.roundTrip("Z|NONE|x"))
+	})
+}
+
+// TestFastFailThroughTheConnectionDoesNotAllocate checks that an E904 line
+// costs no allocation from the socket to the answer on the socket: the read
+// through syscall.RawConn, the lent read and write buffers, the breaker's
+// refusal and the deadlines.
+func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.FailThreshold, cfg.ResetTimeout = 1, time.Hour
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
+	rt := srv.lookup([]byte("CORE"))
+	ticket, err := rt.breaker.Allow()
+	require.NoError(t, err)
+	rt.breaker.Done(ticket, true)
+	require.Equal(t, breaker.Open, rt.breaker.Snapshot().State)
+
+	nc, client := tcpPair(t)
+	c := newConn(srv, nc)
+	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
+	want := "TX-000123|E904|circuit open; retry after 3600s\n"
+	got := make([]byte, len(want))
+	require.NoError(t, client.SetDeadline(time.Now().Add(ioTimeout)))
+	var failed error
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := client.Write(request); err != nil {
+			failed = err
+			return
+		}
+		c.armReadDeadline()
+		line, _, err := c.readLine()
+		if err != nil {
+			failed = err
+			return
+		}
+		c.serveLine(line)
+		if !c.completeLineBuffered() {
+			c.flush()
+		}
+		if _, err := io.ReadFull(client, got); err != nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	assert.Equal(t, want, string(got))
+	assert.Zero(t, allocs)
+}
+
+// errorConn answers every read with no bytes and err.
+type errorConn struct {
+	net.Conn
+	err error
+}
+
+func (ec errorConn) Read([]byte) (int, error) { return 0, ec.err }
+
+func TestReadFailureDropsThePartialLine(t *testing.T) {
+	srv := lineServer(t, DefaultMaxLineBytes)
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		readErr error
+		want    error
+	}{
+		{name: "read error", readErr: boom, want: boom},
+		{name: "reads that return nothing", readErr: nil, want: io.ErrNoProgress},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newConn(srv, &chunkConn{in: []byte("A|CORE|1\nB|CO"), chunk: 1 << 10})
+			line, _, err := c.readLine()
+			require.NoError(t, err)
+			require.Equal(t, "A|CORE|1", string(line))
+			c.nc = errorConn{err: tt.readErr}
+			line, tooLong, err := c.readLine()
+			assert.ErrorIs(t, err, tt.want)
+			assert.Nil(t, line)
+			assert.False(t, tooLong)
+		})
+	}
+}
