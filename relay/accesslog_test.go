@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 func TestAccessLogRecordsEveryAnswer(t *testing.T) {
@@ -24,7 +26,7 @@ func TestAccessLogRecordsEveryAnswer(t *testing.T) {
 		}
 		echo(w, r, p)
 	})
-	var out lockedBuffer
+	var out logtest.Buffer
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.AccessLog = &out
 	cfg.FailThreshold = 1
@@ -41,7 +43,7 @@ func TestAccessLogRecordsEveryAnswer(t *testing.T) {
 	defer cancel()
 	require.NoError(t, srv.Shutdown(ctx))
 
-	lines := out.jsonLines(t)
+	lines := out.Lines(t)
 	require.Len(t, lines, 5)
 	want := []map[string]any{
 		{"txid": "T1", "target": "CORE", "code": "0000", "bytes": 5.0},
@@ -65,7 +67,7 @@ type gateWriter struct {
 	entered chan struct{}
 	release chan struct{}
 	once    sync.Once
-	out     lockedBuffer
+	out     logtest.Buffer
 }
 
 func (g *gateWriter) Write(p []byte) (int, error) {
@@ -107,13 +109,13 @@ func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
 	// and once the writer is free, Close writes the rest.
 	close(gate.release)
 	require.NoError(t, srv.Close())
-	assert.Len(t, gate.out.jsonLines(t), 5)
+	assert.Len(t, gate.out.Lines(t), 5)
 }
 
 // flakyWriter fails while failing is set. Safe for concurrent use.
 type flakyWriter struct {
 	failing atomic.Bool
-	out     lockedBuffer
+	out     logtest.Buffer
 }
 
 func (f *flakyWriter) Write(p []byte) (int, error) {
@@ -124,7 +126,7 @@ func (f *flakyWriter) Write(p []byte) (int, error) {
 }
 
 func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	w := &flakyWriter{}
 	w.failing.Store(true)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
@@ -139,14 +141,14 @@ func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
 	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 1 }, "first lost line not counted")
 	c.roundTrip("lost2|NOPE|x")
 	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 2 }, "second lost line not counted")
-	assert.Len(t, withMessage(logs.jsonLines(t), "access log write failed; lines are dropped until a write succeeds"), 1)
+	assert.Len(t, withMessage(logs.Lines(t), "access log write failed; lines are dropped until a write succeeds"), 1)
 
 	// Once it works again, the log resumes.
 	w.failing.Store(false)
 	c.roundTrip("kept|NOPE|x")
 	require.NoError(t, srv.Close())
-	lines := w.out.jsonLines(t)
+	lines := w.out.Lines(t)
 	require.Len(t, lines, 1)
 	assert.Equal(t, "kept", lines[0]["txid"])
-	assert.Len(t, withMessage(logs.jsonLines(t), "access log writes succeed again"), 1)
+	assert.Len(t, withMessage(logs.Lines(t), "access log writes succeed again"), 1)
 }

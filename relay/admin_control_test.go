@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 // controlAdmin serves srv's admin handler with token and a logger into logs,
@@ -63,7 +65,7 @@ func TestBreakerActions(t *testing.T) {
 	var tr transitions
 	cfg.OnTransition = tr.observe
 	reg := withMetrics(t, &cfg)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	cfg.Logger = zerolog.New(&logs)
 	srv, addr := startServer(t, cfg)
 	base := controlAdmin(t, srv, "", &logs)
@@ -114,7 +116,7 @@ func TestBreakerActions(t *testing.T) {
 	assert.Equal(t, 2.0, metricValue(t, reg, metricTransitions, labelTarget, "CORE", labelFrom, "CLOSED", labelTo, "OPEN"))
 	assert.Equal(t, 1.0, metricValue(t, reg, metricTransitions, labelTarget, "CORE", labelFrom, "OPEN", labelTo, "CLOSED"))
 	var events []string
-	for _, l := range logs.jsonLines(t) {
+	for _, l := range logs.Lines(t) {
 		switch l["message"] {
 		case "breaker action":
 			assert.Equal(t, "info", l["level"])
@@ -186,7 +188,7 @@ func TestAdminTokenGuardsPosts(t *testing.T) {
 	var tr transitions
 	cfg.OnTransition = tr.observe
 	srv, _ := startServer(t, cfg)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	const token = "s3cret-token"
 	base := controlAdmin(t, srv, token, &logs)
 	open := `{"action":"open"}`
@@ -207,8 +209,8 @@ func TestAdminTokenGuardsPosts(t *testing.T) {
 	code, _, _ = adminDo(t, http.MethodPut, base+"/status", "", "")
 	assert.Equal(t, http.StatusUnauthorized, code, "every method but GET and HEAD needs it")
 	assert.Empty(t, tr.list())
-	assert.NotContains(t, logs.buf.String(), "s3cret", "the token is never logged")
-	assert.Contains(t, logs.buf.String(), "admin request refused")
+	assert.NotContains(t, logs.String(), "s3cret", "the token is never logged")
+	assert.Contains(t, logs.String(), "admin request refused")
 
 	// GETs need no token;
 	code, body, _ := adminDo(t, http.MethodGet, base+"/status", "", "")

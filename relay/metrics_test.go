@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 // withMetrics adds Metrics on a fresh registry to cfg and returns the
@@ -324,7 +323,7 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 	cfg.Clock = nil
 	cfg.Logger = zerolog.Nop()
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 2, time.Millisecond, 4
-	var access lockedBuffer
+	var access logtest.Buffer
 	cfg.AccessLog = &access
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
@@ -378,7 +377,7 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 	}
 
 	require.NoError(t, srv.Close())
-	assert.Len(t, access.jsonLines(t), clients*perClient, "one access log line per answer")
+	assert.Len(t, access.Lines(t), clients*perClient, "one access log line per answer")
 	assert.Zero(t, metricValue(t, reg, metricAccessLogDropped))
 }
 
@@ -389,35 +388,6 @@ func TestCallCodeLabel(t *testing.T) {
 	} {
 		assert.Equal(t, want, codeLabelValues[callCodeLabel(code)], code)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for many writers. Safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// jsonLines returns the buffer's lines parsed as JSON objects.
-func (b *lockedBuffer) jsonLines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		out = append(out, m)
-	}
-	return out
 }
 
 // withMessage returns the lines whose message is msg.
@@ -433,7 +403,7 @@ func withMessage(lines []map[string]any, msg string) []map[string]any {
 
 func TestBreakerTransitionsAreLogged(t *testing.T) {
 	// Given a logger that keeps its lines and a breaker with threshold 2.
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	core := newFakeTarget(t, answerStatus(503))
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
@@ -450,7 +420,7 @@ func TestBreakerTransitionsAreLogged(t *testing.T) {
 
 	// then each change is one line, at warn when it opened, with the
 	// failure count and the retry hint of the moment.
-	lines := withMessage(logs.jsonLines(t), "breaker state changed")
+	lines := withMessage(logs.Lines(t), "breaker state changed")
 	require.Len(t, lines, 3)
 	assert.Subset(t, lines[0], map[string]any{
 		"level": "warn", "target": "CORE", "from": "CLOSED", "to": "OPEN",
@@ -458,14 +428,14 @@ func TestBreakerTransitionsAreLogged(t *testing.T) {
 	})
 	assert.Subset(t, lines[1], map[string]any{"level": "info", "from": "OPEN", "to": "HALF_OPEN"})
 	assert.Subset(t, lines[2], map[string]any{"level": "info", "from": "HALF_OPEN", "to": "CLOSED", "consecutive_failures": 0.0})
-	for _, l := range withMessage(logs.jsonLines(t), "call done") {
+	for _, l := range withMessage(logs.Lines(t), "call done") {
 		assert.Equal(t, "warn", l["level"], "only failed calls are logged above debug: %v", l)
 		assert.Contains(t, l, "detail", "the target's message, apart from the log message")
 	}
 }
 
 func TestFailedCallsAreLoggedSparingly(t *testing.T) {
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	core := newFakeTarget(t, answerStatus(500))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
@@ -481,7 +451,7 @@ func TestFailedCallsAreLoggedSparingly(t *testing.T) {
 	var levels map[string]int
 	eventually(t, func() bool {
 		levels = map[string]int{}
-		for _, l := range withMessage(logs.jsonLines(t), "call done") {
+		for _, l := range withMessage(logs.Lines(t), "call done") {
 			levels[l["level"].(string)]++
 		}
 		return levels["warn"]+levels["debug"] == calls

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 // settings returns per-target settings with the given bulkhead size,
@@ -37,7 +38,7 @@ func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 	dr := newFakeTarget(t, echo)
 	cfg, clk := fallbackPair(t, core, dr, settings(0, 1, 10*time.Second), settings(0, 1, time.Minute))
 	reg := withMetrics(t, &cfg)
-	var access lockedBuffer
+	var access logtest.Buffer
 	cfg.AccessLog = &access
 	srv, addr := startServer(t, cfg)
 	c := dial(t, addr)
@@ -79,7 +80,7 @@ func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	require.NoError(t, srv.Shutdown(ctx))
-	lines := access.jsonLines(t)
+	lines := access.Lines(t)
 	require.Len(t, lines, 6)
 	assert.Subset(t, lines[0], map[string]any{"txid": "F1", "target": "CORE", "code": "E500"})
 	assert.NotContains(t, lines[0], "fallback_for")

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 // parse parses args (and env, as KEY=VALUE pairs) into a cli as main does.
@@ -216,33 +216,6 @@ func TestRunServesAndLogsTransitions(t *testing.T) {
 	assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\|CORE\|CLOSED->OPEN\n$`, string(data))
 }
 
-// lockedBuffer is a bytes.Buffer for many writers, for a logger that
-// several goroutines use. Safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns what was written, parsed as JSON objects.
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		out = append(out, m)
-	}
-	return out
-}
-
 // httpGet returns the status and body of GET url.
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -267,7 +240,7 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--target", "CORE="+target.URL,
 		"--fail-threshold", "1", "--breaker-log", filepath.Join(dir, "breaker.log"), "--access-log", accessPath)
 	require.NoError(t, err)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	addrs := make(chan [2]string, 1)
@@ -279,7 +252,7 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 	admin := "http://" + bound[1]
 
 	// its start-up line names both addresses,
-	start := logs.lines(t)[0]
+	start := logs.Lines(t)[0]
 	assert.Equal(t, "relay listening", start["message"])
 	assert.Equal(t, bound[0], start["addr"])
 	assert.Equal(t, bound[1], start["admin_addr"])
@@ -320,7 +293,7 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 
 	// the relay logs the change at warn,
 	var changes []map[string]any
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Lines(t) {
 		if l["message"] == "breaker state changed" {
 			changes = append(changes, l)
 		}
