@@ -45,6 +45,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 // Timeouts of the launcher. They bound every wait so a hung binary fails its
@@ -249,27 +251,6 @@ next:
 	return append(env, extra...)
 }
 
-// Buffer is a bytes.Buffer for one writer and many readers. It is safe for
-// concurrent use.
-type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-// Write appends p.
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns a copy of everything written so far.
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // Process is a started binary. Its methods may be called from any
 // goroutine, except that Wait, Signal and Kill report failures to the test
 // that started it and so belong on that test's goroutine.
@@ -278,8 +259,8 @@ type Process struct {
 	name string
 	cmd  *exec.Cmd
 
-	stdout Buffer
-	stderr Buffer
+	stdout logtest.Buffer
+	stderr logtest.Buffer
 
 	addrFound chan struct{} // closed when addr is set
 	addr      string        // written once before addrFound is closed
@@ -506,7 +487,8 @@ func RunEnv(t testing.TB, pkg string, env []string, args ...string) Result {
 	bin := Build(t, pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
 	defer cancel()
-	var stdout, stderr Buffer
+	// cmd.Run has finished copying into these before it returns.
+	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = environ(env)
