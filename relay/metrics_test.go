@@ -310,17 +310,7 @@ func TestNewMetricsAndSharing(t *testing.T) {
 // once, in the metrics and in the access log, and that the transition
 // counters form a consistent chain.
 func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
-	var n atomic.Int64
-	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
-		if n.Add(1)%3 == 0 {
-			w.WriteHeader(500)
-			return
-		}
-		echo(w, r, p)
-	})
-	claim := newFakeTarget(t, echo)
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
-	cfg.Clock = nil
+	cfg := flakyCoreConfig(t)
 	cfg.Logger = zerolog.Nop()
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 2, time.Millisecond, 4
 	var access logtest.Buffer

@@ -599,9 +599,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestHammer runs many connections of pipelined traffic against a flaky
-// target whose breaker trips and recovers on the real clock, under -race.
-func TestHammer(t *testing.T) {
+// flakyCoreConfig returns a Config of two targets on the real clock: CORE
+// fails every third call with HTTP 500, CLAIM always answers.
+func flakyCoreConfig(t *testing.T) Config {
+	t.Helper()
 	var n atomic.Int64
 	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
 		if n.Add(1)%3 == 0 {
@@ -613,6 +614,13 @@ func TestHammer(t *testing.T) {
 	claim := newFakeTarget(t, echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
 	cfg.Clock = nil
+	return cfg
+}
+
+// TestHammer runs many connections of pipelined traffic against a flaky
+// target whose breaker trips and recovers on the real clock, under -race.
+func TestHammer(t *testing.T) {
+	cfg := flakyCoreConfig(t)
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 2, time.Millisecond, 4
 	srv, addr := startServer(t, cfg)
 
