@@ -125,12 +125,30 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
+// badFlagCase is a command line the relay must refuse, and what the one
+// line of its error must say.
+type badFlagCase struct {
+	name string
+	args []string
+	want string
+}
+
+// assertBadFlags checks that each case is refused with one line naming what
+// was wrong.
+func assertBadFlags(t *testing.T, tests []badFlagCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, nil, tt.args...)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), "\n", "one line on stderr")
+		})
+	}
+}
+
 func TestBadValuesNameTheirFlag(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
+	tests := []badFlagCase{
 		{name: "zero threshold", args: []string{"--fail-threshold", "0"}, want: "--fail-threshold: must be at least 1"},
 		{name: "negative inflight", args: []string{"--max-inflight=-2"}, want: "--max-inflight: must be at least 1"},
 		{name: "zero line", args: []string{"--max-line-bytes", "0"}, want: "--max-line-bytes"},
@@ -154,14 +172,7 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, nil, tt.args...)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tt.want)
-			assert.NotContains(t, err.Error(), "\n", "one line on stderr")
-		})
-	}
+	assertBadFlags(t, tests)
 }
 
 func TestRunFailsOnBreakerLogItCannotOpen(t *testing.T) {

@@ -50,11 +50,7 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 }
 
 func TestBadPolicyValuesNameTheirFlag(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
+	tests := []badFlagCase{
 		{name: "rate above 1", args: []string{"--failure-rate", "1.5"}, want: "--failure-rate: must be from 0 (off) to 1, got 1.5"},
 		{name: "negative rate", args: []string{"--failure-rate=-0.2"}, want: "--failure-rate: must be from 0 (off) to 1"},
 		{name: "rate NaN", args: []string{"--failure-rate", "NaN"}, want: "--failure-rate"},
@@ -69,14 +65,7 @@ func TestBadPolicyValuesNameTheirFlag(t *testing.T) {
 		{name: "blank config", args: []string{"--config", " "}, want: "--config: must name a file"},
 		{name: "token with spaces", args: []string{"--admin-token", " t "}, want: "--admin-token"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, nil, tt.args...)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tt.want)
-			assert.NotContains(t, err.Error(), "\n", "one line on stderr")
-		})
-	}
+	assertBadFlags(t, tests)
 }
 
 func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
