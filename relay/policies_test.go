@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -315,48 +314,6 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, srv)
 			assert.Contains(t, err.Error(), tt.want)
-		})
-	}
-}
-
-func TestIdlePoolCoversEveryBulkhead(t *testing.T) {
-	tests := []struct {
-		name    string
-		targets []Target
-		want    int
-	}{
-		{
-			name: "own hosts: the largest bulkhead",
-			targets: []Target{
-				{Name: "A", URL: "http://127.0.0.1:9201", Settings: settings(40, 0, 0)},
-				{Name: "B", URL: "http://127.0.0.1:9202", Settings: settings(8, 0, 0)},
-			},
-			want: 40,
-		},
-		{
-			name: "shared host: the sum",
-			targets: []Target{
-				{Name: "A", URL: "http://core.bank/a", Settings: settings(40, 0, 0)},
-				{Name: "B", URL: "http://CORE.bank:80/b", Settings: settings(30, 0, 0)},
-				{Name: "C", URL: "https://core.bank", Settings: settings(50, 0, 0)},
-			},
-			want: 70,
-		},
-		{
-			name:    "never below the transport's own default",
-			targets: []Target{{Name: "A", URL: "http://127.0.0.1:1", Settings: settings(1, 0, 0)}},
-			want:    http.DefaultMaxIdleConnsPerHost,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv, err := New(Config{Targets: tt.targets})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = srv.Close() })
-			tr, ok := srv.client.Transport.(*http.Transport)
-			require.True(t, ok)
-			assert.Equal(t, tt.want, tr.MaxIdleConnsPerHost)
-			assert.Zero(t, tr.MaxConnsPerHost)
 		})
 	}
 }

@@ -27,7 +27,7 @@ type route struct {
 	ownSettings  bool   // the target came with Settings of its own
 	breaker      *breaker.Breaker
 	bulkhead     *bulkhead.Bulkhead
-	target       target
+	target       *target
 	failureCodes []string
 	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
 	viaBusy      string        // viaPrefix + msgBulkheadFull
@@ -35,6 +35,9 @@ type route struct {
 	log          zerolog.Logger
 	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions  transitionLog
+	// work hands admitted calls to this route's idle call workers; it is
+	// unbuffered, so a call goes only to a worker waiting for one.
+	work chan *call
 }
 
 // observer returns the breaker's transition observer for r: next (the
@@ -164,7 +167,7 @@ func (s *Server) lookup(name []byte) *route {
 //     goes back with Cancel (neither success nor failure, so a probe's slot
 //     is freed) and E905 at once. A full bulkhead never sends a request to
 //     the fallback: only a refusing breaker does;
-//  5. in a goroutine of its own: the HTTP call, its classification, the
+//  5. on a call worker (see startCall): the HTTP call, its classification, the
 //     result recorded with the breaker's DoneAfter (a failure when the code
 //     is one of the route's failure codes; the call's duration for the
 //     slow-call policy), the slot released, and the answer.
@@ -264,8 +267,44 @@ func (c *conn) dispatch(req Request) {
 
 	cl := getCall(c, rt, primary, ticket, req)
 	c.calls.Add(1)
-	s.wg.Go(func() { cl.run() })
+	s.startCall(rt, cl)
 	async = true
+}
+
+// startCall runs cl on one of rt's idle call workers, or on a new one when
+// none is waiting. It never waits. Workers outlive their calls so that a
+// call does not pay for a fresh goroutine whose stack then grows through
+// the HTTP client and the JSON decoder (a tenth of a call's CPU when each
+// call had a goroutine of its own). The bulkhead bounds a route's calls,
+// and so its busy workers; idle ones end after callWorkerIdle.
+func (s *Server) startCall(rt *route, cl *call) {
+	select {
+	case rt.work <- cl:
+	default:
+		s.wg.Go(func() { s.callWorker(rt.work, cl) })
+	}
+}
+
+// callWorkerIdle is how long a call worker waits for another call before
+// it ends.
+const callWorkerIdle = 2 * time.Second
+
+// callWorker runs cl, then the calls handed to it on work, until it has
+// waited callWorkerIdle for one or the Server stops.
+func (s *Server) callWorker(work <-chan *call, cl *call) {
+	idle := time.NewTimer(callWorkerIdle)
+	defer idle.Stop()
+	for {
+		cl.run()
+		idle.Reset(callWorkerIdle)
+		select {
+		case cl = <-work:
+		case <-idle.C:
+			return
+		case <-s.stopWorkers:
+			return
+		}
+	}
 }
 
 // refuseOpen answers E904 for rt, whose breaker refused the request with
@@ -341,7 +380,6 @@ type call struct {
 	ticket  breaker.Ticket
 	line    []byte // TXID then payload
 	txidN   int    // length of the TXID at the start of line
-	body    []byte // scratch for the target's answer
 	msg     []byte // scratch for "via NAME: " and the target's message
 }
 
@@ -361,9 +399,6 @@ func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req Request) *c
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
 	cl.c, cl.rt, cl.primary = nil, nil, nil
-	if cap(cl.body) > 16<<10 {
-		cl.body = nil
-	}
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -406,9 +441,8 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg, body := rt.target.call(s.callCtx, string(txid), cl.line[cl.txidN:], cl.body)
+	code, msg := rt.target.call(s.callCtx, txid, cl.line[cl.txidN:])
 	took := time.Since(start)
-	cl.body = body
 	failed := rt.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.

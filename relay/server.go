@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -203,11 +202,11 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Clock is the breakers' clock. Nil means the system clock.
 	Clock breaker.Clock
-	// HTTPClient makes the target calls. Nil means a client built for the
-	// hub (see New); a client given here is used as is, so it should not
-	// follow redirects and should pool at least MaxInflight connections per
-	// target. Its Timeout, if any, adds to TargetTimeout's bound.
-	HTTPClient *http.Client
+	// DialTarget, when set, opens the connections to targets in place of a
+	// TCP dial (an in-memory target, a test that needs to fail a dial). ctx
+	// bounds the dial: it ends at the call's timeout or when the Server
+	// gives up on its calls. Nil means TCP with keep-alive probes.
+	DialTarget func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives the hub's logs. The zero Logger logs nothing.
 	Logger zerolog.Logger
 	// OnTransition, if set, is called for every state change of every
@@ -240,8 +239,6 @@ type Server struct {
 	maxConns     int
 	idleTimeout  time.Duration
 	writeTimeout time.Duration
-	client       *http.Client
-	ownClient    bool // client was built by New, so Close may close its idle connections
 	log          zerolog.Logger
 	metrics      *Metrics   // nil without metrics
 	access       *accessLog // nil without an access log
@@ -266,8 +263,12 @@ type Server struct {
 	served    int                        // guarded by mu: connections being served (non-nil in conns)
 
 	// wg owns every goroutine the Server starts to serve clients: one per
-	// connection, one per turned-away connection, one per admitted call.
+	// connection, one per turned-away connection, the call workers.
 	wg conc.WaitGroup
+	// stopWorkers is closed when the Server stops, ending idle call
+	// workers.
+	stopWorkers     chan struct{}
+	stopWorkersOnce sync.Once
 	// bg owns the access log's writer, which outlives wg's goroutines: it
 	// writes what they recorded until they have all ended.
 	bg conc.WaitGroup
@@ -281,14 +282,10 @@ type Server struct {
 // own.
 //
 // Each target runs with its own settings: Target.Settings when set, else
-// the Config's. When cfg.HTTPClient is nil, New builds one client for all
-// targets whose transport keeps, per host, as many idle connections as the
-// bulkheads of the targets on that host hold together (the largest such sum
-// over the hosts), and never caps connections per host, so a full
-// bulkhead's worth of calls never waits for a connection; it uses no proxy
-// from the environment, asks for no compression, dials within the longest
-// target timeout (each call is bounded by its own target's) and follows no
-// redirects.
+// the Config's. Each target has its own pool of kept-alive connections,
+// never capped (its bulkhead bounds its calls, so a full bulkhead's worth of
+// calls never waits for a connection); the hub uses no proxy from the
+// environment, asks for no compression and follows no redirects.
 //
 // Each breaker's ProbeTimeout is its target's TargetTimeout plus one second
 // (SPEC §12, probe liveness): a probe that has not reported by then has
@@ -317,13 +314,15 @@ func New(cfg Config) (*Server, error) {
 		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
 		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
 		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
-		client:       cfg.HTTPClient,
 		log:          cfg.Logger.With().Str("component", "relay").Logger(),
 		metrics:      cfg.Metrics,
 		listeners:    make(map[*net.Listener]struct{}),
 		conns:        make(map[net.Conn]*conn),
+		stopWorkers:  make(chan struct{}),
 	}
 
+	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
+	conns := newTargetConns(s.callCtx, cfg.DialTarget)
 	for _, t := range cfg.Targets {
 		name, txURL, err := t.canonical()
 		if err != nil {
@@ -351,10 +350,11 @@ func New(cfg Config) (*Server, error) {
 			fallbackName: strings.ToUpper(t.Fallback),
 			ownSettings:  own,
 			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			target:       target{url: txURL, timeout: settings.TargetTimeout},
+			target:       newTarget(txURL, settings.TargetTimeout, settings.MaxInflight, conns),
 			failureCodes: codes,
 			viaPrefix:    "via " + name + ": ",
 			viaBusy:      "via " + name + ": " + msgBulkheadFull,
+			work:         make(chan *call),
 			log:          s.log.With().Str("target", name).Logger(),
 		}
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
@@ -378,17 +378,6 @@ func New(cfg Config) (*Server, error) {
 	if err := s.linkFallbacks(); err != nil {
 		return nil, err
 	}
-	if s.client == nil {
-		var longest time.Duration
-		for _, rt := range s.routes {
-			longest = max(longest, rt.target.timeout)
-		}
-		s.client = newHTTPClient(idlePerHost(s.routes), longest)
-		s.ownClient = true
-	}
-	for _, rt := range s.routes {
-		rt.target.client = s.client
-	}
 	// Label children are resolved once the whole configuration is known to
 	// be good, so a refused Config leaves no series behind. No breaker can
 	// have changed state yet, so no observer has read rt.metrics.
@@ -400,7 +389,6 @@ func New(cfg Config) (*Server, error) {
 			rt.metrics = cfg.Metrics.forTarget(rt.name, rt.fallbackName)
 		}
 	}
-	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
 	if cfg.AccessLog != nil {
 		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
 		s.bg.Go(s.access.writeLoop)
@@ -429,41 +417,6 @@ func (s *Server) linkFallbacks() error {
 		rt.fallback = fb
 	}
 	return nil
-}
-
-// idlePerHost returns how many idle connections the shared transport must
-// keep per host so that no bulkhead's worth of calls ever has to dial: the
-// sum of the bulkhead sizes of the targets on one host (targets may share
-// a host, and the transport pools by host), for the host where it is
-// largest.
-func idlePerHost(routes []*route) int {
-	perHost := make(map[string]int, len(routes))
-	most := 0
-	for _, rt := range routes {
-		key := hostKey(rt.target.url)
-		perHost[key] += rt.bulkhead.Limit()
-		most = max(most, perHost[key])
-	}
-	return most
-}
-
-// hostKey returns the scheme, host and port of a validated target URL the
-// way http.Transport keys its idle pool: lower-case host, default port
-// filled in.
-func hostKey(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		// New validated every URL before.
-		panic("relay: host of a validated URL: " + err.Error())
-	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // parseFailureCodes checks failure codes with ParseFailureCode and returns
@@ -876,6 +829,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cancel()
 		s.closeConns()
 	}
+	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
 	s.wg.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
@@ -894,6 +848,7 @@ func (s *Server) Close() error {
 	s.inShutdown.Store(true)
 	s.abortCalls(errShutdownAbort)
 	s.closeConns()
+	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
 	s.wg.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
@@ -961,10 +916,10 @@ func (s *Server) closeConns() {
 	}
 }
 
-// closeIdleHTTP drops pooled target connections of a client New built.
+// closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
-	if s.ownClient {
-		s.client.CloseIdleConnections()
+	for _, rt := range s.routes {
+		rt.target.close()
 	}
 }
 

@@ -493,14 +493,12 @@ func TestWriteTimeoutDisconnectsClientThatDoesNotRead(t *testing.T) {
 	assert.False(t, errors.As(err, &ne) && ne.Timeout(), "want the hub to close, got %v", err)
 }
 
-// panicTransport fails every call with a panic, standing in for a hub bug.
-type panicTransport struct{}
-
-func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("boom") }
+// panicDial fails every call with a panic, standing in for a hub bug.
+func panicDial(context.Context, string, string) (net.Conn, error) { panic("boom") }
 
 func TestPanicInCallAnswersE907(t *testing.T) {
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	cfg.HTTPClient = &http.Client{Transport: panicTransport{}}
+	cfg.DialTarget = panicDial
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 1, time.Second, 1
 	srv, addr := startServer(t, cfg)
 	rt := srv.lookup([]byte("CORE"))

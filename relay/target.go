@@ -3,16 +3,20 @@ package relay
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
-	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 )
 
 // maxAnswerBytes caps how much of a target's HTTP answer body the hub reads.
@@ -47,126 +51,292 @@ const (
 	msgHeldOpen        = "circuit open; held open by operator"
 )
 
-// target is the HTTP side of one configured target. It is safe for
+// target is the HTTP side of one configured target: a pool of kept-alive
+// connections to it (fasthttp's HostClient, whose calls write the request
+// and read the answer in the calling goroutine, with pooled buffers and no
+// allocation of their own) and the timeout of one call. It is safe for
 // concurrent use: its fields are set once by New.
 type target struct {
 	url     string // {base URL}/tx
-	client  *http.Client
+	uri     *fasthttp.URI
+	client  *fasthttp.HostClient
 	timeout time.Duration
 }
 
-// call sends one transaction to the target and classifies the outcome into a
-// response code and message (SPEC §3, §4). base bounds the call's life but is
-// never the client connection's context: a client that goes away does not
-// cancel a call that may already have reached the target. buf is scratch
-// space for the answer body; the returned message may alias it.
-//
-// The request is sent once. The hub adds no retries, and http.Transport
-// retries a POST on its own only when not a byte of it was written
-// (nothingWrittenError in net/http's shouldRetryRequest), so a transaction
-// that may have reached the target is never sent twice. Redirects are not
-// followed (see newHTTPClient): a 307 would resend the body elsewhere.
-func (t *target) call(base context.Context, txid string, payload []byte, buf []byte) (code string, msg []byte, _ []byte) {
-	ctx, cancel := context.WithTimeout(base, t.timeout)
-	defer cancel()
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(payload))
+// newTarget returns the target posting to txURL (validated by New) through
+// conns, whose calls last at most timeout. maxInflight is the target's
+// bulkhead size, which bounds its calls and so its connections: the pool
+// itself never refuses or queues a call.
+func newTarget(txURL string, timeout time.Duration, maxInflight int, conns *targetConns) *target {
+	u, err := url.Parse(txURL)
 	if err != nil {
-		// The URL was validated by New, so this is a bug, not a target fault.
-		panic("relay: build target request: " + err.Error())
+		panic("relay: parse a validated target URL: " + err.Error())
 	}
-	req.Header["X-Tx-Id"] = []string{txid}
-	req.Header["Content-Type"] = contentTypeText
-
-	resp, err := t.client.Do(req)
-	if err != nil {
-		code, m := classifyCallError(ctx, err)
-		return code, []byte(m), buf
+	uri := new(fasthttp.URI)
+	if err := uri.Parse(nil, []byte(txURL)); err != nil {
+		panic("relay: parse a validated target URL: " + err.Error())
 	}
-	buf, tooLarge, err := readCapped(resp.Body, buf[:0], maxAnswerBytes)
-	// Closing after a read to EOF returns the connection to the pool; after
-	// an error or an over-long body it discards the connection.
-	resp.Body.Close()
-	if err != nil {
-		code, m := classifyCallError(ctx, err)
-		return code, []byte(m), buf
+	tls := u.Scheme == "https"
+	return &target{
+		url: txURL,
+		uri: uri,
+		client: &fasthttp.HostClient{
+			Addr:                     fasthttp.AddMissingPort(u.Host, tls),
+			IsTLS:                    tls,
+			DialTimeout:              conns.dialFunc(!tls),
+			NoDefaultUserAgentHeader: true,
+			DisablePathNormalizing:   true,
+			MaxConns:                 math.MaxInt32,
+			MaxIdleConnDuration:      idleTargetConnTimeout,
+			ConnPoolStrategy:         fasthttp.LIFO,
+			// A healthy answer's headers are a few hundred bytes; the read
+			// buffer bounds them, so a broken target cannot make the hub
+			// buffer megabytes of them.
+			ReadBufferSize:      maxAnswerBytes,
+			MaxResponseBodySize: maxAnswerBytes,
+			// Only a request that was never written is tried again: one
+			// that met a kept-alive connection the target had already
+			// closed (errStaleConn). Each such try discards that
+			// connection, so a pool of them all stale still ends.
+			MaxIdemponentCallAttempts: maxInflight + 1,
+			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+				return false, errors.Is(err, errStaleConn)
+			},
+		},
+		timeout: timeout,
 	}
-	if tooLarge {
-		return CodeTargetFailed, []byte(msgAnswerTooLarge), buf
-	}
-	code, msg = DecodeAnswer(resp.StatusCode, buf)
-	return code, msg, buf
 }
 
-// contentTypeText is shared by every request: http.Transport only reads
-// request headers.
-var contentTypeText = []string{"text/plain; charset=utf-8"}
+// idleTargetConnTimeout is how long a pooled target connection may stay
+// unused before the hub closes it: under the 5 s keep-alive timeout of
+// common servers (Node.js's), so that the hub usually closes first rather
+// than racing the target's close with a new request. A connection the
+// target closed earlier is caught before reuse (targetConn.Write) and, if
+// never reused, released at this timeout.
+const idleTargetConnTimeout = 4 * time.Second
 
-// readCapped reads r to EOF, appending to buf, but no more than limit bytes:
-// tooLarge reports a body longer than limit, whose rest is left unread.
-func readCapped(r io.Reader, buf []byte, limit int) (_ []byte, tooLarge bool, err error) {
-	for {
-		if len(buf) > limit {
-			return buf, true, nil
+// Parts of every target request.
+var (
+	headerTxID      = []byte("X-Tx-Id")
+	contentTypeText = []byte("text/plain; charset=utf-8")
+)
+
+// call sends one transaction to the target and classifies the outcome into a
+// response code and message (SPEC §3, §4). abort is done when the Server
+// gives up on its calls (Close, or Shutdown past its time); it is never the
+// client connection's: a client that goes away does not cancel a call that
+// may already have reached the target.
+//
+// The request is sent once. The hub adds no retries; the pool tries a
+// request again only when it met a connection the target had closed while
+// it was idle, before a byte of it was written (see targetConn.Write), so a
+// transaction that may have reached the target is never sent twice.
+// Redirects are not followed: a 307 would resend the body elsewhere.
+func (t *target) call(abort context.Context, txid, payload []byte) (code string, msg []byte) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetURI(t.uri)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentTypeBytes(contentTypeText)
+	req.Header.SetCanonical(headerTxID, txid)
+	req.SetBodyRaw(payload)
+
+	if err := t.client.DoTimeout(req, resp, t.timeout); err != nil {
+		code, m := classifyCallError(abort, err)
+		return code, []byte(m)
+	}
+	// DecodeAnswer's message never aliases the body, which goes back to
+	// the pool on return.
+	return DecodeAnswer(resp.StatusCode(), resp.Body())
+}
+
+// close drops the target's idle pooled connections.
+func (t *target) close() {
+	t.client.CloseIdleConnections()
+}
+
+// errStaleConn is what a write on a kept-alive target connection returns
+// when the target closed it while it was idle: nothing was written, so the
+// request may go out on another connection.
+var errStaleConn = errors.New("relay: target closed the idle connection")
+
+// targetConns dials the hub's connections to its targets and keeps the set
+// of those open, so that calls the Server gives up on can be cut: a call
+// blocked reading an answer has no context to cancel. It is safe for
+// concurrent use.
+type targetConns struct {
+	abort context.Context // done when the Server gives up on its calls
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	mu    sync.Mutex
+	open  map[*targetConn]struct{} // guarded by mu; nil once aborted
+}
+
+// newTargetConns returns a targetConns that dials with dial (nil: TCP,
+// with keep-alive probes) and, when abort is done, closes every connection
+// and refuses new ones.
+func newTargetConns(abort context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *targetConns {
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	tc := &targetConns{abort: abort, dial: dial, open: make(map[*targetConn]struct{})}
+	context.AfterFunc(abort, tc.closeAll)
+	return tc
+}
+
+// dialFunc returns the pool's dial function. checkIdle turns on the check
+// for connections the target closed while idle; it is for plain HTTP only,
+// since TLS may leave bytes of its own (session tickets) unread on an idle
+// connection.
+func (tc *targetConns) dialFunc(checkIdle bool) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(tc.abort, timeout)
+		defer cancel()
+		nc, err := tc.dial(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
 		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, min(max(cap(buf), 512), limit+1-len(buf)))
+		c := &targetConn{Conn: nc, set: tc}
+		if checkIdle {
+			c.watchIdle()
 		}
-		n, err := r.Read(buf[len(buf):min(cap(buf), limit+1)])
-		buf = buf[:len(buf)+n]
-		switch {
-		case len(buf) > limit:
-			return buf, true, nil
-		case err == io.EOF:
-			return buf, false, nil
-		case err != nil:
-			return buf, false, err
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		if tc.open == nil {
+			nc.Close()
+			return nil, errShutdownAbort
+		}
+		tc.open[c] = struct{}{}
+		return c, nil
+	}
+}
+
+// closeAll closes every target connection and refuses new ones.
+func (tc *targetConns) closeAll() {
+	tc.mu.Lock()
+	open := tc.open
+	tc.open = nil
+	tc.mu.Unlock()
+	for c := range open {
+		c.Conn.Close()
+	}
+}
+
+// forget removes c from the open set.
+func (tc *targetConns) forget(c *targetConn) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	delete(tc.open, c)
+}
+
+// targetConn is one connection to a target. Before writing a request on a
+// connection that has already carried one, it checks that the target has
+// not closed it meanwhile: HTTP servers close idle kept-alive connections
+// (Node.js after 5 s, many proxies after a minute), and a request written
+// into such a connection would fail as E902 although the target never saw
+// it. The pool hands a connection to one call at a time, so Read and Write
+// never run concurrently; Close may run at any time.
+type targetConn struct {
+	net.Conn
+	set      *targetConns
+	rc       syscall.RawConn       // the socket, for the idle check; nil: no check
+	peek     func(fd uintptr) bool // c.peekIdle, bound once so that a check does not allocate
+	peekBuf  [1]byte
+	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
+	answered bool // a read happened since the last write: the next write starts a request
+}
+
+// watchIdle turns on the idle check when the connection is a socket.
+func (c *targetConn) watchIdle() {
+	if !rawReads {
+		return
+	}
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc, c.peek = rc, c.peekIdle
 		}
 	}
+}
+
+func (c *targetConn) Read(p []byte) (int, error) {
+	c.answered = true
+	return c.Conn.Read(p)
+}
+
+func (c *targetConn) Write(p []byte) (int, error) {
+	if c.answered {
+		c.answered = false
+		if c.rc != nil {
+			c.gone = false
+			if err := c.rc.Read(c.peek); err != nil || c.gone {
+				return 0, errStaleConn
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *targetConn) Close() error {
+	c.set.forget(c)
+	return c.Conn.Close()
+}
+
+// peekIdle is the idle check's syscall.RawConn callback: anything to read
+// on a connection between requests (the end of the stream, a reset, or
+// bytes nobody asked for) means it cannot carry another request. It never
+// waits.
+func (c *targetConn) peekIdle(fd uintptr) bool {
+	c.gone = peekReadable(fd, c.peekBuf[:])
+	return true
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,
 // including a connect that timed out), E902 (the target could not be
 // reached, or closed or reset the connection before a full answer) or E500
 // (the target answered, but not in HTTP: a malformed status line or header,
-// broken chunked framing, headers over the cap). ctx is the call's context,
-// whose cause tells a timeout from a shutdown abort.
-func classifyCallError(ctx context.Context, err error) (code, msg string) {
-	if errors.Is(context.Cause(ctx), errShutdownAbort) {
+// broken chunked framing, headers or body over the cap). A reset before the
+// first byte of an answer reads as a close: the HTTP client reports both
+// alike. abort is done with errShutdownAbort when the Server gave up on the
+// call.
+func classifyCallError(abort context.Context, err error) (code, msg string) {
+	if errors.Is(context.Cause(abort), errShutdownAbort) {
 		// The target may have processed the transaction; like a timeout,
 		// the hub cannot tell, so the code is E901.
 		return CodeTimeout, msgShutdownAbort
 	}
 	var (
-		ne     net.Error
-		opErr  *net.OpError
-		dnsErr *net.DNSError
+		timeout interface{ Timeout() bool } // net.Error's, and fasthttp.ErrTimeout's
+		opErr   *net.OpError
+		dnsErr  *net.DNSError
 	)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return CodeTargetFailed, msgAnswerTooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &timeout) && timeout.Timeout():
 		return CodeTimeout, msgTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return CodeUnreachable, msgRefusedConn
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return CodeUnreachable, msgResetConn
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errStaleConn):
 		return CodeUnreachable, msgClosedEarly
 	case errors.As(err, &opErr), errors.As(err, &dnsErr):
 		// Any other socket-level failure: no route, name not found, ...
 		return CodeUnreachable, msgUnreachable
 	default:
-		// The connection worked and bytes came back, but net/http could
-		// not read them as an HTTP answer.
+		// The connection worked and bytes came back, but they could not
+		// be read as an HTTP answer.
 		return CodeTargetFailed, msgNotHTTP
 	}
 }
 
-// targetAnswer is the JSON body of a target's answer (SPEC §4).
-type targetAnswer struct {
-	Code    *string `json:"code"`
-	Message string  `json:"message"`
-}
+// answerParsers hold the JSON parsers of target answers: fastjson parses
+// in place, without reflection or allocation, where encoding/json took a
+// tenth of a call's CPU.
+var answerParsers fastjson.ParserPool
 
 // DecodeAnswer classifies a target's HTTP answer, given its status and body,
 // into the response code and message the client gets (SPEC §3, §4):
@@ -177,37 +347,88 @@ type targetAnswer struct {
 //   - 5xx, a 200 body that is not such JSON, a code of another form, or any
 //     other status: E500.
 //
-// The returned message is raw (the response writer cleans and caps it). It
-// never panics, whatever the body.
+// The returned message is raw (the response writer cleans and caps it) and
+// never aliases body. It never panics, whatever the body.
 func DecodeAnswer(status int, body []byte) (code string, msg []byte) {
-	var a targetAnswer
-	jsonErr := json.Unmarshal(body, &a)
-	hasAnswer := jsonErr == nil && a.Code != nil
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	a := parseAnswer(p, body)
 	switch {
 	case status == http.StatusOK:
-		if !hasAnswer {
+		if !a.valid || a.code == nil {
 			return CodeTargetFailed, []byte(msgNotProtocol)
 		}
-		if !validTargetCode(*a.Code) {
+		if !validTargetCode(a.code) {
 			return CodeTargetFailed, []byte(msgBadTargetCode)
 		}
-		return *a.Code, []byte(a.Message)
+		return targetCode(a.code), bytes.Clone(a.message)
 	case status >= 400 && status <= 499:
-		return CodeRefused, statusMessage("target refused the request: HTTP ", status, a.Message, jsonErr == nil)
+		return CodeRefused, statusMessage("target refused the request: HTTP ", status, a.message)
 	case status >= 500 && status <= 599:
-		return CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.Message, jsonErr == nil)
+		return CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.message)
 	default:
-		return CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, "", false)
+		return CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, nil)
 	}
+}
+
+// targetAnswer is what parseAnswer read of a target's JSON answer. Its
+// slices point into the parser's memory.
+type targetAnswer struct {
+	valid   bool   // the body is JSON, and "code" and "message" are strings when present
+	code    []byte // nil when absent or null
+	message []byte // empty when absent or null
+}
+
+// parseAnswer reads body as a target's JSON answer, {"code": "...",
+// "message": "..."}. Other members are ignored; a body that is not JSON, a
+// JSON value that is not an object, or a "code" or "message" that is
+// neither a string nor null is not valid.
+func parseAnswer(p *fastjson.Parser, body []byte) targetAnswer {
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return targetAnswer{}
+	}
+	obj, err := v.Object()
+	if err != nil {
+		return targetAnswer{valid: v.Type() == fastjson.TypeNull}
+	}
+	a := targetAnswer{valid: true}
+	var ok bool
+	if a.code, ok = stringMember(obj, "code"); !ok {
+		return targetAnswer{}
+	}
+	if a.message, ok = stringMember(obj, "message"); !ok {
+		return targetAnswer{}
+	}
+	return a
+}
+
+// stringMember returns the string member key of obj, nil when it is absent
+// or null; ok is false when it is of another type.
+func stringMember(obj *fastjson.Object, key string) (_ []byte, ok bool) {
+	v := obj.Get(key)
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil, true
+	}
+	b, err := v.StringBytes()
+	return b, err == nil
+}
+
+// targetCode returns code, valid, as a string: 0000 without allocating.
+func targetCode(code []byte) string {
+	if string(code) == CodeOK {
+		return CodeOK
+	}
+	return string(code)
 }
 
 // statusMessage builds "<head><status>" and appends ": <detail>" when the
 // target explained itself in a JSON message.
-func statusMessage(head string, status int, detail string, hasDetail bool) []byte {
+func statusMessage(head string, status int, detail []byte) []byte {
 	b := make([]byte, 0, len(head)+3+2+len(detail))
 	b = append(b, head...)
 	b = strconv.AppendInt(b, int64(status), 10)
-	if hasDetail && detail != "" {
+	if len(detail) > 0 {
 		b = append(b, ": "...)
 		b = append(b, detail...)
 	}
@@ -216,11 +437,11 @@ func statusMessage(head string, status int, detail string, hasDetail bool) []byt
 
 // validTargetCode reports whether code is one a target may send: 0000, Bnnn
 // or Ennn with n a decimal digit.
-func validTargetCode(code string) bool {
+func validTargetCode[T ~string | ~[]byte](code T) bool {
 	if len(code) != 4 {
 		return false
 	}
-	if code == CodeOK {
+	if string(code) == CodeOK {
 		return true
 	}
 	if code[0] != 'B' && code[0] != 'E' {
@@ -232,35 +453,4 @@ func validTargetCode(code string) bool {
 		}
 	}
 	return true
-}
-
-// newHTTPClient builds the client shared by all targets when Config has none.
-// The transport keeps up to maxIdlePerHost idle connections per host, and
-// never caps connections per host, so a full bulkhead's worth of concurrent
-// calls never waits for a connection and, once warm, never dials. It ignores proxy settings from the
-// environment (a hub talks to its targets directly), asks for no
-// compression, and follows no redirects.
-func newHTTPClient(maxIdlePerHost int, timeout time.Duration) *http.Client {
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         dialer.DialContext,
-		MaxIdleConns:        0, // no overall cap: MaxIdleConnsPerHost bounds each target
-		MaxIdleConnsPerHost: max(maxIdlePerHost, http.DefaultMaxIdleConnsPerHost),
-		MaxConnsPerHost:     0,
-		IdleConnTimeout:     30 * time.Second,
-		TLSHandshakeTimeout: timeout,
-		// A healthy answer's headers are a few hundred bytes; the cap keeps
-		// a broken target from making the hub buffer megabytes of them.
-		MaxResponseHeaderBytes: maxAnswerBytes,
-		ExpectContinueTimeout:  0,
-		DisableCompression:     true,
-		DisableKeepAlives:      false,
-	}
-	return &http.Client{
-		Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
 }

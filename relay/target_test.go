@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -68,16 +67,23 @@ func waitForClientGone(r *http.Request) {
 	<-r.Context().Done()
 }
 
-// testTarget returns a target posting to srvURL with a fresh hub-built
-// client.
+// testTarget returns a target posting to srvURL with a pool of its own,
+// for a bulkhead of 10.
 func testTarget(t *testing.T, srvURL string, timeout time.Duration) *target {
+	t.Helper()
+	return testTargetAborted(t, srvURL, timeout, context.Background())
+}
+
+// testTargetAborted is testTarget whose calls are given up on when abort
+// is done.
+func testTargetAborted(t *testing.T, srvURL string, timeout time.Duration, abort context.Context) *target {
 	t.Helper()
 	name, txURL, err := Target{Name: "core", URL: srvURL}.canonical()
 	require.NoError(t, err)
 	require.Equal(t, "CORE", name)
-	client := newHTTPClient(10, timeout)
-	t.Cleanup(client.CloseIdleConnections)
-	return &target{url: txURL, client: client, timeout: timeout}
+	tg := newTarget(txURL, timeout, 10, newTargetConns(abort, nil))
+	t.Cleanup(tg.close)
+	return tg
 }
 
 func TestTargetCallSendsTheTransaction(t *testing.T) {
@@ -95,7 +101,7 @@ func TestTargetCallSendsTheTransaction(t *testing.T) {
 	tg := testTarget(t, srv.URL+"/", time.Second)
 
 	payload := []byte("XFER 1|2 \x00\xff 3")
-	code, msg, _ := tg.call(context.Background(), "TX-1", payload, nil)
+	code, msg := tg.call(context.Background(), []byte("TX-1"), payload)
 
 	assert.Equal(t, "0000", code)
 	assert.Equal(t, "balance=99500", string(msg))
@@ -167,6 +173,14 @@ func TestTargetCallClassifies(t *testing.T) {
 			wantCode: "E500", wantMsg: "target answered unexpected HTTP 307",
 		},
 		{
+			name: "headers over the cap",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Padding", strings.Repeat("p", maxAnswerBytes))
+				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+			},
+			wantCode: "E500", wantMsg: msgNotHTTP,
+		},
+		{
 			name: "no headers in time",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				waitForClientGone(r)
@@ -194,7 +208,9 @@ func TestTargetCallClassifies(t *testing.T) {
 			wantCode: "E902", wantMsg: msgClosedEarly,
 		},
 		{
-			name: "reset",
+			// Before the first byte of an answer, the client cannot tell a
+			// reset from a close.
+			name: "reset before the answer",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				c, _, err := w.(http.Hijacker).Hijack()
 				if err == nil {
@@ -202,7 +218,7 @@ func TestTargetCallClassifies(t *testing.T) {
 					c.Close()
 				}
 			},
-			wantCode: "E902", wantMsg: msgResetConn,
+			wantCode: "E902", wantMsg: msgClosedEarly,
 		},
 		{
 			name: "closed mid body",
@@ -222,7 +238,7 @@ func TestTargetCallClassifies(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			t.Cleanup(srv.Close)
 			tg := testTarget(t, srv.URL, timeout)
-			code, msg, _ := tg.call(context.Background(), "TX1", []byte("BAL 1"), nil)
+			code, msg := tg.call(context.Background(), []byte("TX1"), []byte("BAL 1"))
 			assert.Equal(t, tt.wantCode, code)
 			assert.Equal(t, tt.wantMsg, string(msg))
 		})
@@ -237,23 +253,115 @@ func TestTargetCallRefused(t *testing.T) {
 	require.NoError(t, ln.Close())
 
 	tg := testTarget(t, "http://"+addr, time.Second)
-	code, msg, _ := tg.call(context.Background(), "TX1", nil, nil)
+	code, msg := tg.call(context.Background(), []byte("TX1"), nil)
 	assert.Equal(t, "E902", code)
 	assert.Equal(t, msgRefusedConn, string(msg))
 }
 
 func TestTargetCallAbortedByShutdown(t *testing.T) {
+	entered := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
 		waitForClientGone(r)
 	}))
 	t.Cleanup(srv.Close)
-	tg := testTarget(t, srv.URL, time.Minute)
-
 	ctx, abort := context.WithCancelCause(context.Background())
-	time.AfterFunc(20*time.Millisecond, func() { abort(errShutdownAbort) })
-	code, msg, _ := tg.call(ctx, "TX1", nil, nil)
+	tg := testTargetAborted(t, srv.URL, time.Minute, ctx)
+	go func() {
+		<-entered
+		abort(errShutdownAbort)
+	}()
+
+	// The call blocks reading the answer until the abort cuts its
+	// connection, long before the minute of its timeout.
+	code, msg := tg.call(ctx, []byte("TX1"), nil)
 	assert.Equal(t, "E901", code)
 	assert.Equal(t, msgShutdownAbort, string(msg))
+
+	code, msg = tg.call(ctx, []byte("TX2"), nil)
+	assert.Equal(t, "E901", code, "no call goes out once aborted")
+	assert.Equal(t, msgShutdownAbort, string(msg))
+}
+
+// TestTargetCallSkipsConnectionsClosedWhileIdle has the target close every
+// kept-alive connection once it has answered, as servers do when a
+// connection stays idle past their keep-alive timeout: the next transaction
+// must not be lost to the dead connection (E902) but go out, once, on a
+// fresh one.
+func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+	}))
+	closed := make(chan struct{}, 10)
+	var dials atomic.Int32
+	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			dials.Add(1)
+		case http.StateIdle:
+			c.Close()
+		case http.StateClosed:
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, time.Second)
+
+	for i := range 3 {
+		code, msg := tg.call(context.Background(), []byte("TX"), []byte("DEP 1 5"))
+		require.Equal(t, "0000", code, "call %d: %s", i, msg)
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the target did not close the connection")
+		}
+	}
+	assert.Equal(t, int32(3), calls.Load(), "each transaction reaches the target exactly once")
+	assert.Equal(t, int32(3), dials.Load(), "each transaction after the first needs a fresh connection")
+}
+
+// TestTargetCallSkipsEveryStaleConnection fills the pool with connections,
+// has the target close them all (as a target restarting does), and sends
+// one more transaction: it must try the dead connections one by one without
+// writing to any, then reach the target, once, on a fresh one.
+func TestTargetCallSkipsEveryStaleConnection(t *testing.T) {
+	const pooled = 4
+	var calls atomic.Int32
+	entered := make(chan struct{}, pooled)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= pooled {
+			entered <- struct{}{}
+			<-release
+		}
+		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, 5*time.Second)
+	done := make(chan string, pooled)
+	for range pooled {
+		go func() {
+			code, _ := tg.call(context.Background(), []byte("TX"), nil)
+			done <- code
+		}()
+	}
+	for range pooled {
+		<-entered
+	}
+	close(release)
+	for range pooled {
+		require.Equal(t, "0000", <-done)
+	}
+
+	srv.CloseClientConnections()
+	code, msg := tg.call(context.Background(), []byte("TX-LAST"), []byte("DEP 1 5"))
+
+	assert.Equal(t, "0000", code, string(msg))
+	assert.Equal(t, int32(pooled+1), calls.Load(), "the last transaction reaches the target exactly once")
 }
 
 // TestTargetCallNeverRetries sends a transaction over a kept-alive connection
@@ -278,9 +386,9 @@ func TestTargetCallNeverRetries(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, time.Second)
 
-	code, _, _ := tg.call(context.Background(), "TX1", []byte("DEP 1 5"), nil)
+	code, _ := tg.call(context.Background(), []byte("TX1"), []byte("DEP 1 5"))
 	require.Equal(t, "0000", code)
-	code, msg, _ := tg.call(context.Background(), "TX2", []byte("DEP 1 5"), nil)
+	code, msg := tg.call(context.Background(), []byte("TX2"), []byte("DEP 1 5"))
 
 	assert.Equal(t, "E902", code)
 	assert.Equal(t, msgClosedEarly, string(msg))
@@ -319,7 +427,7 @@ func TestTargetCallReusesConnections(t *testing.T) {
 		done := make(chan string, concurrent)
 		for range concurrent {
 			go func() {
-				code, _, _ := tg.call(context.Background(), "TX", nil, nil)
+				code, _ := tg.call(context.Background(), []byte("TX"), nil)
 				done <- code
 			}()
 		}
@@ -335,33 +443,4 @@ func TestTargetCallReusesConnections(t *testing.T) {
 		}
 	}
 	assert.Equal(t, int32(concurrent), dials.Load())
-}
-
-func TestReadCapped(t *testing.T) {
-	tests := []struct {
-		name     string
-		in       string
-		limit    int
-		want     string
-		tooLarge bool
-	}{
-		{name: "empty", in: "", limit: 10, want: ""},
-		{name: "under", in: "abc", limit: 10, want: "abc"},
-		{name: "exactly", in: strings.Repeat("a", 10), limit: 10, want: strings.Repeat("a", 10)},
-		{name: "over by one", in: strings.Repeat("a", 11), limit: 10, tooLarge: true},
-		{name: "far over", in: strings.Repeat("a", 5000), limit: 1000, tooLarge: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := bufio.NewReaderSize(strings.NewReader(tt.in), 16)
-			got, tooLarge, err := readCapped(r, nil, tt.limit)
-			require.NoError(t, err)
-			assert.Equal(t, tt.tooLarge, tooLarge)
-			if !tt.tooLarge {
-				assert.Equal(t, tt.want, string(got))
-			} else {
-				assert.LessOrEqual(t, len(got), tt.limit+1)
-			}
-		})
-	}
 }
