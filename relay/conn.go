@@ -48,10 +48,12 @@ type conn struct {
 	rerr    error                 // why the last read ended the input, reported once the input before it is used
 	scratch []byte                // message of an E904 answer
 	txid    [maxTxIDLen]byte      // TXID of an over-long line, kept while its rest is discarded
+	rdl     time.Time             // the idle deadline armReadDeadline last set
 
 	wmu  sync.Mutex
-	wbuf *[]byte // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
-	werr error   // guarded by wmu: why answers can no longer be written
+	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
+	werr error     // guarded by wmu: why answers can no longer be written
+	wdl  time.Time // guarded by wmu: the write deadline last set
 
 	dmu     sync.Mutex
 	stopped bool // guarded by dmu: Shutdown told the read loop to stop
@@ -141,10 +143,11 @@ func (c *conn) serve() {
 // complete line is waiting: pipelined requests share a write, and no answer
 // sits in the buffer while the loop waits for input or for calls. The idle
 // deadline is re-armed whenever the loop is about to wait for input, so it
-// measures time without a complete line.
+// measures time without a complete line; the flush and the re-arm share one
+// clock read.
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
-	c.armReadDeadline()
+	c.armReadDeadline(time.Now())
 	for {
 		line, tooLong, err := c.readLine()
 		switch {
@@ -162,8 +165,9 @@ func (c *conn) readLoop() readEnd {
 			return c.readEndFor(err)
 		}
 		if !c.completeLineBuffered() {
-			c.flush()
-			c.armReadDeadline()
+			now := time.Now()
+			c.flushAt(now)
+			c.armReadDeadline(now)
 		}
 	}
 }
@@ -314,6 +318,14 @@ func (c *conn) makeRoom() {
 // socket has nothing to read yet it reports false, so that the runtime
 // parks the loop until the socket is readable; before that, parkReadBuf
 // trims what the loop holds to the line it has begun.
+//
+// A read that returns fewer bytes than asked for does not prove the socket
+// drained, so the loop reads again, until EAGAIN, before it waits: the
+// client's close (or a reset) read together with its last bytes raises no
+// further readiness on the runtime's edge-triggered poller, and each
+// RawConn.Read forgets readiness noted before it began (internal/poll's
+// prepareRead), so a wait in place of that read could sleep until the idle
+// deadline with input, or the end of it, waiting.
 func (c *conn) readRaw(fd uintptr) bool {
 	c.holdReadBuf()
 	n, wouldBlock, err := readFD(fd, (*c.rbuf)[c.w:])
@@ -396,13 +408,31 @@ func (c *conn) serveLine(line []byte) {
 	answer(c, pe.TxID, code, msg, false)
 }
 
-// armReadDeadline sets the idle deadline for the next read, unless Shutdown
-// has stopped reading: its past deadline must not be replaced.
-func (c *conn) armReadDeadline() {
+// deadlineSlack is how much later than its timeout a connection's deadline
+// may fire. A deadline is moved only when it would come too early, and then
+// this much later than needed, so that a busy connection updates its
+// runtime timer about once per slack rather than for every line and every
+// answer. Short timeouts (in tests, say) get a small share of themselves,
+// which keeps them precise.
+func deadlineSlack(timeout time.Duration) time.Duration {
+	return min(time.Second, timeout/8)
+}
+
+// armReadDeadline makes the idle deadline for the next read at least
+// IdleTimeout after now, unless Shutdown has stopped reading: its past
+// deadline must not be replaced. So a connection is closed between
+// IdleTimeout and IdleTimeout plus deadlineSlack after its last complete
+// line: never before.
+func (c *conn) armReadDeadline(now time.Time) {
+	due := now.Add(c.srv.idleTimeout)
+	if !due.After(c.rdl) {
+		return
+	}
+	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	if !c.stopped {
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.idleTimeout))
+		_ = c.nc.SetReadDeadline(c.rdl)
 	}
 }
 
@@ -439,7 +469,7 @@ func (c *conn) readEndFor(err error) readEnd {
 func (c *conn) finish(end readEnd) {
 	c.wmu.Lock()
 	if c.werr == nil && c.wbuf != nil {
-		c.werr = c.writeOutLocked()
+		c.werr = c.writeOutLocked(time.Now())
 	}
 	healthy := c.werr == nil
 	if healthy {
@@ -467,7 +497,7 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 	}
 	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
 		// The buffer may not have room for this answer: send what it holds.
-		if err := c.writeOutLocked(); err != nil {
+		if err := c.writeOutLocked(time.Now()); err != nil {
 			c.failLocked(err)
 			return
 		}
@@ -477,7 +507,7 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 	}
 	*c.wbuf = appendResponse(*c.wbuf, txid, code, msg)
 	if flush {
-		if err := c.writeOutLocked(); err != nil {
+		if err := c.writeOutLocked(time.Now()); err != nil {
 			c.failLocked(err)
 		}
 	}
@@ -485,25 +515,36 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 
 // flush sends the buffered answers to the client.
 func (c *conn) flush() {
+	c.flushAt(time.Now())
+}
+
+// flushAt is flush for a caller that has just read the clock: now.
+func (c *conn) flushAt(now time.Time) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil || c.wbuf == nil {
 		return
 	}
-	if err := c.writeOutLocked(); err != nil {
+	if err := c.writeOutLocked(now); err != nil {
 		c.failLocked(err)
 	}
 }
 
-// writeOutLocked writes the buffered answers and hands the buffer back,
-// whether or not the write succeeds. The write deadline is set only here,
-// when answers reach the network, because only then can the client make
-// the hub wait.
-func (c *conn) writeOutLocked() error {
+// writeOutLocked writes the buffered answers, at now, and hands the buffer
+// back, whether or not the write succeeds. The write deadline is set only
+// here, when answers reach the network, because only then can the client
+// make the hub wait. Like the idle deadline it moves only when it would
+// give the write less than WriteTimeout, and then by deadlineSlack more, so
+// a write that the client blocks fails between WriteTimeout and
+// WriteTimeout plus the slack after it began.
+func (c *conn) writeOutLocked(now time.Time) error {
 	b := *c.wbuf
 	var err error
 	if len(b) > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout))
+		if wt := c.srv.writeTimeout; c.wdl.Sub(now) < wt {
+			c.wdl = now.Add(wt + deadlineSlack(wt))
+			_ = c.nc.SetWriteDeadline(c.wdl)
+		}
 		var n int
 		n, err = c.nc.Write(b)
 		if err == nil && n < len(b) {

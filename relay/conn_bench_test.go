@@ -2,7 +2,10 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"net"
+	"os"
+	"strconv"
 	"testing"
 )
 
@@ -10,7 +13,9 @@ import (
 // loopback TCP connections that each keep one line in flight, as a depth-1
 // client does: every answer costs each side a read, a write and a wake-up.
 // Connections run in parallel (b.RunParallel, 8 per CPU); ns/op is the
-// wall time per answer of the hub and its clients together.
+// wall time per answer of the hub and its clients together. Where
+// /proc/self/io exists it also reports the read and write system calls of
+// the whole process (hub and clients) per answer.
 func BenchmarkFastFailLoopbackDepth1(b *testing.B) {
 	srv := openBreakerServer(b, false, false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -21,6 +26,7 @@ func BenchmarkFastFailLoopbackDepth1(b *testing.B) {
 	req := []byte("TX-000123|CORE|XFER 1001 1002 2500\n")
 	b.SetParallelism(8)
 	b.ReportAllocs()
+	reads, writes, counted := syscallCounts()
 	b.RunParallel(func(pb *testing.PB) {
 		nc, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -40,4 +46,29 @@ func BenchmarkFastFailLoopbackDepth1(b *testing.B) {
 			}
 		}
 	})
+	if reads2, writes2, ok := syscallCounts(); ok && counted {
+		b.ReportMetric(float64(reads2-reads)/float64(b.N), "reads/op")
+		b.ReportMetric(float64(writes2-writes)/float64(b.N), "writes/op")
+	}
+}
+
+// syscallCounts returns the read and write system calls the process has
+// made so far, from /proc/self/io; ok is false where that is not available.
+func syscallCounts() (reads, writes int64, ok bool) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0, false
+	}
+	field := func(name string) (int64, bool) {
+		_, rest, found := bytes.Cut(b, []byte(name+": "))
+		if !found {
+			return 0, false
+		}
+		v, _, _ := bytes.Cut(rest, []byte("\n"))
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		return n, err == nil
+	}
+	reads, okR := field("syscr")
+	writes, okW := field("syscw")
+	return reads, writes, okR && okW
 }

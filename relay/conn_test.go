@@ -454,7 +454,7 @@ func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 			failed = err
 			return
 		}
-		c.armReadDeadline()
+		c.armReadDeadline(time.Now())
 		line, _, err := c.readLine()
 		if err != nil {
 			failed = err
@@ -504,5 +504,278 @@ func TestReadFailureDropsThePartialLine(t *testing.T) {
 			assert.Nil(t, line)
 			assert.False(t, tooLong)
 		})
+	}
+}
+
+// deadlineConn records the deadlines set on it and swallows writes.
+type deadlineConn struct {
+	net.Conn
+	read, write []time.Time
+}
+
+func (dc *deadlineConn) SetReadDeadline(t time.Time) error {
+	dc.read = append(dc.read, t)
+	return nil
+}
+
+func (dc *deadlineConn) SetWriteDeadline(t time.Time) error {
+	dc.write = append(dc.write, t)
+	return nil
+}
+
+func (dc *deadlineConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestDeadlinesMoveOncePerSlack checks the coarse deadlines: at every
+// moment the idle deadline is at least IdleTimeout after the last complete
+// line, and a write's deadline at least WriteTimeout after the write, both
+// at most deadlineSlack later; and a connection busy without pause sets
+// each about once per slack, not once per line.
+func TestDeadlinesMoveOncePerSlack(t *testing.T) {
+	for _, timeout := range []time.Duration{80 * time.Millisecond, 8 * time.Second, DefaultIdleTimeout} {
+		slack := deadlineSlack(timeout)
+		t.Run(timeout.String(), func(t *testing.T) {
+			require.Equal(t, min(time.Second, timeout/8), slack)
+			cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+			cfg.IdleTimeout, cfg.WriteTimeout = timeout, timeout
+			srv, err := New(cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, srv.Close()) })
+			dc := &deadlineConn{}
+			c := newConn(srv, dc)
+			start := time.Now()
+
+			// Given a line and an answer every slack/100 for 50 slacks.
+			const steps = 5000
+			for i := range steps + 1 {
+				now := start.Add(time.Duration(i) * slack / 100)
+				answer(c, "A", CodeUnknownTarget, msgUnknownTarget, false)
+				c.flushAt(now)
+				c.armReadDeadline(now)
+
+				// Then the deadlines in force are neither early nor late
+				// by more than the slack.
+				rd, wd := dc.read[len(dc.read)-1], dc.write[len(dc.write)-1]
+				require.False(t, rd.Before(now.Add(timeout)), "step %d: idle deadline %v early", i, now.Add(timeout).Sub(rd))
+				require.False(t, rd.After(now.Add(timeout+slack)), "step %d: idle deadline %v late", i, rd.Sub(now.Add(timeout)))
+				require.False(t, wd.Before(now.Add(timeout)), "step %d: write deadline %v early", i, now.Add(timeout).Sub(wd))
+				require.False(t, wd.After(now.Add(timeout+slack)), "step %d: write deadline %v late", i, wd.Sub(now.Add(timeout)))
+			}
+			// And each moved about once per slack.
+			assert.InDelta(t, steps/100, len(dc.read), 2, "idle deadlines set")
+			assert.InDelta(t, steps/100, len(dc.write), 2, "write deadlines set")
+
+			// When Shutdown stops reading, its past deadline stays.
+			c.stopReading()
+			c.armReadDeadline(start.Add(time.Hour))
+			assert.Equal(t, aLongTimeAgo, dc.read[len(dc.read)-1])
+		})
+	}
+}
+
+func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
+	t.Run("never closes before IdleTimeout after the last complete line", func(t *testing.T) {
+		const idle = 200 * time.Millisecond
+		cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+		cfg.IdleTimeout = idle
+		_, addr := startServer(t, cfg)
+		c := dial(t, addr)
+		// Given lines one after the other for a few slacks, so that the last
+		// one falls anywhere between two moves of the deadline.
+		var last time.Time
+		for i, start := 0, time.Now(); i < 100_000 && time.Since(start) < 3*deadlineSlack(idle); i++ {
+			last = time.Now()
+			require.Equal(t, "B|E903|"+msgUnknownTarget, c.roundTrip("B|NONE|x"))
+		}
+		// When the client then sends only the start of a line.
+		_, err := io.WriteString(c.nc, "C|NONE|partial")
+		require.NoError(t, err)
+		// Then the hub closes, but not before IdleTimeout has passed.
+		c.expectEOF()
+		assert.GreaterOrEqual(t, time.Since(last), idle)
+	})
+
+	t.Run("a busy connection outlives its idle and write timeouts", func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+		cfg.IdleTimeout, cfg.WriteTimeout = timeout, timeout
+		_, addr := startServer(t, cfg)
+		c := dial(t, addr)
+		n := 0
+		for start := time.Now(); n < 1_000_000 && time.Since(start) < 4*timeout; n++ {
+			require.Equal(t, "B|E903|"+msgUnknownTarget, c.roundTrip("B|NONE|x"), "after %d lines", n)
+		}
+		c.expectEOF() // and the idle timeout still ends it once it is quiet
+	})
+}
+
+// TestLinesArriveAfterDrainedReads sends lines in writes that arrive when
+// the hub has just read everything before them: while it is handling the
+// previous write's lines or already waiting. A hub that missed input
+// arriving then would answer only at its idle timeout (5 min), long after
+// the client's read deadline.
+func TestLinesArriveAfterDrainedReads(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.MaxLineBytes = 2 * readBufSize
+	_, addr := startServer(t, cfg)
+	unknown := func(txid string) string { return txid + "|E903|" + msgUnknownTarget }
+
+	t.Run("each write completes lines and ends inside the next", func(t *testing.T) {
+		// Lines of every length, cut at a line's start, just before its
+		// "\n", between its "\r" and "\n", or anywhere; the client waits
+		// for the answers to each write before the next.
+		c := dial(t, addr)
+		rnd := rand.New(rand.NewPCG(6, 1))
+		var lines []string // each with its "\n"
+		answers := map[string]string{}
+		for i := range 300 {
+			txid := fmt.Sprintf("D%03d", i)
+			head := txid + "|NONE|"
+			n := []int{0, 1, 30, readBufSize - 1, readBufSize, readBufSize + 700,
+				cfg.MaxLineBytes, cfg.MaxLineBytes + 1, cfg.MaxLineBytes + 3000}[rnd.IntN(9)]
+			line := head + strings.Repeat("p", max(0, n-len(head)))
+			answers[txid] = unknown(txid)
+			if len(line) > cfg.MaxLineBytes {
+				answers[txid] = txid + "|E900|" + msgLineTooLong
+			}
+			if rnd.IntN(2) == 0 {
+				line += "\r"
+			}
+			lines = append(lines, line+"\n")
+		}
+		sent, rest := 0, lines[0] // lines[sent] is the first line not complete; rest is what is unsent of it
+		for sent < len(lines) {
+			// Complete the line begun and up to two more, and begin the next.
+			next := min(len(lines), sent+1+rnd.IntN(3))
+			w := rest + strings.Join(lines[sent+1:next], "")
+			rest = ""
+			if next < len(lines) {
+				l := lines[next]
+				cut := []int{0, 1, len(l) - 1, len(l) - 2, rnd.IntN(len(l))}[rnd.IntN(5)]
+				w, rest = w+l[:cut], l[cut:]
+			}
+			require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
+			_, err := io.WriteString(c.nc, w)
+			require.NoError(t, err)
+			want := map[string]string{}
+			for _, l := range lines[sent:next] {
+				txid, _, _ := strings.Cut(l, "|")
+				want[txid] = answers[txid]
+			}
+			require.Equal(t, want, c.readByTxID(len(want)), "lines %d to %d", sent, next-1)
+			sent = next
+		}
+	})
+
+	t.Run("writes back to back", func(t *testing.T) {
+		// The second write arrives while the hub handles the burst of the
+		// first, and the client, waiting for answers, leaves its processor
+		// free to see the socket's readiness at once.
+		c := dial(t, addr)
+		var burst strings.Builder
+		for j := range 40 {
+			fmt.Fprintf(&burst, "A%02d|NONE|x\n", j)
+		}
+		for i := range 1000 {
+			b := fmt.Sprintf("B%d", i)
+			require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
+			_, err := io.WriteString(c.nc, burst.String())
+			require.NoError(t, err)
+			c.send(b + "|NONE|x")
+			got := c.readByTxID(41)
+			require.Len(t, got, 41)
+			require.Equal(t, unknown(b), got[b], "round %d", i)
+		}
+	})
+}
+
+// TestLastLinesAndCloseReadTogether checks that a client's last lines and
+// its close (or reset), read by the hub in one read, are answered and end
+// the connection at once, not at the idle timeout: a read that returns
+// fewer bytes than asked for may have reached the end of the input, which
+// raises no further readiness.
+func TestLastLinesAndCloseReadTogether(t *testing.T) {
+	srv := lineServer(t, DefaultMaxLineBytes) // idle timeout 5 min
+	tests := []struct {
+		name    string
+		input   string
+		reset   bool
+		want    []string
+		wantEnd readEnd
+	}{
+		{
+			name:    "complete lines then close",
+			input:   "A|NONE|x\nB|NONE|y\n",
+			want:    []string{"A|E903|" + msgUnknownTarget, "B|E903|" + msgUnknownTarget},
+			wantEnd: endEOF,
+		},
+		{
+			name:    "an unterminated last line then close",
+			input:   "A|NONE|x\nB|NONE|y",
+			want:    []string{"A|E903|" + msgUnknownTarget, "B|E903|" + msgUnknownTarget},
+			wantEnd: endEOF,
+		},
+		{
+			name:    "lines then reset",
+			input:   "A|NONE|x\nB|NO",
+			reset:   true,
+			wantEnd: endError,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, client := tcpPair(t)
+			// Given the input and the close are both there before the hub reads.
+			_, err := io.WriteString(client, tt.input)
+			require.NoError(t, err)
+			if tt.reset {
+				require.NoError(t, client.(*net.TCPConn).SetLinger(0))
+				require.NoError(t, client.Close())
+			} else {
+				require.NoError(t, client.(*net.TCPConn).CloseWrite())
+			}
+			ended := make(chan readEnd, 1)
+			go func() { ended <- newConn(srv, nc).readLoop() }()
+			select {
+			case end := <-ended:
+				assert.Equal(t, tt.wantEnd, end)
+			case <-time.After(ioTimeout):
+				nc.Close()
+				<-ended
+				t.Fatal("the read loop did not see the end of the input")
+			}
+			if tt.reset {
+				return
+			}
+			r := bufio.NewReader(client)
+			require.NoError(t, client.SetReadDeadline(time.Now().Add(ioTimeout)))
+			for _, want := range tt.want {
+				got, err := r.ReadString('\n')
+				require.NoError(t, err)
+				assert.Equal(t, want+"\n", got)
+			}
+		})
+	}
+}
+
+func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv, addr := startServer(t, cfg) // idle timeout 5 min
+	c := dial(t, addr)
+	// Given a reader waiting with the start of a line longer than its read
+	// buffer, after a complete line.
+	partial := "P|NONE|" + strings.Repeat("p", 2*readBufSize)
+	require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
+	_, err := io.WriteString(c.nc, "A|NONE|x\n"+partial)
+	require.NoError(t, err)
+	require.Equal(t, "A|E903|"+msgUnknownTarget, c.read())
+
+	// When the hub shuts down, then it stops reading at once.
+	done := shutdownAsync(srv, ioTimeout)
+	c.expectEOF()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(ioTimeout):
+		t.Fatal("Shutdown did not return")
 	}
 }

@@ -194,11 +194,14 @@ type Config struct {
 	// gets "-|E906|too many connections" and is closed. Zero means 10000.
 	MaxConns int
 	// IdleTimeout closes a connection that sends no complete line for this
-	// long (once its calls in flight are answered). Zero means 5 min.
+	// long (once its calls in flight are answered), or up to
+	// min(1 s, IdleTimeout/8) longer: the deadline is moved only that
+	// often. Zero means 5 min.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each write of answers to a client. A client that
-	// does not read for this long is disconnected; its calls in flight still
-	// complete and are recorded by the breaker. Zero means 30 s.
+	// does not read for this long (or up to min(1 s, WriteTimeout/8)
+	// longer) is disconnected; its calls in flight still complete and are
+	// recorded by the breaker. Zero means 30 s.
 	WriteTimeout time.Duration
 	// Clock is the breakers' clock. Nil means the system clock.
 	Clock breaker.Clock
