@@ -342,19 +342,8 @@ func TestTargetCallSkipsEveryStaleConnection(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, 5*time.Second)
-	done := make(chan string, pooled)
-	for range pooled {
-		go func() {
-			code, _ := tg.call(context.Background(), []byte("TX"), nil)
-			done <- code
-		}()
-	}
-	for range pooled {
-		<-entered
-	}
-	close(release)
-	for range pooled {
-		require.Equal(t, "0000", <-done)
+	for _, code := range callsTogether(tg, pooled, entered, func() { close(release) }) {
+		require.Equal(t, "0000", code)
 	}
 
 	srv.CloseClientConnections()
@@ -424,23 +413,36 @@ func TestTargetCallReusesConnections(t *testing.T) {
 	tg := testTarget(t, srv.URL, 5*time.Second)
 
 	for range 3 {
-		done := make(chan string, concurrent)
-		for range concurrent {
-			go func() {
-				code, _ := tg.call(context.Background(), []byte("TX"), nil)
-				done <- code
-			}()
-		}
-		// All calls are inside the target at once, then all answer.
-		for range concurrent {
-			<-entered
-		}
-		for range concurrent {
-			release <- struct{}{}
-		}
-		for range concurrent {
-			assert.Equal(t, "0000", <-done)
+		codes := callsTogether(tg, concurrent, entered, func() {
+			for range concurrent {
+				release <- struct{}{}
+			}
+		})
+		for _, code := range codes {
+			assert.Equal(t, "0000", code)
 		}
 	}
 	assert.Equal(t, int32(concurrent), dials.Load())
+}
+
+// callsTogether makes n calls on tg at once, waits until the target has
+// them all inside (one receive on entered each), lets them answer with
+// release, and returns their codes.
+func callsTogether(tg *target, n int, entered <-chan struct{}, release func()) []string {
+	done := make(chan string, n)
+	for range n {
+		go func() {
+			code, _ := tg.call(context.Background(), []byte("TX"), nil)
+			done <- code
+		}()
+	}
+	for range n {
+		<-entered
+	}
+	release()
+	codes := make([]string, 0, n)
+	for range n {
+		codes = append(codes, <-done)
+	}
+	return codes
 }
