@@ -186,9 +186,10 @@ func newTargetConns(abort context.Context, dial func(ctx context.Context, networ
 }
 
 // dialFunc returns the pool's dial function. checkIdle turns on the check
-// for connections the target closed while idle; it is for plain HTTP only,
-// since TLS may leave bytes of its own (session tickets) unread on an idle
-// connection.
+// for connections the target closed while idle; it is for plain HTTP only:
+// under TLS the socket also carries the TLS layer's own messages (handshake,
+// session tickets, alerts), so bytes waiting on it between requests do not
+// prove the connection dead.
 func (tc *targetConns) dialFunc(checkIdle bool) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(tc.abort, timeout)

@@ -446,3 +446,26 @@ func callsTogether(tg *target, n int, entered <-chan struct{}, release func()) [
 	}
 	return codes
 }
+
+// TestTargetCallOverTLS posts to an https target: the pool makes the TLS
+// connection itself and keeps it alive.
+func TestTargetCallOverTLS(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, `{"code":"0000","message":"over tls"}`)
+	}))
+	dials := countDials(srv)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, 5*time.Second)
+	require.True(t, tg.client.IsTLS)
+	// The test server's certificate is its own: trust it for this test.
+	tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+
+	for i := range 3 {
+		code, msg := tg.call(context.Background(), []byte("TX"), []byte("BAL 1"))
+		require.Equal(t, "0000", code, "call %d: %s", i, msg)
+		assert.Equal(t, "over tls", string(msg))
+	}
+	assert.Equal(t, int32(1), dials.Load(), "the TLS connection is kept alive")
+}
