@@ -63,7 +63,7 @@ func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
 
 // openBreakerServer returns a Server whose CORE breaker is open.
 func openBreakerServer(b *testing.B, metrics, access bool) *Server {
-	srv := benchServer(b, Config{FailThreshold: 1, ResetTimeout: time.Hour}, metrics, access)
+	srv := benchServer(b, Config{TargetSettings: TargetSettings{FailThreshold: 1, ResetTimeout: time.Hour}}, metrics, access)
 	rt := srv.lookup([]byte("CORE"))
 	ticket, err := rt.breaker.Allow()
 	if err != nil {
@@ -106,7 +106,7 @@ func BenchmarkFastFailLine(b *testing.B) {
 func BenchmarkBulkheadFullLine(b *testing.B) {
 	for _, v := range benchVariants {
 		b.Run(v.name, func(b *testing.B) {
-			srv := benchServer(b, Config{MaxInflight: 1}, v.metrics, v.access)
+			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, v.metrics, v.access)
 			rt := srv.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")
@@ -223,7 +223,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 			return serve(newConn(openBreakerServer(b, metrics, false), discardConn{}), false)
 		}},
 		{name: "E905", chunk: 2000, setup: func(b *testing.B, metrics bool) func(int) {
-			srv := benchServer(b, Config{MaxInflight: 1}, metrics, false)
+			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, metrics, false)
 			rt := srv.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")

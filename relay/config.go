@@ -86,9 +86,10 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 //
 //   - the targets are those of base (the --target list, or the default
 //     pair), in their order, then those the file adds, in file order;
-//   - every target starts from defaults (the flags; zero fields are the
-//     package defaults) and the keys of its table, if it has one, replace
-//     those settings one by one;
+//   - every target starts from defaults (the flags, as Config's
+//     TargetSettings takes them; zero fields select the defaults that
+//     TargetSettings documents) and the keys of its table, if it has one,
+//     replace those settings one by one;
 //   - a table for a target not in base adds that target and must give url.
 //
 // The file is strict: an unknown key, a value of the wrong type or out of

@@ -230,7 +230,7 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	claim := newFakeTarget(t, answerStatus(404))
 	cfg, _ := testConfig(t,
 		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, FailThreshold: 1, TargetTimeout: 150 * time.Millisecond}},
-		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, FailThreshold: 3, FailureCodes: []string{"e400"}}},
+		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, FailThreshold: 3, FailureCodes: []string{"e400"}, ProbeTimeout: time.Hour}},
 	)
 	cfg.MaxInflight, cfg.FailThreshold = 50, 50 // not used: both targets have settings of their own
 	srv, addr := startServer(t, cfg)
@@ -292,12 +292,12 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{name: "rate above 1", cfg: Config{Targets: []Target{good}, FailureRate: 1.5}, want: "FailureRate must be between 0 and 1"},
-		{name: "negative jitter", cfg: Config{Targets: []Target{good}, ResetJitter: -0.1}, want: "ResetJitter"},
-		{name: "negative window", cfg: Config{Targets: []Target{good}, Window: -time.Second}, want: "Window must not be negative"},
-		{name: "negative min samples", cfg: Config{Targets: []Target{good}, MinSamples: -1}, want: "MinSamples"},
-		{name: "negative slow call", cfg: Config{Targets: []Target{good}, SlowCall: -1}, want: "SlowCall"},
-		{name: "negative backoff", cfg: Config{Targets: []Target{good}, MaxResetTimeout: -1}, want: "MaxResetTimeout"},
+		{name: "rate above 1", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureRate: 1.5}}, want: "FailureRate must be between 0 and 1"},
+		{name: "negative jitter", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{ResetJitter: -0.1}}, want: "ResetJitter"},
+		{name: "negative window", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Window: -time.Second}}, want: "Window must not be negative"},
+		{name: "negative min samples", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MinSamples: -1}}, want: "MinSamples"},
+		{name: "negative slow call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{SlowCall: -1}}, want: "SlowCall"},
+		{name: "negative backoff", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MaxResetTimeout: -1}}, want: "MaxResetTimeout"},
 		{name: "target settings negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{MaxInflight: -1}}}}, want: "target CORE: MaxInflight must not be negative"},
 		{name: "target failure code", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Settings: &TargetSettings{FailureCodes: []string{"B201"}}}}}, want: "target CORE: failure code"},
 		{name: "unknown fallback", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "NOPE"}}}, want: `fallback "NOPE" is not a configured target`},

@@ -71,11 +71,9 @@ type Target struct {
 	// query or fragment; transactions are posted to URL + "/tx".
 	URL string
 	// Settings, when not nil, are this target's settings in full: the
-	// Config's FailThreshold, ResetTimeout, MaxInflight, TargetTimeout,
-	// FailureCodes and policy fields do not apply to it, and a zero field
-	// selects the same default as the Config field of that name.
-	// LoadTargetFile fills it from the flags' defaults and the file. Nil
-	// means the Config's values.
+	// Config's TargetSettings do not apply to it, and a zero field selects
+	// the default its comment gives. LoadTargetFile fills it from the
+	// flags' defaults and the file. Nil means the Config's TargetSettings.
 	Settings *TargetSettings
 	// Fallback, when not empty, names another configured target (matched
 	// case-insensitively) that takes this target's requests while this
@@ -147,42 +145,10 @@ type Config struct {
 	// Targets are the back ends the hub serves, at least one. Names must be
 	// unique, case-insensitively.
 	Targets []Target
-	// FailThreshold is the number of consecutive failures that opens a
-	// target's breaker. Zero means 5.
-	FailThreshold int
-	// ResetTimeout is how long an open breaker refuses calls before it admits
-	// a probe. Zero means 10 s.
-	ResetTimeout time.Duration
-	// MaxInflight is the bulkhead size: calls to one target at a time. Zero
-	// means 10.
-	MaxInflight int
-	// TargetTimeout bounds one target call: connect, request, answer. Zero
-	// means 3 s.
-	TargetTimeout time.Duration
-	// FailureCodes are the response codes that count as breaker failures,
-	// each accepted by ParseFailureCode. Empty means E500, E901, E902.
-	FailureCodes []string
-	// FailureRate, between 0 and 1, turns on the failure-rate trip: a
-	// closed breaker also opens when, among the calls that ended within the
-	// last Window, there are at least MinSamples and the failed share is at
-	// least FailureRate. Zero means off.
-	FailureRate float64
-	// Window is the span the failure rate looks back over. Zero means one
-	// minute. Ignored while FailureRate is off.
-	Window time.Duration
-	// MinSamples is the fewest calls in the window for the failure rate to
-	// open the breaker. Zero means 20. Ignored while FailureRate is off.
-	MinSamples int
-	// SlowCall, when above zero, makes a success that took longer count as
-	// a breaker failure (the client still gets the answer). Zero means off.
-	SlowCall time.Duration
-	// MaxResetTimeout, when above ResetTimeout, turns on backoff: each
-	// failed probe doubles the open period, up to MaxResetTimeout. Zero
-	// means off.
-	MaxResetTimeout time.Duration
-	// ResetJitter, between 0 and 1, lengthens each open period by a random
-	// share of up to ResetJitter. Zero means off.
-	ResetJitter float64
+	// TargetSettings are the settings of every target without Settings of
+	// its own; each field's comment gives its default. Embedded, so that
+	// its fields read and set as the Config's own (cfg.MaxInflight).
+	TargetSettings
 	// Rand is the random source of the jitter, returning values in [0, 1);
 	// it is shared by every breaker, so it must be safe for concurrent use.
 	// Nil means math/rand/v2.
@@ -285,15 +251,16 @@ type Server struct {
 // own.
 //
 // Each target runs with its own settings: Target.Settings when set, else
-// the Config's. Each target has its own pool of kept-alive connections,
-// never capped (its bulkhead bounds its calls, so a full bulkhead's worth of
-// calls never waits for a connection); the hub uses no proxy from the
-// environment, asks for no compression and follows no redirects.
+// cfg.TargetSettings. Each target has its own pool of kept-alive
+// connections, never capped (its bulkhead bounds its calls, so a full
+// bulkhead's worth of calls never waits for a connection); the hub uses no
+// proxy from the environment, asks for no compression and follows no
+// redirects.
 //
 // Each breaker's ProbeTimeout is its target's TargetTimeout plus one second
-// (SPEC §12, probe liveness): a probe that has not reported by then has
-// certainly been answered E901, so its silence can only be a lost result,
-// and a new probe may go.
+// (SPEC §12, probe liveness), whatever ProbeTimeout the settings give: a
+// probe that has not reported by then has certainly been answered E901, so
+// its silence can only be a lost result, and a new probe may go.
 //
 // With cfg.AccessLog set, New starts the access log's writer: the Server
 // must then be stopped with Shutdown or Close, which end it.
@@ -304,7 +271,7 @@ func New(cfg Config) (*Server, error) {
 	if err := checkNonNegative(cfg); err != nil {
 		return nil, err
 	}
-	defaults := cfg.targetDefaults()
+	defaults := cfg.TargetSettings.withDefaults()
 	if err := defaults.check(); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -439,24 +406,6 @@ func parseFailureCodes(in []string) ([]string, error) {
 	return codes, nil
 }
 
-// targetDefaults returns the settings of every target without Settings of
-// its own, defaults filled in.
-func (cfg Config) targetDefaults() TargetSettings {
-	return TargetSettings{
-		MaxInflight:     cfg.MaxInflight,
-		FailThreshold:   cfg.FailThreshold,
-		ResetTimeout:    cfg.ResetTimeout,
-		TargetTimeout:   cfg.TargetTimeout,
-		FailureCodes:    cfg.FailureCodes,
-		FailureRate:     cfg.FailureRate,
-		Window:          cfg.Window,
-		MinSamples:      cfg.MinSamples,
-		SlowCall:        cfg.SlowCall,
-		MaxResetTimeout: cfg.MaxResetTimeout,
-		ResetJitter:     cfg.ResetJitter,
-	}.withDefaults()
-}
-
 // withDefaults returns ts with its zero limits and timeouts replaced by the
 // package defaults; the policies stay as they are, off when zero, and the
 // breaker fills in Window and MinSamples when the failure rate is on.
@@ -573,40 +522,56 @@ type TargetStatus struct {
 	Settings TargetSettings
 }
 
-// TargetSettings are one target's settings. Given in Target.Settings, a zero
-// field selects the default of the Config field of the same name; reported
-// by Targets, every default is filled in and a policy that is off is zero.
-// It is a plain value; New and Targets copy FailureCodes.
+// TargetSettings are a target's breaker, bulkhead and call settings.
+// Embedded in Config they are the settings of every target without Settings
+// of its own; in Target.Settings they are one target's settings in full.
+// Given either way, a zero field selects the default its comment gives, and
+// New refuses a negative limit or duration and a rate or jitter outside 0
+// to 1. Reported by Targets in TargetStatus.Settings, every default is
+// filled in and every field of a policy that is off is zero. It is a plain
+// value; New and Targets copy FailureCodes.
 type TargetSettings struct {
-	// MaxInflight is the bulkhead size. Targets reports it here only for a
-	// target with Settings of its own (it is zero otherwise); the bulkhead
-	// size of every target is TargetStatus.MaxInFlight.
+	// MaxInflight is the bulkhead size: calls to the target at a time. Zero
+	// means 10. Targets reports it only for a target with Settings of its
+	// own (it is zero otherwise); the bulkhead size of every target is
+	// TargetStatus.MaxInFlight.
 	MaxInflight int
-	// FailThreshold is the count of consecutive failures that opens the
-	// breaker.
+	// FailThreshold is the number of consecutive failures that opens the
+	// target's breaker. Zero means 5.
 	FailThreshold int
-	// ResetTimeout is the base open period before a probe.
+	// ResetTimeout is how long an open breaker refuses calls before it
+	// admits a probe. Zero means 10 s.
 	ResetTimeout time.Duration
-	// TargetTimeout bounds one target call.
+	// TargetTimeout bounds one target call: connect, request, answer. Zero
+	// means 3 s.
 	TargetTimeout time.Duration
 	// ProbeTimeout is how long a half-open probe may stay silent before
-	// another is admitted. It is reported only: New always makes it
-	// TargetTimeout plus one second.
+	// another is admitted. It is reported only: New ignores the value given
+	// and always makes it TargetTimeout plus one second.
 	ProbeTimeout time.Duration
-	// FailureCodes are the codes that count as breaker failures.
+	// FailureCodes are the response codes that count as breaker failures,
+	// each accepted by ParseFailureCode. Empty means E500, E901, E902.
 	FailureCodes []string
-	// FailureRate, Window and MinSamples configure the failure-rate trip;
-	// all zero when it is off.
+	// FailureRate, between 0 and 1, turns on the failure-rate trip: a
+	// closed breaker also opens when, among the calls that ended within the
+	// last Window, there are at least MinSamples and the failed share is at
+	// least FailureRate. Zero means off.
 	FailureRate float64
-	Window      time.Duration
-	MinSamples  int
-	// SlowCall is the duration past which a success counts as a failure;
-	// zero when off.
+	// Window is the span the failure rate looks back over. Zero means one
+	// minute. Ignored while FailureRate is off.
+	Window time.Duration
+	// MinSamples is the fewest calls in the window for the failure rate to
+	// open the breaker. Zero means 20. Ignored while FailureRate is off.
+	MinSamples int
+	// SlowCall, when above zero, makes a success that took longer count as
+	// a breaker failure (the client still gets the answer). Zero means off.
 	SlowCall time.Duration
-	// MaxResetTimeout caps the backoff of failed probes; zero when off.
+	// MaxResetTimeout, when above ResetTimeout, turns on backoff: each
+	// failed probe doubles the open period, up to MaxResetTimeout. Zero
+	// means off.
 	MaxResetTimeout time.Duration
-	// ResetJitter is the largest random share added to an open period;
-	// zero when off.
+	// ResetJitter, between 0 and 1, lengthens each open period by a random
+	// share of up to ResetJitter. Zero means off.
 	ResetJitter float64
 }
 

@@ -540,6 +540,7 @@ func TestTargets(t *testing.T) {
 		Target{Name: "Claim", URL: "https://claims.example:8443/api/"},
 	)
 	cfg.MaxInflight = 7
+	cfg.ProbeTimeout = time.Hour // ignored: derived from TargetTimeout
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
@@ -574,18 +575,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{name: "url relative", cfg: Config{Targets: []Target{{Name: "A", URL: "127.0.0.1:9201"}}}, want: "URL"},
 		{name: "url unparsable", cfg: Config{Targets: []Target{{Name: "A", URL: "http://[::1"}}}, want: "does not parse"},
 		{name: "url with query", cfg: Config{Targets: []Target{{Name: "A", URL: "http://h/?a=1"}}}, want: "no query"},
-		{name: "negative threshold", cfg: Config{Targets: []Target{good}, FailThreshold: -1}, want: "FailThreshold"},
-		{name: "negative reset", cfg: Config{Targets: []Target{good}, ResetTimeout: -time.Second}, want: "ResetTimeout"},
-		{name: "negative inflight", cfg: Config{Targets: []Target{good}, MaxInflight: -1}, want: "MaxInflight"},
-		{name: "negative timeout", cfg: Config{Targets: []Target{good}, TargetTimeout: -1}, want: "TargetTimeout"},
+		{name: "negative threshold", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailThreshold: -1}}, want: "FailThreshold"},
+		{name: "negative reset", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{ResetTimeout: -time.Second}}, want: "ResetTimeout"},
+		{name: "negative inflight", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MaxInflight: -1}}, want: "MaxInflight"},
+		{name: "negative timeout", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{TargetTimeout: -1}}, want: "TargetTimeout"},
 		{name: "negative line", cfg: Config{Targets: []Target{good}, MaxLineBytes: -1}, want: "MaxLineBytes"},
 		{name: "negative conns", cfg: Config{Targets: []Target{good}, MaxConns: -1}, want: "MaxConns"},
 		{name: "negative idle", cfg: Config{Targets: []Target{good}, IdleTimeout: -1}, want: "IdleTimeout"},
 		{name: "negative write", cfg: Config{Targets: []Target{good}, WriteTimeout: -1}, want: "WriteTimeout"},
-		{name: "failure code of a success", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"0000"}}, want: "want Ennn"},
-		{name: "failure code business", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"B201"}}, want: "want Ennn"},
-		{name: "failure code garbage", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"E5OO"}}, want: "want Ennn"},
-		{name: "failure code not a call", cfg: Config{Targets: []Target{good}, FailureCodes: []string{"E904"}}, want: "without calling a target"},
+		{name: "failure code of a success", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"0000"}}}, want: "want Ennn"},
+		{name: "failure code business", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"B201"}}}, want: "want Ennn"},
+		{name: "failure code garbage", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E5OO"}}}, want: "want Ennn"},
+		{name: "failure code not a call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E904"}}}, want: "without calling a target"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -335,25 +335,15 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		return err
 	}
 	cfg := relay.Config{
-		Targets:         targets,
-		FailThreshold:   c.FailThreshold,
-		ResetTimeout:    time.Duration(c.ResetTimeout),
-		MaxInflight:     c.MaxInflight,
-		TargetTimeout:   time.Duration(c.TargetTimeout),
-		FailureCodes:    codes,
-		FailureRate:     c.FailureRate,
-		Window:          time.Duration(c.Window),
-		MinSamples:      c.MinSamples,
-		SlowCall:        time.Duration(c.SlowCall),
-		MaxResetTimeout: time.Duration(c.MaxResetTimeout),
-		ResetJitter:     c.ResetJitter,
-		MaxLineBytes:    c.MaxLineBytes,
-		MaxConns:        c.MaxConns,
-		IdleTimeout:     time.Duration(c.IdleTimeout),
-		WriteTimeout:    time.Duration(c.WriteTimeout),
-		Logger:          logger,
-		OnTransition:    transitionObserver(blog, logger),
-		Metrics:         metrics,
+		Targets:        targets,
+		TargetSettings: c.targetDefaults(codes),
+		MaxLineBytes:   c.MaxLineBytes,
+		MaxConns:       c.MaxConns,
+		IdleTimeout:    time.Duration(c.IdleTimeout),
+		WriteTimeout:   time.Duration(c.WriteTimeout),
+		Logger:         logger,
+		OnTransition:   transitionObserver(blog, logger),
+		Metrics:        metrics,
 	}
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
@@ -462,7 +452,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 }
 
 // targetDefaults returns the settings the flags give every target, as
-// LoadTargetFile takes them; codes are the parsed --failure-codes.
+// relay.Config and LoadTargetFile take them; codes are the parsed
+// --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
 		MaxInflight:     c.MaxInflight,
