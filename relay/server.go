@@ -216,10 +216,12 @@ type Server struct {
 	longBufs sync.Pool
 
 	// callCtx is the parent of every target call. It is not tied to any
-	// client connection; Close, or Shutdown when its time runs out, cancels
-	// it with errShutdownAbort.
+	// client connection; abortCalls cancels it with errShutdownAbort.
 	callCtx    context.Context
-	abortCalls context.CancelCauseFunc
+	cancelCall context.CancelCauseFunc
+	// targetConns holds every open target connection, so that abortCalls
+	// can cut the calls blocked on them.
+	targetConns *targetConns
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
 	activeCalls atomic.Int64 // requests between admission and their answer
@@ -291,8 +293,8 @@ func New(cfg Config) (*Server, error) {
 		stopWorkers:  make(chan struct{}),
 	}
 
-	s.callCtx, s.abortCalls = context.WithCancelCause(context.Background())
-	conns := newTargetConns(s.callCtx, cfg.DialTarget)
+	s.callCtx, s.cancelCall = context.WithCancelCause(context.Background())
+	s.targetConns = newTargetConns(s.callCtx, cfg.DialTarget)
 	for _, t := range cfg.Targets {
 		name, txURL, err := t.canonical()
 		if err != nil {
@@ -320,7 +322,7 @@ func New(cfg Config) (*Server, error) {
 			fallbackName: strings.ToUpper(t.Fallback),
 			ownSettings:  own,
 			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			target:       newTarget(txURL, settings.TargetTimeout, settings.MaxInflight, conns),
+			target:       newTarget(txURL, settings.TargetTimeout, settings.MaxInflight, s.targetConns),
 			failureCodes: codes,
 			viaPrefix:    "via " + name + ": ",
 			viaBusy:      "via " + name + ": " + msgBulkheadFull,
@@ -791,7 +793,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = poll(ctx, func() bool { return s.connCount() == 0 })
 	}
 	if err != nil {
-		s.abortCalls(errShutdownAbort)
+		s.abortCalls()
 		graceCtx, cancel := context.WithTimeout(context.Background(), abortGrace)
 		_ = poll(graceCtx, func() bool { return s.activeCalls.Load() == 0 })
 		cancel()
@@ -814,7 +816,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	err := s.closeListeners()
 	s.inShutdown.Store(true)
-	s.abortCalls(errShutdownAbort)
+	s.abortCalls()
 	s.closeConns()
 	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
 	s.wg.Wait()
@@ -882,6 +884,16 @@ func (s *Server) closeConns() {
 	for nc := range s.conns {
 		nc.Close()
 	}
+}
+
+// abortCalls gives up on the target calls in flight (Close, or Shutdown
+// when its time runs out): their contexts end with errShutdownAbort, which
+// also stops dials, and their connections are closed, which ends the reads
+// and writes they are blocked in. Each is answered E901 "no answer before
+// shutdown".
+func (s *Server) abortCalls() {
+	s.cancelCall(errShutdownAbort)
+	s.targetConns.closeAll()
 }
 
 // closeIdleHTTP drops the idle pooled target connections.

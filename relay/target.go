@@ -167,22 +167,19 @@ var errStaleConn = errors.New("relay: target closed the idle connection")
 // blocked reading an answer has no context to cancel. It is safe for
 // concurrent use.
 type targetConns struct {
-	abort context.Context // done when the Server gives up on its calls
+	abort context.Context // done when the Server gives up on its calls, before closeAll
 	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
 	mu    sync.Mutex
 	open  map[*targetConn]struct{} // guarded by mu; nil once aborted
 }
 
 // newTargetConns returns a targetConns that dials with dial (nil: TCP,
-// with keep-alive probes) and, when abort is done, closes every connection
-// and refuses new ones.
+// with keep-alive probes), each dial bounded by abort.
 func newTargetConns(abort context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *targetConns {
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	tc := &targetConns{abort: abort, dial: dial, open: make(map[*targetConn]struct{})}
-	context.AfterFunc(abort, tc.closeAll)
-	return tc
+	return &targetConns{abort: abort, dial: dial, open: make(map[*targetConn]struct{})}
 }
 
 // dialFunc returns the pool's dial function. checkIdle turns on the check

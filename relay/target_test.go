@@ -71,17 +71,16 @@ func waitForClientGone(r *http.Request) {
 // for a bulkhead of 10.
 func testTarget(t *testing.T, srvURL string, timeout time.Duration) *target {
 	t.Helper()
-	return testTargetAborted(t, srvURL, timeout, context.Background())
+	return testTargetWith(t, srvURL, timeout, newTargetConns(context.Background(), nil))
 }
 
-// testTargetAborted is testTarget whose calls are given up on when abort
-// is done.
-func testTargetAborted(t *testing.T, srvURL string, timeout time.Duration, abort context.Context) *target {
+// testTargetWith is testTarget dialing through conns.
+func testTargetWith(t *testing.T, srvURL string, timeout time.Duration, conns *targetConns) *target {
 	t.Helper()
 	name, txURL, err := Target{Name: "core", URL: srvURL}.canonical()
 	require.NoError(t, err)
 	require.Equal(t, "CORE", name)
-	tg := newTarget(txURL, timeout, 10, newTargetConns(abort, nil))
+	tg := newTarget(txURL, timeout, 10, conns)
 	t.Cleanup(tg.close)
 	return tg
 }
@@ -266,10 +265,13 @@ func TestTargetCallAbortedByShutdown(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	ctx, abort := context.WithCancelCause(context.Background())
-	tg := testTargetAborted(t, srv.URL, time.Minute, ctx)
+	conns := newTargetConns(ctx, nil)
+	tg := testTargetWith(t, srv.URL, time.Minute, conns)
 	go func() {
+		// As Server.abortCalls does.
 		<-entered
 		abort(errShutdownAbort)
+		conns.closeAll()
 	}()
 
 	// The call blocks reading the answer until the abort cuts its
