@@ -275,8 +275,10 @@ func (c *conn) dispatch(req Request) {
 // none is waiting. It never waits. Workers outlive their calls so that a
 // call does not pay for a fresh goroutine whose stack then grows through
 // the HTTP client and the JSON decoder (a tenth of a call's CPU when each
-// call had a goroutine of its own). The bulkhead bounds a route's calls,
-// and so its busy workers; idle ones end after callWorkerIdle.
+// call had a goroutine of its own). A route's workers number at most twice
+// its bulkhead: one per call holding a slot, and one per call that has
+// released its slot (before writing its answer) and not yet come back for
+// more work; a worker idle for callWorkerIdle ends.
 func (s *Server) startCall(rt *route, cl *call) {
 	select {
 	case rt.work <- cl:
