@@ -40,15 +40,16 @@ type conn struct {
 	nc  net.Conn
 
 	// Owned by the read loop.
-	rc      syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
-	rbuf    *[]byte               // the read buffer; nil while no input is held
-	rlong   bool                  // rbuf is from srv.longBufs, else from readBufs
-	r, w    int                   // the input not yet used is (*rbuf)[r:w]
-	rerr    error                 // why the last read ended the input, reported once the input before it is used
-	scratch []byte                // message of an E904 answer
-	txid    [maxTxIDLen]byte      // TXID of an over-long line, kept while its rest is discarded
-	rdl     time.Time             // the idle deadline armReadDeadline last set
+	rc       syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead  func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
+	rbuf     *[]byte               // the read buffer; nil while no input is held
+	rlong    bool                  // rbuf is from srv.longBufs, else from readBufs
+	r, w     int                   // the input not yet used is (*rbuf)[r:w]
+	rerr     error                 // why the last read ended the input, reported once the input before it is used
+	scratch  []byte                // message of an E904 answer
+	hintSecs int64                 // the retry hint scratch holds, in seconds; 0: none yet
+	txid     [maxTxIDLen]byte      // TXID of an over-long line, kept while its rest is discarded
+	rdl      time.Time             // the idle deadline armReadDeadline last set
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none

@@ -319,7 +319,12 @@ func (c *conn) refuseOpen(rt *route, req Request, retryAfter time.Duration, err 
 		answer(c, req.TxID, CodeCircuitOpen, msgHeldOpen, false)
 		return
 	}
-	c.scratch = appendRetryHint(c.scratch[:0], retryAfter)
+	// The hint changes once a second at most: a connection answering a run
+	// of E904s formats it once.
+	if secs := retryHintSeconds(retryAfter); secs != c.hintSecs {
+		c.scratch = appendRetryHint(c.scratch[:0], secs)
+		c.hintSecs = secs
+	}
 	answer(c, req.TxID, CodeCircuitOpen, c.scratch, false)
 }
 
@@ -358,14 +363,18 @@ func (s *Server) noteUnparsed(txid []byte, code string) {
 	s.access.record(accessNote{txid: txid, code: code})
 }
 
-// appendRetryHint appends the E904 message "circuit open; retry after Ns",
-// N being d in whole seconds rounded up and at least 1. d is the breaker's
-// own remaining open time (Snapshot's RetryAfter), so the hint includes
-// the backoff and jitter of the open period in force. A half-open breaker
-// with its probe out has no fixed reopening time, and "0s" would invite a
-// busy loop.
-func appendRetryHint(dst []byte, d time.Duration) []byte {
-	secs := max(int64((d+time.Second-1)/time.Second), 1)
+// retryHintSeconds is the N of an E904's "retry after Ns": d in whole
+// seconds rounded up and at least 1. d is the breaker's own remaining open
+// time, so the hint includes the backoff and jitter of the open period in
+// force. A half-open breaker with its probe out has no fixed reopening
+// time, and "0s" would invite a busy loop.
+func retryHintSeconds(d time.Duration) int64 {
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+// appendRetryHint appends the E904 message "circuit open; retry after
+// secs s".
+func appendRetryHint(dst []byte, secs int64) []byte {
 	dst = append(dst, msgCircuitOpenHead...)
 	dst = strconv.AppendInt(dst, secs, 10)
 	return append(dst, 's')
