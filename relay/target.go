@@ -83,7 +83,7 @@ func newTarget(txURL string, timeout time.Duration, maxInflight int, conns *targ
 		client: &fasthttp.HostClient{
 			Addr:                     fasthttp.AddMissingPort(u.Host, tls),
 			IsTLS:                    tls,
-			DialTimeout:              conns.dialFunc(!tls),
+			DialTimeout:              conns.dial,
 			NoDefaultUserAgentHeader: true,
 			DisablePathNormalizing:   true,
 			MaxConns:                 math.MaxInt32,
@@ -167,10 +167,10 @@ var errStaleConn = errors.New("relay: target closed the idle connection")
 // blocked reading an answer has no context to cancel. It is safe for
 // concurrent use.
 type targetConns struct {
-	abort context.Context // done when the Server gives up on its calls, before closeAll
-	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	mu    sync.Mutex
-	open  map[*targetConn]struct{} // guarded by mu; nil once aborted
+	abort       context.Context // done when the Server gives up on its calls, before closeAll
+	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	mu          sync.Mutex
+	open        map[*targetConn]struct{} // guarded by mu; nil once aborted
 }
 
 // newTargetConns returns a targetConns that dials with dial (nil: TCP,
@@ -179,35 +179,28 @@ func newTargetConns(abort context.Context, dial func(ctx context.Context, networ
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	return &targetConns{abort: abort, dial: dial, open: make(map[*targetConn]struct{})}
+	return &targetConns{abort: abort, dialContext: dial, open: make(map[*targetConn]struct{})}
 }
 
-// dialFunc returns the pool's dial function. checkIdle turns on the check
-// for connections the target closed while idle; it is for plain HTTP only:
-// under TLS the socket also carries the TLS layer's own messages (handshake,
-// session tickets, alerts), so bytes waiting on it between requests do not
-// prove the connection dead.
-func (tc *targetConns) dialFunc(checkIdle bool) fasthttp.DialFuncWithTimeout {
-	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(tc.abort, timeout)
-		defer cancel()
-		nc, err := tc.dial(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		c := &targetConn{Conn: nc, set: tc}
-		if checkIdle {
-			c.watchIdle()
-		}
-		tc.mu.Lock()
-		defer tc.mu.Unlock()
-		if tc.open == nil {
-			nc.Close()
-			return nil, errShutdownAbort
-		}
-		tc.open[c] = struct{}{}
-		return c, nil
+// dial is the pools' dial function: it connects within timeout (and
+// before the Server gives up on its calls) and tracks the connection.
+func (tc *targetConns) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(tc.abort, timeout)
+	defer cancel()
+	nc, err := tc.dialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
 	}
+	c := &targetConn{Conn: nc, set: tc}
+	c.watchIdle()
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.open == nil {
+		nc.Close()
+		return nil, errShutdownAbort
+	}
+	tc.open[c] = struct{}{}
+	return c, nil
 }
 
 // closeAll closes every target connection and refuses new ones.
@@ -233,8 +226,11 @@ func (tc *targetConns) forget(c *targetConn) {
 // not closed it meanwhile: HTTP servers close idle kept-alive connections
 // (Node.js after 5 s, many proxies after a minute), and a request written
 // into such a connection would fail as E902 although the target never saw
-// it. The pool hands a connection to one call at a time, so Read and Write
-// never run concurrently; Close may run at any time.
+// it. Under TLS the check sits below the TLS layer, whose own messages
+// (a close_notify, say) also count as "something to read": a connection
+// wrongly given up costs a new connection, never a transaction. The pool
+// hands a connection to one call at a time, so Read and Write never run
+// concurrently; Close may run at any time.
 type targetConn struct {
 	net.Conn
 	set      *targetConns

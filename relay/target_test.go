@@ -289,41 +289,52 @@ func TestTargetCallAbortedByShutdown(t *testing.T) {
 // kept-alive connection once it has answered, as servers do when a
 // connection stays idle past their keep-alive timeout: the next transaction
 // must not be lost to the dead connection (E902) but go out, once, on a
-// fresh one.
+// fresh one. Over TLS the target's close sends a close_notify first.
 func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
-	var calls atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		_, _ = io.ReadAll(r.Body)
-		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
-	}))
-	closed := make(chan struct{}, 10)
-	var dials atomic.Int32
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		switch st {
-		case http.StateNew:
-			dials.Add(1)
-		case http.StateIdle:
-			c.Close()
-		case http.StateClosed:
-			closed <- struct{}{}
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	tg := testTarget(t, srv.URL, time.Second)
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+			var calls atomic.Int32
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				_, _ = io.ReadAll(r.Body)
+				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+			}))
+			closed := make(chan struct{}, 10)
+			var dials atomic.Int32
+			srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+				switch st {
+				case http.StateNew:
+					dials.Add(1)
+				case http.StateIdle:
+					c.Close()
+				case http.StateClosed:
+					closed <- struct{}{}
+				}
+			}
+			if useTLS {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			t.Cleanup(srv.Close)
+			tg := testTarget(t, srv.URL, time.Second)
+			if useTLS {
+				tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+			}
 
-	for i := range 3 {
-		code, msg := tg.call(context.Background(), []byte("TX"), []byte("DEP 1 5"))
-		require.Equal(t, "0000", code, "call %d: %s", i, msg)
-		select {
-		case <-closed:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the target did not close the connection")
-		}
+			for i := range 3 {
+				code, msg := tg.call(context.Background(), []byte("TX"), []byte("DEP 1 5"))
+				require.Equal(t, "0000", code, "call %d: %s", i, msg)
+				select {
+				case <-closed:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the target did not close the connection")
+				}
+			}
+			assert.Equal(t, int32(3), calls.Load(), "each transaction reaches the target exactly once")
+			assert.Equal(t, int32(3), dials.Load(), "each transaction after the first needs a fresh connection")
+		})
 	}
-	assert.Equal(t, int32(3), calls.Load(), "each transaction reaches the target exactly once")
-	assert.Equal(t, int32(3), dials.Load(), "each transaction after the first needs a fresh connection")
 }
 
 // TestTargetCallSkipsEveryStaleConnection fills the pool with connections,
@@ -450,7 +461,8 @@ func callsTogether(tg *target, n int, entered <-chan struct{}, release func()) [
 }
 
 // TestTargetCallOverTLS posts to an https target: the pool makes the TLS
-// connection itself and keeps it alive.
+// connection itself and keeps it alive, the idle check finding nothing to
+// read between requests.
 func TestTargetCallOverTLS(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
