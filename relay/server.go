@@ -462,17 +462,14 @@ const probeGrace = time.Second
 // so a flapping target cannot flood the log.
 const failLogBurst = 5
 
-// checkNonNegative refuses negative numbers and durations, which have no
-// meaning and would otherwise be mistaken for "use the default".
+// checkNonNegative refuses negative numbers and durations among the
+// Config's own fields (TargetSettings.check does its settings), which have
+// no meaning and would otherwise be mistaken for "use the default".
 func checkNonNegative(cfg Config) error {
 	for _, f := range []struct {
 		name string
 		bad  bool
 	}{
-		{"FailThreshold", cfg.FailThreshold < 0},
-		{"ResetTimeout", cfg.ResetTimeout < 0},
-		{"MaxInflight", cfg.MaxInflight < 0},
-		{"TargetTimeout", cfg.TargetTimeout < 0},
 		{"MaxLineBytes", cfg.MaxLineBytes < 0},
 		{"MaxConns", cfg.MaxConns < 0},
 		{"IdleTimeout", cfg.IdleTimeout < 0},
