@@ -426,10 +426,7 @@ func (ts TargetSettings) withDefaults() TargetSettings {
 // check refuses negative limits and durations and a rate or jitter outside
 // 0 to 1 (NaN included), naming the field.
 func (ts TargetSettings) check() error {
-	for _, f := range []struct {
-		name string
-		bad  bool
-	}{
+	if err := firstNegative([]negativeCheck{
 		{"FailThreshold", ts.FailThreshold < 0},
 		{"ResetTimeout", ts.ResetTimeout < 0},
 		{"MaxInflight", ts.MaxInflight < 0},
@@ -438,10 +435,8 @@ func (ts TargetSettings) check() error {
 		{"MinSamples", ts.MinSamples < 0},
 		{"SlowCall", ts.SlowCall < 0},
 		{"MaxResetTimeout", ts.MaxResetTimeout < 0},
-	} {
-		if f.bad {
-			return fmt.Errorf("%s must not be negative", f.name)
-		}
+	}); err != nil {
+		return err
 	}
 	if !(ts.FailureRate >= 0 && ts.FailureRate <= 1) {
 		return fmt.Errorf("FailureRate must be between 0 and 1, got %v", ts.FailureRate)
@@ -466,18 +461,31 @@ const failLogBurst = 5
 // Config's own fields (TargetSettings.check does its settings), which have
 // no meaning and would otherwise be mistaken for "use the default".
 func checkNonNegative(cfg Config) error {
-	for _, f := range []struct {
-		name string
-		bad  bool
-	}{
+	if err := firstNegative([]negativeCheck{
 		{"MaxLineBytes", cfg.MaxLineBytes < 0},
 		{"MaxConns", cfg.MaxConns < 0},
 		{"IdleTimeout", cfg.IdleTimeout < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"AccessLogQueue", cfg.AccessLogQueue < 0},
-	} {
-		if f.bad {
-			return fmt.Errorf("relay: %s must not be negative", f.name)
+	}); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	return nil
+}
+
+// negativeCheck is one field for firstNegative: its name, and whether its
+// value is negative.
+type negativeCheck struct {
+	name     string
+	negative bool
+}
+
+// firstNegative returns "NAME must not be negative" for the first check
+// that found a negative value, else nil.
+func firstNegative(checks []negativeCheck) error {
+	for _, c := range checks {
+		if c.negative {
+			return fmt.Errorf("%s must not be negative", c.name)
 		}
 	}
 	return nil
