@@ -39,11 +39,14 @@ import (
 	"time"
 )
 
-// Settings configures a Breaker. The zero value of each field selects the
-// default given in its comment. Every policy beyond the consecutive count is
-// off in the zero value; with all of them off the breaker is the plain
-// consecutive-failure breaker. New copies the Settings, so changing them
-// afterwards does not affect the breaker.
+// Policy is when a breaker opens and how long it stays open: the
+// consecutive-failure threshold and reset timeout, and the optional
+// policies beyond them. It is the one definition of a target's breaker
+// policy: the hub's flags, its settings file, its status and the breaker
+// all use it. The zero value of each field selects the default given in its
+// comment; every policy beyond the consecutive count is off in the zero
+// value, and with all of them off the breaker is the plain
+// consecutive-failure breaker. It is a plain value.
 //
 // The policies combine in this order. A result is classified first: a
 // success that took longer than SlowCall is a failure for every rule below.
@@ -55,13 +58,10 @@ import (
 // base period lengthened by its jitter share; the base period is
 // ResetTimeout, doubled by every failed probe up to MaxResetTimeout, and
 // back to ResetTimeout whenever the breaker closes. In HALF_OPEN the probe's
-// result alone decides; ProbeTimeout only lets a new probe replace a silent
-// one and changes neither the state nor the backoff. Manual control
-// overrides the rest: a held breaker stays OPEN whatever the time, and a
-// disabled one stays CLOSED whatever the results.
-type Settings struct {
-	// Name identifies the breaker in transitions; usually the target name.
-	Name string
+// result alone decides. Manual control overrides the rest: a held breaker
+// stays OPEN whatever the time, and a disabled one stays CLOSED whatever the
+// results.
+type Policy struct {
 	// FailThreshold is the number of consecutive failures that opens a
 	// closed breaker. Zero or negative means 5.
 	FailThreshold int
@@ -69,14 +69,6 @@ type Settings struct {
 	// probe; backoff and jitter lengthen it when they are set. Zero or
 	// negative means 10 seconds.
 	ResetTimeout time.Duration
-	// Clock supplies the time. Nil means the system clock.
-	Clock Clock
-	// OnTransition, if set, is called for every state change, in the order
-	// the changes happen, including those caused by HoldOpen, ForceClose and
-	// Disable. It runs under the breaker's lock so that each breaker's
-	// changes reach observers as an unbroken chain; it must therefore be
-	// fast and must never call back into the breaker.
-	OnTransition func(Transition)
 
 	// FailureRate turns on the failure-rate trip when it is above zero: a
 	// closed breaker also opens when, among the calls that ended within the
@@ -122,6 +114,27 @@ type Settings struct {
 	// real remaining time. Values above 1 mean 1. Zero, negative or NaN means
 	// off.
 	ResetJitter float64
+}
+
+// Settings configures a Breaker: its name, its Policy, and the seams (clock,
+// transition observer, random source). New copies the Settings, so changing
+// them afterwards does not affect the breaker. ProbeTimeout only lets a new
+// probe replace a silent one and changes neither the state nor the backoff.
+type Settings struct {
+	// Name identifies the breaker in transitions; usually the target name.
+	Name string
+	// Policy is when the breaker opens and how long it stays open.
+	// Embedded, so that its fields read as the Settings' own.
+	Policy
+	// Clock supplies the time. Nil means the system clock.
+	Clock Clock
+	// OnTransition, if set, is called for every state change, in the order
+	// the changes happen, including those caused by HoldOpen, ForceClose and
+	// Disable. It runs under the breaker's lock so that each breaker's
+	// changes reach observers as an unbroken chain; it must therefore be
+	// fast and must never call back into the breaker.
+	OnTransition func(Transition)
+
 	// Rand returns the random share for the jitter, in [0, 1); values out of
 	// that range are clamped into [0, 1]. Nil means math/rand/v2's Float64.
 	// It is never called under the breaker's lock: the share for the next
@@ -149,18 +162,28 @@ const (
 // effective returns s with every default filled in and every policy that is
 // off zeroed, as Breaker.Settings reports it.
 func (s Settings) effective() Settings {
+	s.Policy = s.Policy.Effective()
+	if s.Clock == nil {
+		s.Clock = systemClock{}
+	}
+	if s.Rand == nil {
+		s.Rand = rand.Float64
+	}
+	s.ProbeTimeout = max(s.ProbeTimeout, 0)
+	return s
+}
+
+// Effective returns p with every default filled in, values out of range
+// clamped, and every policy that is off zeroed: the policy a breaker given
+// p runs with.
+func (p Policy) Effective() Policy {
+	s := p
 	if s.FailThreshold <= 0 {
 		s.FailThreshold = defaultFailThreshold
 	}
 	s.FailThreshold = min(s.FailThreshold, maxFailures)
 	if s.ResetTimeout <= 0 {
 		s.ResetTimeout = defaultResetTimeout
-	}
-	if s.Clock == nil {
-		s.Clock = systemClock{}
-	}
-	if s.Rand == nil {
-		s.Rand = rand.Float64
 	}
 	if s.FailureRate > 0 {
 		s.FailureRate = min(s.FailureRate, 1)
@@ -182,7 +205,6 @@ func (s Settings) effective() Settings {
 	} else {
 		s.ResetJitter = 0
 	}
-	s.ProbeTimeout = max(s.ProbeTimeout, 0)
 	return s
 }
 

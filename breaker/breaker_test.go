@@ -44,11 +44,14 @@ func newBreaker(t *testing.T, threshold int, reset time.Duration) (*breaker.Brea
 	clk := fakeclock.New(start)
 	rec := &recorder{}
 	b := breaker.New(breaker.Settings{
-		Name:          "CORE",
-		FailThreshold: threshold,
-		ResetTimeout:  reset,
-		Clock:         clk,
-		OnTransition:  rec.observe,
+		Name: "CORE",
+		Policy: breaker.Policy{
+			FailThreshold: threshold,
+			ResetTimeout:  reset,
+		},
+
+		Clock:        clk,
+		OnTransition: rec.observe,
 	})
 	return b, clk, rec
 }
@@ -510,7 +513,7 @@ func BenchmarkClosedAllowSuccessParallel(b *testing.B) {
 }
 
 func BenchmarkOpenRefuse(b *testing.B) {
-	br := breaker.New(breaker.Settings{FailThreshold: 1, ResetTimeout: time.Hour})
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
 	tk, _ := br.Allow()
 	br.Done(tk, true)
 	b.ReportAllocs()
@@ -522,7 +525,7 @@ func BenchmarkOpenRefuse(b *testing.B) {
 }
 
 func BenchmarkOpenRefuseParallel(b *testing.B) {
-	br := breaker.New(breaker.Settings{FailThreshold: 1, ResetTimeout: time.Hour})
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
 	tk, _ := br.Allow()
 	br.Done(tk, true)
 	b.ReportAllocs()

@@ -73,7 +73,7 @@ func TestHoldOpen(t *testing.T) {
 func TestEnable(t *testing.T) {
 	t.Run("after a hold, a normal open period starts now", func(t *testing.T) {
 		// Given a breaker backed off to 40 s, then held open for an hour
-		b, clk, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute})
+		b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}})
 		trip(t, b, 1)
 		b.Done(probe(t, b, clk), true)
 		b.Done(probe(t, b, clk), true)
@@ -99,7 +99,7 @@ func TestEnable(t *testing.T) {
 	})
 
 	t.Run("after a hold, the open period has its jitter", func(t *testing.T) {
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{ResetTimeout: 10 * time.Second, ResetJitter: 0.5, Rand: func() float64 { return 0.5 }})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{ResetTimeout: 10 * time.Second, ResetJitter: 0.5}, Rand: func() float64 { return 0.5 }})
 		b.HoldOpen()
 		b.Enable()
 		assert.Equal(t, 12500*time.Millisecond, b.RetryAfter())
@@ -137,7 +137,7 @@ func TestEnable(t *testing.T) {
 	})
 
 	t.Run("after Disable, the window is kept and the next result decides", func(t *testing.T) {
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 100, FailureRate: 0.5, Window: time.Minute, MinSamples: 4})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 100, FailureRate: 0.5, Window: time.Minute, MinSamples: 4}})
 		b.Disable()
 		for range 4 {
 			call(t, b, true)
@@ -202,7 +202,7 @@ func TestForceClose(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// Given a breaker in some state, with a failure-rate window
-			b, clk, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 2, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 3})
+			b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 2, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 3}})
 			tt.given(t, b, clk)
 			clk.Advance(time.Second)
 
@@ -250,7 +250,7 @@ func TestDisable(t *testing.T) {
 	})
 
 	t.Run("never trips by rate but fills the window", func(t *testing.T) {
-		b, _, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 3, FailureRate: 0.5, Window: time.Minute, MinSamples: 2})
+		b, _, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 3, FailureRate: 0.5, Window: time.Minute, MinSamples: 2}})
 		b.Disable()
 		for range 10 {
 			call(t, b, true)
@@ -300,14 +300,17 @@ func allPolicies(seed uint64) breaker.Settings {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 7))
 	return breaker.Settings{
-		FailThreshold:   3,
-		ResetTimeout:    20 * time.Millisecond,
-		FailureRate:     0.5,
-		Window:          100 * time.Millisecond,
-		MinSamples:      6,
-		SlowCall:        5 * time.Millisecond,
-		MaxResetTimeout: 200 * time.Millisecond,
-		ResetJitter:     0.5,
+		Policy: breaker.Policy{
+			FailThreshold:   3,
+			ResetTimeout:    20 * time.Millisecond,
+			FailureRate:     0.5,
+			Window:          100 * time.Millisecond,
+			MinSamples:      6,
+			SlowCall:        5 * time.Millisecond,
+			MaxResetTimeout: 200 * time.Millisecond,
+			ResetJitter:     0.5,
+		},
+
 		Rand: func() float64 {
 			mu.Lock()
 			defer mu.Unlock()
@@ -325,7 +328,7 @@ func TestHammerChainPolicies(t *testing.T) {
 		name     string
 		settings breaker.Settings
 	}{
-		{name: "plain with manual control", settings: breaker.Settings{FailThreshold: 3, ResetTimeout: 50 * time.Millisecond}},
+		{name: "plain with manual control", settings: breaker.Settings{Policy: breaker.Policy{FailThreshold: 3, ResetTimeout: 50 * time.Millisecond}}},
 		{name: "every policy", settings: allPolicies(1)},
 	}
 	for _, tt := range tests {

@@ -12,10 +12,13 @@ import (
 func Example() {
 	clk := fakeclock.New(time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC))
 	b := breaker.New(breaker.Settings{
-		Name:          "CORE",
-		FailThreshold: 2,
-		ResetTimeout:  10 * time.Second,
-		Clock:         clk,
+		Name: "CORE",
+		Policy: breaker.Policy{
+			FailThreshold: 2,
+			ResetTimeout:  10 * time.Second,
+		},
+
+		Clock: clk,
 		OnTransition: func(t breaker.Transition) {
 			fmt.Printf("%s %s->%s\n", t.Name, t.From, t.To)
 		},

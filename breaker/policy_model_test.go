@@ -219,15 +219,22 @@ func TestAgainstPolicyModel(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 43))
 			reset := time.Duration(1+rng.IntN(5)) * time.Second
 			s := breaker.Settings{
-				FailThreshold:   1 + rng.IntN(6),
-				ResetTimeout:    reset,
-				FailureRate:     []float64{0, 0.3, 0.5, 0.75, 1}[rng.IntN(5)], // sometimes off: the lock-free closed path
-				Window:          time.Duration(2+rng.IntN(8)) * time.Second,
-				MinSamples:      1 + rng.IntN(8),
-				SlowCall:        500 * time.Millisecond,
-				MaxResetTimeout: reset * time.Duration(rng.IntN(5)), // sometimes not above the reset: no backoff
-				ResetJitter:     []float64{0, 0.3, 1}[rng.IntN(3)],
-				ProbeTimeout:    []time.Duration{0, 2 * time.Second}[rng.IntN(2)],
+				Policy: breaker.Policy{
+					FailThreshold:   1 + rng.IntN(6),
+					ResetTimeout:    reset,
+					FailureRate:     []float64{0, 0.3, 0.5, 0.75, 1}[rng.IntN(5)],
+					Window:          time.Duration(2+rng.IntN(8)) * time.Second,
+					MinSamples:      1 + rng.IntN(8),
+					SlowCall:        500 * time.Millisecond,
+					MaxResetTimeout: reset * time.Duration(rng.IntN(5)),
+					ResetJitter:     []float64{0, 0.3, 1}[rng.IntN(3)],
+				},
+
+				// sometimes off: the lock-free closed path
+
+				// sometimes not above the reset: no backoff
+
+				ProbeTimeout: []time.Duration{0, 2 * time.Second}[rng.IntN(2)],
 			}
 			// The breaker and the model draw jitter from twin sources.
 			s.Rand = rand.New(rand.NewPCG(seed, 44)).Float64

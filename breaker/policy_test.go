@@ -62,47 +62,65 @@ func TestSettingsEffective(t *testing.T) {
 		{
 			name: "zero settings get the plain defaults and no policy",
 			in:   breaker.Settings{},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second}},
 		},
 		{
 			name: "failure rate fills in window and minimum",
-			in:   breaker.Settings{FailureRate: 0.5},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 20},
+			in:   breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5}},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 20}},
 		},
 		{
 			name: "failure rate above one means one",
-			in:   breaker.Settings{FailureRate: 3, Window: time.Second, MinSamples: 4},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second, FailureRate: 1, Window: time.Second, MinSamples: 4},
+			in:   breaker.Settings{Policy: breaker.Policy{FailureRate: 3, Window: time.Second, MinSamples: 4}},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second, FailureRate: 1, Window: time.Second, MinSamples: 4}},
 		},
 		{
 			name: "window and minimum without a rate are off",
-			in:   breaker.Settings{FailureRate: math.NaN(), Window: time.Second, MinSamples: 4},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second},
+			in:   breaker.Settings{Policy: breaker.Policy{FailureRate: math.NaN(), Window: time.Second, MinSamples: 4}},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second}},
 		},
 		{
 			name: "backoff not above the reset timeout is off",
-			in:   breaker.Settings{ResetTimeout: time.Second, MaxResetTimeout: time.Second},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: time.Second},
+			in:   breaker.Settings{Policy: breaker.Policy{ResetTimeout: time.Second, MaxResetTimeout: time.Second}},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: time.Second}},
 		},
 		{
 			name: "backoff above the default reset timeout is kept",
-			in:   breaker.Settings{MaxResetTimeout: time.Minute},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute},
+			in:   breaker.Settings{Policy: breaker.Policy{MaxResetTimeout: time.Minute}},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}},
 		},
 		{
 			name: "jitter above one means one, negative durations are off",
-			in:   breaker.Settings{ResetJitter: 1.5, SlowCall: -time.Second, ProbeTimeout: -time.Second},
-			want: breaker.Settings{FailThreshold: 5, ResetTimeout: 10 * time.Second, ResetJitter: 1},
+			in:   breaker.Settings{Policy: breaker.Policy{ResetJitter: 1.5, SlowCall: -time.Second}, ProbeTimeout: -time.Second},
+			want: breaker.Settings{Policy: breaker.Policy{FailThreshold: 5, ResetTimeout: 10 * time.Second, ResetJitter: 1}},
 		},
 		{
 			name: "every policy on keeps its values",
 			in: breaker.Settings{
-				Name: "CLAIM", FailThreshold: 3, ResetTimeout: 2 * time.Second, FailureRate: 0.25, Window: 30 * time.Second,
-				MinSamples: 8, SlowCall: time.Second, MaxResetTimeout: time.Minute, ResetJitter: 0.2, ProbeTimeout: 4 * time.Second,
+				Name: "CLAIM", Policy: breaker.Policy{
+					FailThreshold:   3,
+					ResetTimeout:    2 * time.Second,
+					FailureRate:     0.25,
+					Window:          30 * time.Second,
+					MinSamples:      8,
+					SlowCall:        time.Second,
+					MaxResetTimeout: time.Minute,
+					ResetJitter:     0.2,
+				},
+				ProbeTimeout: 4 * time.Second,
 			},
 			want: breaker.Settings{
-				Name: "CLAIM", FailThreshold: 3, ResetTimeout: 2 * time.Second, FailureRate: 0.25, Window: 30 * time.Second,
-				MinSamples: 8, SlowCall: time.Second, MaxResetTimeout: time.Minute, ResetJitter: 0.2, ProbeTimeout: 4 * time.Second,
+				Name: "CLAIM", Policy: breaker.Policy{
+					FailThreshold:   3,
+					ResetTimeout:    2 * time.Second,
+					FailureRate:     0.25,
+					Window:          30 * time.Second,
+					MinSamples:      8,
+					SlowCall:        time.Second,
+					MaxResetTimeout: time.Minute,
+					ResetJitter:     0.2,
+				},
+				ProbeTimeout: 4 * time.Second,
 			},
 		},
 	}
@@ -124,7 +142,7 @@ func TestSettingsEffective(t *testing.T) {
 }
 
 func TestFailureRate(t *testing.T) {
-	rate := breaker.Settings{FailThreshold: 100, FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 10}
+	rate := breaker.Settings{Policy: breaker.Policy{FailThreshold: 100, FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 10}}
 
 	t.Run("opens only with both the share and the minimum", func(t *testing.T) {
 		// Given a breaker that opens at half failures among ten or more
@@ -168,7 +186,7 @@ func TestFailureRate(t *testing.T) {
 
 	t.Run("an exact share opens", func(t *testing.T) {
 		// Given a rate of 0.3, which has no exact binary form
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 100, FailureRate: 0.3, Window: time.Second, MinSamples: 10})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 100, FailureRate: 0.3, Window: time.Second, MinSamples: 10}})
 
 		// When three of ten results failed
 		for range 7 {
@@ -213,7 +231,7 @@ func TestFailureRate(t *testing.T) {
 
 	t.Run("the window is cleared when the breaker closes", func(t *testing.T) {
 		// Given a breaker opened by its failure rate
-		b, clk, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 100, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 4})
+		b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 100, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 4}})
 		for range 4 {
 			callAfter(t, b, true, 0)
 		}
@@ -235,7 +253,7 @@ func TestFailureRate(t *testing.T) {
 
 	t.Run("the consecutive count still opens and clears the window", func(t *testing.T) {
 		// Given both rules, the count being the stricter
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 3, FailureRate: 0.9, Window: time.Minute, MinSamples: 50})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 3, FailureRate: 0.9, Window: time.Minute, MinSamples: 50}})
 
 		// When three calls fail in a row
 		for range 3 {
@@ -248,7 +266,7 @@ func TestFailureRate(t *testing.T) {
 
 	t.Run("a stale result is not counted", func(t *testing.T) {
 		// Given a call admitted before the breaker opened and closed again
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 1})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 1}})
 		old, err := b.Allow()
 		require.NoError(t, err)
 		callAfter(t, b, true, 0)
@@ -263,7 +281,7 @@ func TestFailureRate(t *testing.T) {
 	})
 
 	t.Run("the closed path does not allocate", func(t *testing.T) {
-		b := breaker.New(breaker.Settings{FailureRate: 0.5})
+		b := breaker.New(breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5}})
 		allocs := testing.AllocsPerRun(1000, func() {
 			tk, _ := b.Allow()
 			b.Done(tk, false)
@@ -290,7 +308,7 @@ func TestSlowCalls(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 3, SlowCall: tt.slowCall})
+				b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 3, SlowCall: tt.slowCall}})
 				callAfter(t, b, tt.failed, tt.took)
 				assert.Equal(t, tt.want, b.Snapshot().ConsecutiveFailures)
 			})
@@ -299,7 +317,7 @@ func TestSlowCalls(t *testing.T) {
 
 	t.Run("slow successes open by the consecutive count", func(t *testing.T) {
 		// Given a breaker that calls a success over a second slow
-		b, _, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 2, SlowCall: time.Second})
+		b, _, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 2, SlowCall: time.Second}})
 
 		// When a fast success follows a slow one, the count clears
 		callAfter(t, b, false, 2*time.Second)
@@ -316,14 +334,14 @@ func TestSlowCalls(t *testing.T) {
 	})
 
 	t.Run("Done is never slow", func(t *testing.T) {
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, SlowCall: time.Nanosecond})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, SlowCall: time.Nanosecond}})
 		call(t, b, false)
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed}, b.Snapshot())
 	})
 
 	t.Run("slow successes count in the failure rate", func(t *testing.T) {
 		// Given a breaker that opens at half failures among four
-		b, _, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 100, SlowCall: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 4})
+		b, _, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 100, SlowCall: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 4}})
 
 		// When two of four successes are slow
 		callAfter(t, b, false, 2*time.Second)
@@ -338,7 +356,7 @@ func TestSlowCalls(t *testing.T) {
 
 	t.Run("a slow probe reopens the breaker", func(t *testing.T) {
 		// Given a half-open breaker
-		b, clk, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: time.Second, SlowCall: time.Second})
+		b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second, SlowCall: time.Second}})
 		trip(t, b, 1)
 		p := probe(t, b, clk)
 
@@ -363,7 +381,7 @@ func TestBackoff(t *testing.T) {
 
 	t.Run("each failed probe doubles the period up to the cap", func(t *testing.T) {
 		// Given a breaker with a reset timeout of 10 s, backing off to 35 s
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: 35 * time.Second})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: 35 * time.Second}})
 		trip(t, b, 1)
 		require.Equal(t, 10*time.Second, b.RetryAfter())
 
@@ -381,7 +399,7 @@ func TestBackoff(t *testing.T) {
 
 	t.Run("a successful probe brings it back", func(t *testing.T) {
 		// Given a breaker backed off to 40 s
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}})
 		trip(t, b, 1)
 		failProbe(t, b, clk)
 		require.Equal(t, 40*time.Second, failProbe(t, b, clk))
@@ -397,7 +415,7 @@ func TestBackoff(t *testing.T) {
 
 	t.Run("ForceClose brings it back", func(t *testing.T) {
 		// Given a breaker backed off to 40 s
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}})
 		trip(t, b, 1)
 		failProbe(t, b, clk)
 		require.Equal(t, 40*time.Second, failProbe(t, b, clk))
@@ -412,7 +430,7 @@ func TestBackoff(t *testing.T) {
 
 	t.Run("no backoff unless the cap is above the reset timeout", func(t *testing.T) {
 		for _, maxReset := range []time.Duration{0, 5 * time.Second, 10 * time.Second} {
-			b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: maxReset})
+			b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: maxReset}})
 			trip(t, b, 1)
 			assert.Equal(t, 10*time.Second, failProbe(t, b, clk), "max %s", maxReset)
 			assert.Equal(t, 10*time.Second, failProbe(t, b, clk), "max %s", maxReset)
@@ -424,7 +442,11 @@ func TestJitter(t *testing.T) {
 	t.Run("a fixed share lengthens the period exactly", func(t *testing.T) {
 		// Given a breaker with up to 50% jitter and a source that always says 0.25
 		b, clk, _ := newPolicyBreaker(t, breaker.Settings{
-			FailThreshold: 1, ResetTimeout: 10 * time.Second, ResetJitter: 0.5,
+			Policy: breaker.Policy{
+				FailThreshold: 1,
+				ResetTimeout:  10 * time.Second,
+				ResetJitter:   0.5,
+			},
 			Rand: func() float64 { return 0.25 },
 		})
 
@@ -446,7 +468,7 @@ func TestJitter(t *testing.T) {
 	t.Run("each open period draws once and stays within bounds", func(t *testing.T) {
 		// Given a source that hands out edge values, some out of range
 		rnd, calls := sequence(0, 0.5, 0.999, 1.7, -0.3, math.NaN())
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, ResetJitter: 0.2, Rand: rnd})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, ResetJitter: 0.2}, Rand: rnd})
 		require.Equal(t, 1, *calls, "New draws the share of the first period")
 
 		// When the breaker opens six times
@@ -472,7 +494,12 @@ func TestJitter(t *testing.T) {
 
 	t.Run("jitter applies on top of backoff", func(t *testing.T) {
 		b, clk, _ := newPolicyBreaker(t, breaker.Settings{
-			FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute, ResetJitter: 0.5,
+			Policy: breaker.Policy{
+				FailThreshold:   1,
+				ResetTimeout:    10 * time.Second,
+				MaxResetTimeout: time.Minute,
+				ResetJitter:     0.5,
+			},
 			Rand: func() float64 { return 0.5 },
 		})
 		trip(t, b, 1)
@@ -482,7 +509,7 @@ func TestJitter(t *testing.T) {
 	})
 
 	t.Run("the default source stays within bounds", func(t *testing.T) {
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, ResetJitter: 0.3})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, ResetJitter: 0.3}})
 		trip(t, b, 1)
 		for range 50 {
 			got := b.RetryAfter()
@@ -503,7 +530,7 @@ func TestJitter(t *testing.T) {
 			}
 			return 0.5
 		}
-		b, _, _ = newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetJitter: 0.1, Rand: rnd})
+		b, _, _ = newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetJitter: 0.1}, Rand: rnd})
 
 		// When the breaker opens
 		trip(t, b, 1)
@@ -517,7 +544,7 @@ func TestJitter(t *testing.T) {
 func TestProbeTimeout(t *testing.T) {
 	t.Run("a silent probe is replaced after the timeout", func(t *testing.T) {
 		// Given a half-open breaker whose probe does not report
-		b, clk, rec := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, ProbeTimeout: 4 * time.Second})
+		b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second}, ProbeTimeout: 4 * time.Second})
 		trip(t, b, 1)
 		first := probe(t, b, clk)
 
@@ -552,7 +579,7 @@ func TestProbeTimeout(t *testing.T) {
 	})
 
 	t.Run("off: the breaker waits for its probe", func(t *testing.T) {
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: time.Second})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second}})
 		trip(t, b, 1)
 		first := probe(t, b, clk)
 		clk.Advance(1000 * time.Hour)
@@ -564,7 +591,7 @@ func TestProbeTimeout(t *testing.T) {
 
 	t.Run("a replaced probe does not back off", func(t *testing.T) {
 		// Given a breaker with backoff whose first probe never reports
-		b, clk, _ := newPolicyBreaker(t, breaker.Settings{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute, ProbeTimeout: time.Second})
+		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}, ProbeTimeout: time.Second})
 		trip(t, b, 1)
 		probe(t, b, clk)
 		clk.Advance(time.Second)
@@ -580,7 +607,7 @@ func TestProbeTimeout(t *testing.T) {
 }
 
 func BenchmarkClosedAllowSuccessRateWindow(b *testing.B) {
-	br := breaker.New(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 20})
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 20}})
 	b.ReportAllocs()
 	for b.Loop() {
 		tk, _ := br.Allow()
@@ -589,7 +616,7 @@ func BenchmarkClosedAllowSuccessRateWindow(b *testing.B) {
 }
 
 func BenchmarkClosedAllowSuccessRateWindowParallel(b *testing.B) {
-	br := breaker.New(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 20})
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 20}})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -600,7 +627,7 @@ func BenchmarkClosedAllowSuccessRateWindowParallel(b *testing.B) {
 }
 
 func BenchmarkClosedAllowSuccessSlowCall(b *testing.B) {
-	br := breaker.New(breaker.Settings{SlowCall: time.Second})
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{SlowCall: time.Second}})
 	b.ReportAllocs()
 	for b.Loop() {
 		tk, _ := br.Allow()

@@ -53,8 +53,8 @@ func TestRealBreakersChain(t *testing.T) {
 		}
 	}
 	breakers := []*breaker.Breaker{
-		breaker.New(breaker.Settings{Name: "CORE", FailThreshold: 3, ResetTimeout: time.Second, Clock: clk, OnTransition: observe}),
-		breaker.New(breaker.Settings{Name: "CLAIM", FailThreshold: 3, ResetTimeout: time.Second, Clock: clk, OnTransition: observe}),
+		breaker.New(breaker.Settings{Name: "CORE", Policy: breaker.Policy{FailThreshold: 3, ResetTimeout: time.Second}, Clock: clk, OnTransition: observe}),
+		breaker.New(breaker.Settings{Name: "CLAIM", Policy: breaker.Policy{FailThreshold: 3, ResetTimeout: time.Second}, Clock: clk, OnTransition: observe}),
 	}
 
 	// Given 16 goroutines making random calls with random results, and one

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"bufio"
 	"bytes"
 	"io"
@@ -50,8 +52,8 @@ type accessEntry struct {
 	via     string // the target the client named, when target is its fallback
 	txidN   uint8
 	targetN uint8
-	txid    [maxTxIDLen]byte
-	target  [maxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
+	txid    [protocol.MaxTxIDLen]byte
+	target  [protocol.MaxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
 }
 
 // accessNote describes one answer for the access log: the TXID (empty for
@@ -141,7 +143,7 @@ func (a *accessLog) writeLoop() {
 		ts = e.at.UTC().AppendFormat(ts[:0], TimeFormat)
 		ev := enc.Log().Bytes("time", ts)
 		if e.txidN == 0 {
-			ev = ev.Str("txid", noTxID)
+			ev = ev.Str("txid", protocol.NoTxID)
 		} else {
 			ev = ev.Bytes("txid", e.txid[:e.txidN])
 		}

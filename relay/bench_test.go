@@ -63,7 +63,7 @@ func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
 
 // openBreakerServer returns a Server whose CORE breaker is open.
 func openBreakerServer(b *testing.B, metrics, access bool) *Server {
-	srv := benchServer(b, Config{TargetSettings: TargetSettings{FailThreshold: 1, ResetTimeout: time.Hour}}, metrics, access)
+	srv := benchServer(b, Config{TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}}}, metrics, access)
 	rt := srv.lookup([]byte("CORE"))
 	ticket, err := rt.breaker.Allow()
 	if err != nil {

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"bytes"
 	"errors"
 	"io"
@@ -40,16 +42,16 @@ type conn struct {
 	nc  net.Conn
 
 	// Owned by the read loop.
-	rc       syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead  func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
-	rbuf     *[]byte               // the read buffer; nil while no input is held
-	rlong    bool                  // rbuf is from srv.longBufs, else from readBufs
-	r, w     int                   // the input not yet used is (*rbuf)[r:w]
-	rerr     error                 // why the last read ended the input, reported once the input before it is used
-	scratch  []byte                // message of an E904 answer
-	hintSecs int64                 // the retry hint scratch holds, in seconds; 0: none yet
-	txid     [maxTxIDLen]byte      // TXID of an over-long line, kept while its rest is discarded
-	rdl      time.Time             // the idle deadline armReadDeadline last set
+	rc       syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead  func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
+	rbuf     *[]byte                   // the read buffer; nil while no input is held
+	rlong    bool                      // rbuf is from srv.longBufs, else from readBufs
+	r, w     int                       // the input not yet used is (*rbuf)[r:w]
+	rerr     error                     // why the last read ended the input, reported once the input before it is used
+	scratch  []byte                    // message of an E904 answer
+	hintSecs int64                     // the retry hint scratch holds, in seconds; 0: none yet
+	txid     [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
+	rdl      time.Time                 // the idle deadline armReadDeadline last set
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
@@ -72,10 +74,10 @@ const (
 	// writeBufSize is the write buffer: a pipelined burst of answers goes
 	// out in one write, as with bufio's default.
 	writeBufSize = 4 << 10
-	// maxAnswerLen is the longest answer line appendResponse makes: a TXID,
-	// a four-character code, a message of MaxMessageBytes and the
+	// maxAnswerLen is the longest answer line protocol.AppendResponse makes: a TXID,
+	// a four-character code, a message of protocol.MaxMessageBytes and the
 	// separators.
-	maxAnswerLen = maxTxIDLen + 1 + 4 + 1 + MaxMessageBytes + 1
+	maxAnswerLen = protocol.MaxTxIDLen + 1 + 4 + 1 + protocol.MaxMessageBytes + 1
 )
 
 // readBufs and writeBufs lend buffers to connections while they hold bytes:
@@ -153,11 +155,11 @@ func (c *conn) readLoop() readEnd {
 		line, tooLong, err := c.readLine()
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
-			c.srv.noteUnparsed(line, CodeUnavailable)
-			answer(c, line, CodeUnavailable, msgShuttingDown, false)
+			c.srv.noteUnparsed(line, protocol.CodeUnavailable)
+			answer(c, line, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		case tooLong:
-			c.srv.noteUnparsed(line, CodeMalformed)
-			answer(c, line, CodeMalformed, msgLineTooLong, false)
+			c.srv.noteUnparsed(line, protocol.CodeMalformed)
+			answer(c, line, protocol.CodeMalformed, protocol.MsgLineTooLong, false)
 		case len(line) > 0:
 			c.serveLine(line)
 		}
@@ -220,7 +222,7 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 	if len(line) <= c.srv.maxLineBytes {
 		return line, false
 	}
-	return LeadingTxID(raw[:min(len(raw), c.srv.maxLineBytes+2)]), true
+	return protocol.LeadingTxID(raw[:min(len(raw), c.srv.maxLineBytes+2)]), true
 }
 
 // discardLine ends an over-long line whose first MaxLineBytes+2 bytes are
@@ -228,7 +230,7 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 // '\n', or to the end of the input when the client closed its side. It
 // returns as readLine does.
 func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
-	n := copy(c.txid[:], LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
+	n := copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
 	for {
 		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {
 			c.r += i + 1
@@ -391,18 +393,18 @@ func (s *Server) longBuf() *[]byte {
 // every line) and hands a well-formed one to dispatch. Its answers are
 // buffered: the read loop flushes.
 func (c *conn) serveLine(line []byte) {
-	req, err := ParseRequest(line)
+	req, err := protocol.ParseRequest(line)
 	if err == nil {
 		c.dispatch(req)
 		return
 	}
-	var pe *ProtocolError
+	var pe *protocol.ProtocolError
 	if !errors.As(err, &pe) {
-		panic("relay: ParseRequest returned a foreign error: " + err.Error())
+		panic("relay: protocol.ParseRequest returned a foreign error: " + err.Error())
 	}
 	code, msg := pe.Code, pe.Message
 	if c.srv.inShutdown.Load() {
-		code, msg = CodeUnavailable, msgShuttingDown
+		code, msg = protocol.CodeUnavailable, protocol.MsgShuttingDown
 	}
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
 	c.srv.noteUnparsed(line[:len(pe.TxID)], code)
@@ -506,7 +508,7 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 	if c.wbuf == nil {
 		c.wbuf = writeBufs.Get().(*[]byte)
 	}
-	*c.wbuf = appendResponse(*c.wbuf, txid, code, msg)
+	*c.wbuf = protocol.AppendResponse(*c.wbuf, txid, code, msg)
 	if flush {
 		if err := c.writeOutLocked(time.Now()); err != nil {
 			c.failLocked(err)

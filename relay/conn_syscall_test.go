@@ -3,6 +3,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"bufio"
 	"io"
 	"net"
@@ -52,7 +54,7 @@ func TestLinesWrittenInPiecesWithPauses(t *testing.T) {
 		s := txid + "|NONE|"
 		return s + strings.Repeat("p", n-len(s))
 	}
-	unknown := func(txid string) string { return txid + "|E903|" + msgUnknownTarget + "\n" }
+	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget + "\n" }
 	tests := []struct {
 		name   string
 		input  string
@@ -63,8 +65,8 @@ func TestLinesWrittenInPiecesWithPauses(t *testing.T) {
 		{name: "longer than the read buffer", input: line("P2", readBufSize+1500) + "\n", pieces: []int{700}, want: []string{unknown("P2")}},
 		{name: "a read buffer and a byte, then the rest", input: line("P3", readBufSize+2) + "\r\n", pieces: []int{readBufSize, 1, 1, 500}, want: []string{unknown("P3")}},
 		{name: "at the limit", input: line("P4", maxLine) + "\r\n", pieces: []int{1000}, want: []string{unknown("P4")}},
-		{name: "over-long, its TXID a byte at a time", input: line("P5", maxLine+3*readBufSize) + "\n", pieces: []int{1, 1, 1, 1, 1500}, want: []string{"P5|E900|" + msgLineTooLong + "\n"}},
-		{name: "over-long by its terminator", input: line("P6", maxLine+1) + "\r\n", pieces: []int{maxLine, 1, 1, 1}, want: []string{"P6|E900|" + msgLineTooLong + "\n"}},
+		{name: "over-long, its TXID a byte at a time", input: line("P5", maxLine+3*readBufSize) + "\n", pieces: []int{1, 1, 1, 1, 1500}, want: []string{"P5|E900|" + protocol.MsgLineTooLong + "\n"}},
+		{name: "over-long by its terminator", input: line("P6", maxLine+1) + "\r\n", pieces: []int{maxLine, 1, 1, 1}, want: []string{"P6|E900|" + protocol.MsgLineTooLong + "\n"}},
 		{
 			// The short line begun waits in a read buffer, not the long one.
 			name: "a short line begun after a long one", input: line("P7", readBufSize+100) + "\nP8|NONE|after\n",

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"bufio"
 	"bytes"
 	"errors"
@@ -40,7 +42,7 @@ func referenceLines(stream []byte, maxLineBytes int) []readResult {
 		line, err := r.ReadSlice('\n')
 		res := readResult{eof: err == io.EOF}
 		if err == bufio.ErrBufferFull {
-			txid := string(LeadingTxID(line))
+			txid := string(protocol.LeadingTxID(line))
 			for err == bufio.ErrBufferFull {
 				_, err = r.ReadSlice('\n')
 			}
@@ -49,7 +51,7 @@ func referenceLines(stream []byte, maxLineBytes int) []readResult {
 			line = bytes.TrimSuffix(line, []byte{'\n'})
 			line = bytes.TrimSuffix(line, []byte{'\r'})
 			if len(line) > maxLineBytes {
-				res.line, res.tooLong = string(LeadingTxID(line)), true
+				res.line, res.tooLong = string(protocol.LeadingTxID(line)), true
 			} else {
 				res.line = string(line)
 			}
@@ -314,18 +316,18 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 	t.Run("the write buffer goes back with the write that empties it", func(t *testing.T) {
 		nc, client := tcpPair(t)
 		c := newConn(srv, nc)
-		answer(c, "A", CodeUnknownTarget, msgUnknownTarget, false)
+		answer(c, "A", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		c.wmu.Lock()
 		require.NotNil(t, c.wbuf, "an unflushed answer is held")
 		c.wmu.Unlock()
 		c.flush()
-		answer(c, "B", CodeUnknownTarget, msgUnknownTarget, true)
+		answer(c, "B", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, true)
 		c.wmu.Lock()
 		assert.Nil(t, c.wbuf)
 		c.wmu.Unlock()
 		r := bufio.NewReader(client)
 		require.NoError(t, client.SetReadDeadline(time.Now().Add(ioTimeout)))
-		for _, want := range []string{"A|E903|" + msgUnknownTarget + "\n", "B|E903|" + msgUnknownTarget + "\n"} {
+		for _, want := range []string{"A|E903|" + protocol.MsgUnknownTarget + "\n", "B|E903|" + protocol.MsgUnknownTarget + "\n"} {
 			got, err := r.ReadString('\n')
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
@@ -339,7 +341,7 @@ func TestAnswersOverflowTheWriteBuffer(t *testing.T) {
 	srv := lineServer(t, DefaultMaxLineBytes)
 	nc, client := tcpPair(t)
 	c := newConn(srv, nc)
-	long := strings.Repeat("m", MaxMessageBytes)
+	long := strings.Repeat("m", protocol.MaxMessageBytes)
 	var want strings.Builder
 	for i := range 100 { // about 60 KB: many buffers' worth
 		txid := fmt.Sprintf("%064d", i)
@@ -370,8 +372,8 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 		s := txid + "|NONE|"
 		return s + strings.Repeat("p", n-len(s))
 	}
-	unknown := func(txid string) string { return txid + "|E903|" + msgUnknownTarget }
-	tooLong := func(txid string) string { return txid + "|E900|" + msgLineTooLong }
+	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget }
+	tooLong := func(txid string) string { return txid + "|E900|" + protocol.MsgLineTooLong }
 
 	t.Run("limit and one over, right after small lines", func(t *testing.T) {
 		c := dial(t, addr)
@@ -548,7 +550,7 @@ func TestDeadlinesMoveOncePerSlack(t *testing.T) {
 			const steps = 5000
 			for i := range steps + 1 {
 				now := start.Add(time.Duration(i) * slack / 100)
-				answer(c, "A", CodeUnknownTarget, msgUnknownTarget, false)
+				answer(c, "A", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 				c.flushAt(now)
 				c.armReadDeadline(now)
 
@@ -584,7 +586,7 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		var last time.Time
 		for i, start := 0, time.Now(); i < 100_000 && time.Since(start) < 3*deadlineSlack(idle); i++ {
 			last = time.Now()
-			require.Equal(t, "B|E903|"+msgUnknownTarget, c.roundTrip("B|NONE|x"))
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.roundTrip("B|NONE|x"))
 		}
 		// When the client then sends only the start of a line.
 		_, err := io.WriteString(c.nc, "C|NONE|partial")
@@ -602,7 +604,7 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		c := dial(t, addr)
 		n := 0
 		for start := time.Now(); n < 1_000_000 && time.Since(start) < 4*timeout; n++ {
-			require.Equal(t, "B|E903|"+msgUnknownTarget, c.roundTrip("B|NONE|x"), "after %d lines", n)
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.roundTrip("B|NONE|x"), "after %d lines", n)
 		}
 		c.expectEOF() // and the idle timeout still ends it once it is quiet
 	})
@@ -617,7 +619,7 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	cfg.MaxLineBytes = 2 * readBufSize
 	_, addr := startServer(t, cfg)
-	unknown := func(txid string) string { return txid + "|E903|" + msgUnknownTarget }
+	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget }
 
 	t.Run("each write completes lines and ends inside the next", func(t *testing.T) {
 		// Lines of every length, cut at a line's start, just before its
@@ -635,7 +637,7 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 			line := head + strings.Repeat("p", max(0, n-len(head)))
 			answers[txid] = unknown(txid)
 			if len(line) > cfg.MaxLineBytes {
-				answers[txid] = txid + "|E900|" + msgLineTooLong
+				answers[txid] = txid + "|E900|" + protocol.MsgLineTooLong
 			}
 			if rnd.IntN(2) == 0 {
 				line += "\r"
@@ -705,13 +707,13 @@ func TestLastLinesAndCloseReadTogether(t *testing.T) {
 		{
 			name:    "complete lines then close",
 			input:   "A|NONE|x\nB|NONE|y\n",
-			want:    []string{"A|E903|" + msgUnknownTarget, "B|E903|" + msgUnknownTarget},
+			want:    []string{"A|E903|" + protocol.MsgUnknownTarget, "B|E903|" + protocol.MsgUnknownTarget},
 			wantEnd: endEOF,
 		},
 		{
 			name:    "an unterminated last line then close",
 			input:   "A|NONE|x\nB|NONE|y",
-			want:    []string{"A|E903|" + msgUnknownTarget, "B|E903|" + msgUnknownTarget},
+			want:    []string{"A|E903|" + protocol.MsgUnknownTarget, "B|E903|" + protocol.MsgUnknownTarget},
 			wantEnd: endEOF,
 		},
 		{
@@ -767,7 +769,7 @@ func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {
 	require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
 	_, err := io.WriteString(c.nc, "A|NONE|x\n"+partial)
 	require.NoError(t, err)
-	require.Equal(t, "A|E903|"+msgUnknownTarget, c.read())
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.read())
 
 	// When the hub shuts down, then it stops reading at once.
 	done := shutdownAsync(srv, ioTimeout)

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// BreakerAction is an operator's command to one target's breaker (SPEC §12,
-// manual control). It is a plain string value.
+// BreakerAction is an operator's command to one target's breaker (docs/PROTOCOL.md,
+// "Per-target settings and policies", manual control). It is a plain string value.
 type BreakerAction string
 
 // The breaker actions, as POST /breakers/{target} takes them.
@@ -52,10 +52,10 @@ func ParseBreakerAction(s string) (BreakerAction, error) {
 // transition observer (the breaker log), the metrics and the log, like any
 // other change. It returns ErrUnknownTarget or ErrUnknownAction, changing
 // nothing, when either is not known.
-func (s *Server) ControlBreaker(name string, action BreakerAction) (TargetStatus, error) {
+func (s *Server) ControlBreaker(name string, action BreakerAction) (TargetSnapshot, error) {
 	rt := s.lookup([]byte(name))
 	if rt == nil {
-		return TargetStatus{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+		return TargetSnapshot{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
 	}
 	switch action {
 	case ActionOpen:
@@ -67,8 +67,8 @@ func (s *Server) ControlBreaker(name string, action BreakerAction) (TargetStatus
 	case ActionEnable:
 		rt.breaker.Enable()
 	default:
-		return TargetStatus{}, fmt.Errorf("%w, got %q", ErrUnknownAction, string(action))
+		return TargetSnapshot{}, fmt.Errorf("%w, got %q", ErrUnknownAction, string(action))
 	}
 	rt.logTransitions()
-	return s.targetStatus(rt), nil
+	return s.snapshot(rt), nil
 }

@@ -3,24 +3,26 @@
 // HTTP POST, and answers one line per transaction (TXID|CODE|MESSAGE). Every
 // target has its own circuit breaker and bulkhead, so one slow or dead
 // target is refused at once (E904, E905) instead of dragging the hub and the
-// other targets down.
+// other targets down. The contract is docs/PROTOCOL.md.
 //
-// The protocol lives in pure functions on byte slices (ParseRequest,
-// AppendResponse, DecodeAnswer); the Server owns connections, deadlines and
-// buffering, and one method composes the policies: breaker, bulkhead, call,
-// record, release.
+// The package is the hub's core: the Server owns listeners, connections,
+// deadlines and buffering (server.go, conn.go), and one method composes the
+// policies for a request — breaker, bulkhead, call, record, release
+// (route.go). Its neighbours each do one job: relay/protocol parses and
+// writes lines, relay/targethttp calls a target over HTTP, relay/admin
+// serves the admin port, relay/settingsfile reads the per-target settings
+// file.
 //
 // Each target may have settings of its own (Target.Settings, which
-// LoadTargetFile fills from a TOML file over the flags' defaults), the
-// optional breaker policies of SPEC §12 (failure rate, slow calls, backoff,
-// jitter), and a fallback target that takes its requests while its breaker
-// refuses them. Operators control a breaker by hand through
-// Server.ControlBreaker, which Admin serves as POST /breakers/{target}.
+// settingsfile.Load fills from a TOML file over the flags' defaults), the
+// optional breaker policies (breaker.Policy: failure rate, slow calls,
+// backoff, jitter), and a fallback target that takes its requests while its
+// breaker refuses them. Operators control a breaker by hand through
+// Server.ControlBreaker, which relay/admin serves as POST /breakers/{target}.
 //
 // Observability is optional and off the answer path: Metrics (NewMetrics)
 // counts every answer by target and code on a Prometheus registry of the
-// caller's; Admin (NewAdmin) serves /metrics, /healthz, /readyz and
-// /status; Config.AccessLog writes one JSON line per answer from a
+// caller's; Config.AccessLog writes one JSON line per answer from a
 // goroutine of the Server, dropping lines rather than delaying answers.
 //
 // Typical use:
@@ -41,11 +43,6 @@
 //	if err != nil {
 //		return err
 //	}
-//	admin, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg})
-//	if err != nil {
-//		return err
-//	}
-//	go http.ListenAndServe("127.0.0.1:9280", admin)
 //	ln, err := net.Listen("tcp", "127.0.0.1:9200")
 //	if err != nil {
 //		return err

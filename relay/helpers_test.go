@@ -246,7 +246,7 @@ func (tr *transitions) list() []string {
 }
 
 // status returns the named target's status.
-func status(t *testing.T, srv *Server, name string) TargetStatus {
+func status(t *testing.T, srv *Server, name string) TargetSnapshot {
 	t.Helper()
 	for _, ts := range srv.Targets() {
 		if ts.Name == name {
@@ -254,7 +254,7 @@ func status(t *testing.T, srv *Server, name string) TargetStatus {
 		}
 	}
 	t.Fatalf("no target %s", name)
-	return TargetStatus{}
+	return TargetSnapshot{}
 }
 
 // shutdownAsync starts Shutdown with a context of the given timeout.

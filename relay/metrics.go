@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -70,16 +72,16 @@ const (
 
 // codeLabelValues are the code label values, by codeLabel.
 var codeLabelValues = [numCodeLabels]string{
-	lblOK:              CodeOK,
+	lblOK:              protocol.CodeOK,
 	lblBusiness:        codeLabelBusiness,
-	lblRefused:         CodeRefused,
-	lblFailed:          CodeTargetFailed,
-	lblTimeout:         CodeTimeout,
-	lblUnreachable:     CodeUnreachable,
-	lblCircuitOpen:     CodeCircuitOpen,
-	lblBulkheadFull:    CodeBulkheadFull,
-	lblUnavailable:     CodeUnavailable,
-	lblInternal:        CodeInternal,
+	lblRefused:         protocol.CodeRefused,
+	lblFailed:          protocol.CodeTargetFailed,
+	lblTimeout:         protocol.CodeTimeout,
+	lblUnreachable:     protocol.CodeUnreachable,
+	lblCircuitOpen:     protocol.CodeCircuitOpen,
+	lblBulkheadFull:    protocol.CodeBulkheadFull,
+	lblUnavailable:     protocol.CodeUnavailable,
+	lblInternal:        protocol.CodeInternal,
 	lblOtherTargetCode: codeLabelOtherTargetCode,
 }
 
@@ -90,15 +92,15 @@ var codeLabelValues = [numCodeLabels]string{
 // target can neither grow the label set nor pass for the hub's refusals.
 func callCodeLabel(code string) codeLabel {
 	switch code {
-	case CodeOK:
+	case protocol.CodeOK:
 		return lblOK
-	case CodeRefused:
+	case protocol.CodeRefused:
 		return lblRefused
-	case CodeTargetFailed:
+	case protocol.CodeTargetFailed:
 		return lblFailed
-	case CodeTimeout:
+	case protocol.CodeTimeout:
 		return lblTimeout
-	case CodeUnreachable:
+	case protocol.CodeUnreachable:
 		return lblUnreachable
 	}
 	if len(code) > 0 && code[0] == 'B' {
@@ -111,7 +113,7 @@ func callCodeLabel(code string) codeLabel {
 // target: a malformed line, an unknown target, a line read while shutting
 // down (or a connection over the limit) whose target is unknown, and a hub
 // bug caught before the target was known.
-var unroutedCodes = [...]string{CodeMalformed, CodeUnknownTarget, CodeUnavailable, CodeInternal}
+var unroutedCodes = [...]string{protocol.CodeMalformed, protocol.CodeUnknownTarget, protocol.CodeUnavailable, protocol.CodeInternal}
 
 // Metrics are the hub's Prometheus metrics. NewMetrics registers them; give
 // the result to Config.Metrics of one Server, whose New resolves every label

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"fmt"
 	"net/http"
 	"slices"
@@ -254,7 +256,7 @@ func TestMetricsLiveGauges(t *testing.T) {
 	c1.send("A|CORE|a", "B|CORE|b")
 	core.waitEntered(t, 2)
 	assert.Equal(t, 2.0, metricValue(t, reg, metricInflight, "target", "CORE"))
-	assert.Equal(t, "C|E905|"+msgBulkheadFull, c1.roundTrip("C|CORE|c"))
+	assert.Equal(t, "C|E905|"+protocol.MsgBulkheadFull, c1.roundTrip("C|CORE|c"))
 	assert.Equal(t, 1.0, metricValue(t, reg, metricRejections, "target", "CORE", "reason", "full"))
 	assert.Equal(t, 1.0, metricValue(t, reg, metricRequests, "target", "CORE", "code", "E905"))
 	assert.Equal(t, 1.0, metricValue(t, reg, metricConnectionsOpen))

@@ -16,7 +16,7 @@ import (
 // settings returns per-target settings with the given bulkhead size,
 // threshold and reset timeout, the rest defaults.
 func settings(maxInflight, threshold int, reset time.Duration) *TargetSettings {
-	return &TargetSettings{MaxInflight: maxInflight, FailThreshold: threshold, ResetTimeout: reset}
+	return &TargetSettings{MaxInflight: maxInflight, Policy: breaker.Policy{FailThreshold: threshold, ResetTimeout: reset}}
 }
 
 // fallbackPair returns a Config, on a fake clock, where CORE falls back to
@@ -229,8 +229,8 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	core.set(core.blockThen(echo))
 	claim := newFakeTarget(t, answerStatus(404))
 	cfg, _ := testConfig(t,
-		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, FailThreshold: 1, TargetTimeout: 150 * time.Millisecond}},
-		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, FailThreshold: 3, FailureCodes: []string{"e400"}, ProbeTimeout: time.Hour}},
+		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond}},
+		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, Policy: breaker.Policy{FailThreshold: 3}, FailureCodes: []string{"e400"}}},
 	)
 	cfg.MaxInflight, cfg.FailThreshold = 50, 50 // not used: both targets have settings of their own
 	srv, addr := startServer(t, cfg)
@@ -238,13 +238,14 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	st := status(t, srv, "CORE")
 	assert.Equal(t, 1, st.MaxInFlight)
 	assert.Equal(t, TargetSettings{
-		MaxInflight: 1, FailThreshold: 1, ResetTimeout: DefaultResetTimeout, TargetTimeout: 150 * time.Millisecond,
-		ProbeTimeout: 150*time.Millisecond + time.Second, FailureCodes: []string{"E500", "E901", "E902"},
+		MaxInflight: 1, TargetTimeout: 150 * time.Millisecond, FailureCodes: []string{"E500", "E901", "E902"},
+		Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: DefaultResetTimeout},
 	}, st.Settings)
+	assert.Equal(t, 150*time.Millisecond+time.Second, st.ProbeTimeout)
 	st = status(t, srv, "CLAIM")
 	assert.Equal(t, 2, st.MaxInFlight)
 	assert.Equal(t, []string{"E400"}, st.Settings.FailureCodes)
-	assert.Equal(t, DefaultTargetTimeout+time.Second, st.Settings.ProbeTimeout)
+	assert.Equal(t, DefaultTargetTimeout+time.Second, st.ProbeTimeout)
 
 	// When CORE's one call hangs, a second is E905 and the first times out
 	// after CORE's own timeout, opening CORE's breaker at threshold 1;
@@ -292,12 +293,12 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{name: "rate above 1", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureRate: 1.5}}, want: "FailureRate must be between 0 and 1"},
-		{name: "negative jitter", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{ResetJitter: -0.1}}, want: "ResetJitter"},
-		{name: "negative window", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Window: -time.Second}}, want: "Window must not be negative"},
-		{name: "negative min samples", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MinSamples: -1}}, want: "MinSamples"},
-		{name: "negative slow call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{SlowCall: -1}}, want: "SlowCall"},
-		{name: "negative backoff", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MaxResetTimeout: -1}}, want: "MaxResetTimeout"},
+		{name: "rate above 1", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{FailureRate: 1.5}}}, want: "FailureRate must be between 0 and 1"},
+		{name: "negative jitter", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{ResetJitter: -0.1}}}, want: "ResetJitter"},
+		{name: "negative window", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{Window: -time.Second}}}, want: "Window must not be negative"},
+		{name: "negative min samples", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{MinSamples: -1}}}, want: "MinSamples"},
+		{name: "negative slow call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{SlowCall: -1}}}, want: "SlowCall"},
+		{name: "negative backoff", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{MaxResetTimeout: -1}}}, want: "MaxResetTimeout"},
 		{name: "target settings negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{MaxInflight: -1}}}}, want: "target CORE: MaxInflight must not be negative"},
 		{name: "target failure code", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Settings: &TargetSettings{FailureCodes: []string{"B201"}}}}}, want: "target CORE: failure code"},
 		{name: "unknown fallback", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "NOPE"}}}, want: `fallback "NOPE" is not a configured target`},

@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
+
 	"bytes"
 	"errors"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,10 +29,10 @@ type route struct {
 	ownSettings  bool   // the target came with Settings of its own
 	breaker      *breaker.Breaker
 	bulkhead     *bulkhead.Bulkhead
-	target       *target
+	client       *targethttp.Client
 	failureCodes []string
 	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
-	viaBusy      string        // viaPrefix + msgBulkheadFull
+	viaBusy      string        // viaPrefix + protocol.MsgBulkheadFull
 	metrics      *routeMetrics // nil without metrics
 	log          zerolog.Logger
 	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
@@ -114,16 +116,16 @@ func (r *route) logTransitions() {
 		if i == len(q)-1 && snap.State == t.To {
 			ev = ev.Int("consecutive_failures", snap.ConsecutiveFailures)
 			if t.To == breaker.Open {
-				ev = ev.Float64("retry_after_seconds", retryAfterSeconds(snap.RetryAfter)).Bool("held", snap.Held)
+				ev = ev.Float64("retry_after_seconds", RetryAfterSeconds(snap.RetryAfter)).Bool("held", snap.Held)
 			}
 		}
 		ev.Msg("breaker state changed")
 	}
 }
 
-// retryAfterSeconds is d in seconds rounded up to the millisecond, so a
+// RetryAfterSeconds is d in seconds rounded up to the millisecond, so a
 // breaker that still refuses is never reported as ready.
-func retryAfterSeconds(d time.Duration) float64 {
+func RetryAfterSeconds(d time.Duration) float64 {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	return float64(ms) / 1000
 }
@@ -184,7 +186,7 @@ func (s *Server) lookup(name []byte) *route {
 // A panic anywhere in here is a hub bug: the request is answered E907, a
 // breaker ticket taken is handed back with Cancel and a bulkhead slot taken
 // is released, so neither policy is left holding a leaked admission.
-func (c *conn) dispatch(req Request) {
+func (c *conn) dispatch(req protocol.Request) {
 	s := c.srv
 	// Counted before the shutdown check so that Shutdown, which sets the
 	// flag and then waits for this count to drain, cannot miss a call about
@@ -212,8 +214,8 @@ func (c *conn) dispatch(req Request) {
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			s.noteHubAnswer(rt, primary, req, CodeInternal, lblInternal)
-			answer(c, req.TxID, CodeInternal, msgInternal, true)
+			s.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal)
+			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		s.activeCalls.Add(-1)
 	}()
@@ -221,14 +223,14 @@ func (c *conn) dispatch(req Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		s.noteHubAnswer(s.lookup(req.Target), nil, req, CodeUnavailable, lblUnavailable)
-		answer(c, req.TxID, CodeUnavailable, msgShuttingDown, false)
+		s.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable)
+		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		s.noteHubAnswer(nil, nil, req, CodeUnknownTarget, 0)
-		answer(c, req.TxID, CodeUnknownTarget, msgUnknownTarget, false)
+		s.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
+		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
 	var (
@@ -255,12 +257,12 @@ func (c *conn) dispatch(req Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		s.noteHubAnswer(rt, primary, req, CodeBulkheadFull, lblBulkheadFull)
-		msg := msgBulkheadFull
+		s.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull)
+		msg := protocol.MsgBulkheadFull
 		if primary != nil {
 			msg = rt.viaBusy
 		}
-		answer(c, req.TxID, CodeBulkheadFull, msg, false)
+		answer(c, req.TxID, protocol.CodeBulkheadFull, msg, false)
 		return
 	}
 	acquired = true
@@ -313,19 +315,19 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // err and retryAfter (and its fallback's too, if it has one). The message is
 // rt's: "held open by operator" while an operator holds it, else its retry
 // hint.
-func (c *conn) refuseOpen(rt *route, req Request, retryAfter time.Duration, err error) {
-	c.srv.noteHubAnswer(rt, nil, req, CodeCircuitOpen, lblCircuitOpen)
+func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error) {
+	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen)
 	if errors.Is(err, breaker.ErrHeld) {
-		answer(c, req.TxID, CodeCircuitOpen, msgHeldOpen, false)
+		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
 		return
 	}
 	// The hint changes once a second at most: a connection answering a run
 	// of E904s formats it once.
 	if secs := retryHintSeconds(retryAfter); secs != c.hintSecs {
-		c.scratch = appendRetryHint(c.scratch[:0], secs)
+		c.scratch = protocol.AppendRetryHint(c.scratch[:0], secs)
 		c.hintSecs = secs
 	}
-	answer(c, req.TxID, CodeCircuitOpen, c.scratch, false)
+	answer(c, req.TxID, protocol.CodeCircuitOpen, c.scratch, false)
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the
@@ -334,7 +336,7 @@ func (c *conn) refuseOpen(rt *route, req Request, retryAfter time.Duration, err 
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback rt took the
 // request.
-func (s *Server) noteHubAnswer(rt, primary *route, req Request, code string, l codeLabel) {
+func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel) {
 	target := req.Target
 	if rt != nil {
 		rt.metrics.count(l)
@@ -372,14 +374,6 @@ func retryHintSeconds(d time.Duration) int64 {
 	return max(int64((d+time.Second-1)/time.Second), 1)
 }
 
-// appendRetryHint appends the E904 message "circuit open; retry after
-// secs s".
-func appendRetryHint(dst []byte, secs int64) []byte {
-	dst = append(dst, msgCircuitOpenHead...)
-	dst = strconv.AppendInt(dst, secs, 10)
-	return append(dst, 's')
-}
-
 // call is one admitted transaction on its way to a target. It owns a copy of
 // the TXID and payload, because the request line lives in the connection's
 // read buffer, which the next line overwrites. Calls are pooled so that
@@ -398,7 +392,7 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // getCall returns a pooled call holding copies of req's TXID and payload.
 // primary is the target the client named when rt is its fallback, else nil.
-func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req Request) *call {
+func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
 	cl.c, cl.rt, cl.primary, cl.ticket = c, rt, primary, ticket
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
@@ -441,8 +435,8 @@ func (cl *call) run() {
 			}
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("target call panicked")
 			rt.metrics.count(lblInternal)
-			s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: CodeInternal, size: len(cl.line) - cl.txidN})
-			answer(c, txid, CodeInternal, msgInternal, true)
+			s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN})
+			answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		c.calls.Done()
 		s.activeCalls.Add(-1)
@@ -452,7 +446,7 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := rt.target.call(s.callCtx, txid, cl.line[cl.txidN:])
+	code, msg := rt.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
 	failed := rt.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never

@@ -18,6 +18,8 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -31,10 +33,6 @@ const (
 	DefaultIdleTimeout   = 5 * time.Minute
 	DefaultWriteTimeout  = 30 * time.Second
 )
-
-// defaultFailureCodes are the codes that count as breaker failures when
-// Config.FailureCodes is empty (SPEC §3).
-var defaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreachable}
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("relay: server closed")
@@ -72,12 +70,12 @@ type Target struct {
 	URL string
 	// Settings, when not nil, are this target's settings in full: the
 	// Config's TargetSettings do not apply to it, and a zero field selects
-	// the default its comment gives. LoadTargetFile fills it from the
+	// the default its comment gives. settingsfile.Load fills it from the
 	// flags' defaults and the file. Nil means the Config's TargetSettings.
 	Settings *TargetSettings
 	// Fallback, when not empty, names another configured target (matched
 	// case-insensitively) that takes this target's requests while this
-	// target's breaker refuses them (SPEC §12). The fallback must not have
+	// target's breaker refuses them (docs/PROTOCOL.md, "Per-target settings and policies"). The fallback must not have
 	// a fallback of its own: one step, no chains, no cycles.
 	Fallback string
 }
@@ -92,19 +90,19 @@ func (t Target) Validate() error {
 // canonical returns t's upper-case name and the URL transactions are posted
 // to.
 func (t Target) canonical() (name, txURL string, err error) {
-	if !ValidTxID([]byte(t.Name)) {
+	if !protocol.ValidTxID([]byte(t.Name)) {
 		return "", "", fmt.Errorf("target name %q: want 1 to 64 of A-Z a-z 0-9 . _ : -", t.Name)
 	}
-	u, err := checkTargetURL(t.URL)
+	u, err := ParseTargetURL(t.URL)
 	if err != nil {
 		return "", "", fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	return strings.ToUpper(t.Name), strings.TrimRight(u.String(), "/") + "/tx", nil
 }
 
-// checkTargetURL parses a target's base URL: http or https, with a host, no
+// ParseTargetURL parses a target's base URL: http or https, with a host, no
 // query and no fragment.
-func checkTargetURL(raw string) (*url.URL, error) {
+func ParseTargetURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("URL %q does not parse", raw)
@@ -116,25 +114,6 @@ func checkTargetURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("URL %q: want no query or fragment", raw)
 	}
 	return u, nil
-}
-
-// ParseFailureCode checks one --failure-codes entry and returns it in
-// canonical form (upper case, spaces trimmed). A failure code must be an
-// Ennn code that a target call can end with: E400, E500, E901, E902, or
-// another Ennn a target sends itself. The hub's own E900 and E903 to E907
-// answers are never results of a call, so naming one is refused as a
-// mistake rather than silently never matching; 0000 and Bnnn mean the target
-// is healthy and are refused too.
-func ParseFailureCode(s string) (string, error) {
-	code := strings.ToUpper(strings.TrimSpace(s))
-	if len(code) != 4 || code[0] != 'E' || !validTargetCode(code) {
-		return "", fmt.Errorf("failure code %q: want Ennn, for example E500", s)
-	}
-	switch code {
-	case CodeMalformed, CodeUnknownTarget, CodeCircuitOpen, CodeBulkheadFull, CodeUnavailable, CodeInternal:
-		return "", fmt.Errorf("failure code %q: the hub answers it without calling a target, so no call can fail with it", s)
-	}
-	return code, nil
 }
 
 // Config configures a Server. The zero value of each field selects the
@@ -215,13 +194,9 @@ type Server struct {
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
 
-	// callCtx is the parent of every target call. It is not tied to any
-	// client connection; abortCalls cancels it with errShutdownAbort.
-	callCtx    context.Context
-	cancelCall context.CancelCauseFunc
 	// targetConns holds every open target connection, so that abortCalls
 	// can cut the calls blocked on them.
-	targetConns *targetConns
+	targetConns *targethttp.Conns
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
 	activeCalls atomic.Int64 // requests between admission and their answer
@@ -260,7 +235,7 @@ type Server struct {
 // redirects.
 //
 // Each breaker's ProbeTimeout is its target's TargetTimeout plus one second
-// (SPEC §12, probe liveness), whatever ProbeTimeout the settings give: a
+// (docs/PROTOCOL.md, "Per-target settings and policies", probe liveness): a
 // probe that has not reported by then has certainly been answered E901, so
 // its silence can only be a lost result, and a new probe may go.
 //
@@ -273,7 +248,7 @@ func New(cfg Config) (*Server, error) {
 	if err := checkNonNegative(cfg); err != nil {
 		return nil, err
 	}
-	defaults := cfg.TargetSettings.withDefaults()
+	defaults := cfg.TargetSettings.WithDefaults()
 	if err := defaults.check(); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -293,8 +268,7 @@ func New(cfg Config) (*Server, error) {
 		stopWorkers:  make(chan struct{}),
 	}
 
-	s.callCtx, s.cancelCall = context.WithCancelCause(context.Background())
-	s.targetConns = newTargetConns(s.callCtx, cfg.DialTarget)
+	s.targetConns = targethttp.NewConns(cfg.DialTarget)
 	for _, t := range cfg.Targets {
 		name, txURL, err := t.canonical()
 		if err != nil {
@@ -307,13 +281,19 @@ func New(cfg Config) (*Server, error) {
 		}
 		settings, codes, own := defaults, defaultCodes, t.Settings != nil
 		if own {
-			settings = t.Settings.withDefaults()
+			settings = t.Settings.WithDefaults()
 			if err := settings.check(); err != nil {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
 			if codes, err = parseFailureCodes(settings.FailureCodes); err != nil {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
+		}
+		client, err := targethttp.New(targethttp.Config{
+			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("relay: target %s: %w", name, err)
 		}
 		rt := &route{
 			name:         name,
@@ -322,28 +302,21 @@ func New(cfg Config) (*Server, error) {
 			fallbackName: strings.ToUpper(t.Fallback),
 			ownSettings:  own,
 			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			target:       newTarget(txURL, settings.TargetTimeout, settings.MaxInflight, s.targetConns),
+			client:       client,
 			failureCodes: codes,
 			viaPrefix:    "via " + name + ": ",
-			viaBusy:      "via " + name + ": " + msgBulkheadFull,
+			viaBusy:      "via " + name + ": " + protocol.MsgBulkheadFull,
 			work:         make(chan *call),
 			log:          s.log.With().Str("target", name).Logger(),
 		}
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
 		rt.breaker = breaker.New(breaker.Settings{
-			Name:            name,
-			FailThreshold:   settings.FailThreshold,
-			ResetTimeout:    settings.ResetTimeout,
-			Clock:           cfg.Clock,
-			OnTransition:    rt.observer(cfg.OnTransition),
-			FailureRate:     settings.FailureRate,
-			Window:          settings.Window,
-			MinSamples:      settings.MinSamples,
-			SlowCall:        settings.SlowCall,
-			MaxResetTimeout: settings.MaxResetTimeout,
-			ResetJitter:     settings.ResetJitter,
-			Rand:            cfg.Rand,
-			ProbeTimeout:    settings.TargetTimeout + probeGrace,
+			Name:         name,
+			Policy:       settings.Policy,
+			Clock:        cfg.Clock,
+			OnTransition: rt.observer(cfg.OnTransition),
+			Rand:         cfg.Rand,
+			ProbeTimeout: settings.TargetTimeout + probeGrace,
 		})
 		s.routes = append(s.routes, rt)
 	}
@@ -391,15 +364,15 @@ func (s *Server) linkFallbacks() error {
 	return nil
 }
 
-// parseFailureCodes checks failure codes with ParseFailureCode and returns
-// them in canonical form; none means the default set.
+// parseFailureCodes checks failure codes with protocol.ParseFailureCode and
+// returns them in canonical form; none means the default set.
 func parseFailureCodes(in []string) ([]string, error) {
 	if len(in) == 0 {
-		in = defaultFailureCodes[:]
+		in = protocol.DefaultFailureCodes[:]
 	}
 	codes := make([]string, 0, len(in))
 	for _, c := range in {
-		code, err := ParseFailureCode(c)
+		code, err := protocol.ParseFailureCode(c)
 		if err != nil {
 			return nil, err
 		}
@@ -408,16 +381,16 @@ func parseFailureCodes(in []string) ([]string, error) {
 	return codes, nil
 }
 
-// withDefaults returns ts with its zero limits and timeouts replaced by the
+// WithDefaults returns ts with its zero limits and timeouts replaced by the
 // package defaults; the policies stay as they are, off when zero, and the
 // breaker fills in Window and MinSamples when the failure rate is on.
-func (ts TargetSettings) withDefaults() TargetSettings {
+func (ts TargetSettings) WithDefaults() TargetSettings {
 	ts.MaxInflight = orDefault(ts.MaxInflight, DefaultMaxInflight)
 	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
 	ts.ResetTimeout = orDefault(ts.ResetTimeout, DefaultResetTimeout)
 	ts.TargetTimeout = orDefault(ts.TargetTimeout, DefaultTargetTimeout)
 	if len(ts.FailureCodes) == 0 {
-		ts.FailureCodes = defaultFailureCodes[:]
+		ts.FailureCodes = protocol.DefaultFailureCodes[:]
 	}
 	ts.FailureCodes = slices.Clone(ts.FailureCodes)
 	return ts
@@ -499,9 +472,10 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// TargetStatus is one target's state at one instant, for status pages. It is
-// a plain value, a copy that no later change touches.
-type TargetStatus struct {
+// TargetSnapshot is one target at one instant: its configuration, its
+// breaker and its bulkhead, for status pages. It is a plain value, a copy
+// that no later change touches.
+type TargetSnapshot struct {
 	// Name is the canonical (upper-case) target name.
 	Name string
 	// URL is the target's base URL as configured.
@@ -509,127 +483,90 @@ type TargetStatus struct {
 	// Fallback is the canonical name of the target that takes this one's
 	// requests while its breaker refuses them; empty when none.
 	Fallback string
-	// State is the breaker's state.
-	State breaker.State
-	// ConsecutiveFailures is the breaker's current count of failures in a
-	// row.
-	ConsecutiveFailures int
+	// Snapshot is the breaker's state: CLOSED, OPEN or HALF_OPEN, the
+	// failure count, the retry hint, and whether an operator holds or
+	// disabled it. Embedded, so that its fields read as the target's own
+	// (ts.State).
+	breaker.Snapshot
 	// InFlight is the number of calls holding a bulkhead slot.
 	InFlight int
 	// MaxInFlight is the bulkhead's size.
 	MaxInFlight int
-	// RetryAfter is how long until the breaker may admit a probe: zero when
-	// it is closed, half-open, held open, or a probe may go now.
-	RetryAfter time.Duration
-	// Held reports that an operator holds the breaker open.
-	Held bool
-	// Disabled reports that an operator made the breaker pass-through.
-	Disabled bool
-	// Settings are the settings the target runs with.
+	// ProbeTimeout is how long a half-open probe may stay silent before
+	// another is admitted: the target timeout plus one second.
+	ProbeTimeout time.Duration
+	// Settings are the settings the target runs with, every default
+	// filled in and every field of a policy that is off zero. MaxInflight
+	// is set only for a target with settings of its own (it is zero
+	// otherwise; the bulkhead size of every target is MaxInFlight).
 	Settings TargetSettings
 }
 
-// TargetSettings are a target's breaker, bulkhead and call settings.
-// Embedded in Config they are the settings of every target without Settings
-// of its own; in Target.Settings they are one target's settings in full.
-// Given either way, a zero field selects the default its comment gives, and
-// New refuses a negative limit or duration and a rate or jitter outside 0
-// to 1. Reported by Targets in TargetStatus.Settings, every default is
-// filled in and every field of a policy that is off is zero. It is a plain
-// value; New and Targets copy FailureCodes.
+// TargetSettings are a target's bulkhead, call and breaker settings: the
+// one definition that the flags, the settings file, the status and the
+// breaker share. Embedded in Config they are the settings of every target
+// without Settings of its own; in Target.Settings they are one target's
+// settings in full. Given either way, a zero field selects the default its
+// comment gives, and New refuses a negative limit or duration and a rate or
+// jitter outside 0 to 1. It is a plain value; New and Targets copy
+// FailureCodes.
 type TargetSettings struct {
 	// MaxInflight is the bulkhead size: calls to the target at a time. Zero
-	// means 10. Targets reports it only for a target with Settings of its
-	// own (it is zero otherwise); the bulkhead size of every target is
-	// TargetStatus.MaxInFlight.
+	// means 10.
 	MaxInflight int
-	// FailThreshold is the number of consecutive failures that opens the
-	// target's breaker. Zero means 5.
-	FailThreshold int
-	// ResetTimeout is how long an open breaker refuses calls before it
-	// admits a probe. Zero means 10 s.
-	ResetTimeout time.Duration
 	// TargetTimeout bounds one target call: connect, request, answer. Zero
 	// means 3 s.
 	TargetTimeout time.Duration
-	// ProbeTimeout is how long a half-open probe may stay silent before
-	// another is admitted. It is reported only: New ignores the value given
-	// and always makes it TargetTimeout plus one second.
-	ProbeTimeout time.Duration
 	// FailureCodes are the response codes that count as breaker failures,
-	// each accepted by ParseFailureCode. Empty means E500, E901, E902.
+	// each accepted by protocol.ParseFailureCode. Empty means E500, E901,
+	// E902.
 	FailureCodes []string
-	// FailureRate, between 0 and 1, turns on the failure-rate trip: a
-	// closed breaker also opens when, among the calls that ended within the
-	// last Window, there are at least MinSamples and the failed share is at
-	// least FailureRate. Zero means off.
-	FailureRate float64
-	// Window is the span the failure rate looks back over. Zero means one
-	// minute. Ignored while FailureRate is off.
-	Window time.Duration
-	// MinSamples is the fewest calls in the window for the failure rate to
-	// open the breaker. Zero means 20. Ignored while FailureRate is off.
-	MinSamples int
-	// SlowCall, when above zero, makes a success that took longer count as
-	// a breaker failure (the client still gets the answer). Zero means off.
-	SlowCall time.Duration
-	// MaxResetTimeout, when above ResetTimeout, turns on backoff: each
-	// failed probe doubles the open period, up to MaxResetTimeout. Zero
-	// means off.
-	MaxResetTimeout time.Duration
-	// ResetJitter, between 0 and 1, lengthens each open period by a random
-	// share of up to ResetJitter. Zero means off.
-	ResetJitter float64
+	// Policy is when the target's breaker opens and how long it stays open
+	// (threshold, reset timeout and the optional policies); its comments
+	// give the defaults. Embedded, so that its fields read and set as the
+	// settings' own (ts.FailThreshold).
+	breaker.Policy
 }
 
-// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, so a status
-// page never says 0 while the breaker still refuses.
-func (t TargetStatus) RetryAfterSeconds() int {
-	return int((t.RetryAfter + time.Second - 1) / time.Second)
-}
-
-// Targets returns the status of every target, in configuration order.
-func (s *Server) Targets() []TargetStatus {
-	out := make([]TargetStatus, 0, len(s.routes))
+// Targets returns a snapshot of every target, in configuration order.
+func (s *Server) Targets() []TargetSnapshot {
+	out := make([]TargetSnapshot, 0, len(s.routes))
 	for _, r := range s.routes {
-		out = append(out, s.targetStatus(r))
+		out = append(out, s.snapshot(r))
 	}
 	return out
 }
 
-// targetStatus returns r's status now.
-func (s *Server) targetStatus(r *route) TargetStatus {
-	snap := r.breaker.Snapshot()
-	bs := r.breaker.Settings()
-	var maxInflight int
-	if r.ownSettings {
-		maxInflight = r.bulkhead.Limit()
+// Target returns a snapshot of the target named name, matched
+// case-insensitively; false when there is none.
+func (s *Server) Target(name string) (TargetSnapshot, bool) {
+	r := s.lookup([]byte(name))
+	if r == nil {
+		return TargetSnapshot{}, false
 	}
-	return TargetStatus{
-		Name:                r.name,
-		URL:                 r.url,
-		Fallback:            r.fallbackName,
-		State:               snap.State,
-		ConsecutiveFailures: snap.ConsecutiveFailures,
-		InFlight:            r.bulkhead.InFlight(),
-		MaxInFlight:         r.bulkhead.Limit(),
-		RetryAfter:          snap.RetryAfter,
-		Held:                snap.Held,
-		Disabled:            snap.Disabled,
-		Settings: TargetSettings{
-			MaxInflight:     maxInflight,
-			FailThreshold:   bs.FailThreshold,
-			ResetTimeout:    bs.ResetTimeout,
-			TargetTimeout:   r.target.timeout,
-			ProbeTimeout:    bs.ProbeTimeout,
-			FailureCodes:    append([]string(nil), r.failureCodes...),
-			FailureRate:     bs.FailureRate,
-			Window:          bs.Window,
-			MinSamples:      bs.MinSamples,
-			SlowCall:        bs.SlowCall,
-			MaxResetTimeout: bs.MaxResetTimeout,
-			ResetJitter:     bs.ResetJitter,
-		},
+	return s.snapshot(r), true
+}
+
+// snapshot returns r's state now.
+func (s *Server) snapshot(r *route) TargetSnapshot {
+	bs := r.breaker.Settings()
+	settings := TargetSettings{
+		TargetTimeout: r.client.Timeout(),
+		FailureCodes:  append([]string(nil), r.failureCodes...),
+		Policy:        bs.Policy,
+	}
+	if r.ownSettings {
+		settings.MaxInflight = r.bulkhead.Limit()
+	}
+	return TargetSnapshot{
+		Name:         r.name,
+		URL:          r.url,
+		Fallback:     r.fallbackName,
+		Snapshot:     r.breaker.Snapshot(),
+		InFlight:     r.bulkhead.InFlight(),
+		MaxInFlight:  r.bulkhead.Limit(),
+		ProbeTimeout: bs.ProbeTimeout,
+		Settings:     settings,
 	}
 }
 
@@ -737,7 +674,7 @@ func (s *Server) untrack(nc net.Conn) {
 // queue, so the client learns at once why it is not served.
 func (s *Server) turnAway(nc net.Conn) {
 	defer s.untrack(nc)
-	s.metrics.countUnrouted(CodeUnavailable)
+	s.metrics.countUnrouted(protocol.CodeUnavailable)
 	s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
 	_ = nc.SetWriteDeadline(time.Now().Add(turnAwayWriteTimeout))
 	if _, err := nc.Write(tooManyConnsLine); err != nil {
@@ -754,7 +691,7 @@ func (s *Server) turnAway(nc net.Conn) {
 }
 
 // tooManyConnsLine is the whole conversation with a connection over MaxConns.
-var tooManyConnsLine = appendResponse(nil, noTxID, CodeUnavailable, msgTooManyConns)
+var tooManyConnsLine = protocol.AppendResponse(nil, protocol.NoTxID, protocol.CodeUnavailable, protocol.MsgTooManyConns)
 
 // closeAfterLinger half-closes nc, so the client sees every answer and then
 // end of stream, and reads and drops the client's input until the client
@@ -775,7 +712,7 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 	}
 }
 
-// Shutdown stops the Server gracefully (SPEC §10). It closes the listeners at
+// Shutdown stops the Server gracefully (docs/PROTOCOL.md, "Shutdown"). It closes the listeners at
 // once; from then on every request line read is answered E906 "shutting
 // down". Calls already admitted run to their end and are answered. Then each
 // connection is flushed, half-closed and closed. If ctx is done first, the
@@ -892,19 +829,17 @@ func (s *Server) closeConns() {
 }
 
 // abortCalls gives up on the target calls in flight (Close, or Shutdown
-// when its time runs out): their contexts end with errShutdownAbort, which
-// also stops dials, and their connections are closed, which ends the reads
-// and writes they are blocked in. Each is answered E901 "no answer before
-// shutdown".
+// when its time runs out): dials stop and their connections are closed,
+// which ends the reads and writes they are blocked in. Each is answered
+// E901 "no answer before shutdown".
 func (s *Server) abortCalls() {
-	s.cancelCall(errShutdownAbort)
-	s.targetConns.closeAll()
+	s.targetConns.Abort()
 }
 
 // closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
 	for _, rt := range s.routes {
-		rt.target.close()
+		rt.client.CloseIdle()
 	}
 }
 

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"github.com/relayhub/relayhub/relay/protocol"
+
 	"context"
 	"errors"
 	"fmt"
@@ -32,9 +34,9 @@ func TestRelayAnswers(t *testing.T) {
 		{name: "http 500", answer: answerStatus(500), line: "TX1|CORE|x", want: "TX1|E500|target failed: HTTP 500: injected"},
 		{name: "http 400", answer: answerStatus(400), line: "TX1|CORE|x", want: "TX1|E400|target refused the request: HTTP 400: injected"},
 		{name: "message with newline cleaned", answer: answerCode("0000", `a\r\nT2|0000|forged`), line: "TX1|CORE|x", want: "TX1|0000|a  T2|0000|forged"},
-		{name: "unknown target", answer: echo, line: "TX1|NOPE|x", want: "TX1|E903|" + msgUnknownTarget},
-		{name: "malformed with txid", answer: echo, line: "TX1|CORE", want: "TX1|E900|" + msgMissingFields},
-		{name: "malformed without txid", answer: echo, line: "bad txid|CORE|x", want: "-|E900|" + msgBadTxID},
+		{name: "unknown target", answer: echo, line: "TX1|NOPE|x", want: "TX1|E903|" + protocol.MsgUnknownTarget},
+		{name: "malformed with txid", answer: echo, line: "TX1|CORE", want: "TX1|E900|" + protocol.MsgMissingFields},
+		{name: "malformed without txid", answer: echo, line: "bad txid|CORE|x", want: "-|E900|" + protocol.MsgBadTxID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 	clk.Advance(4499 * time.Millisecond)
 	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.roundTrip("R3|CORE|x"))
 	assert.Equal(t, int32(3), core.calls.Load())
-	assert.Equal(t, 1, status(t, srv, "CORE").RetryAfterSeconds())
+	assert.Equal(t, time.Millisecond, status(t, srv, "CORE").RetryAfter)
 
 	// When the reset timeout has passed and the target has recovered, the
 	// probe closes the breaker.
@@ -149,9 +151,9 @@ func TestBulkheadFullAnswersAtOnce(t *testing.T) {
 
 	// When more requests arrive on the same connection, they are answered
 	// at once, ahead of the slow calls; CLAIM is untouched.
-	assert.Equal(t, "S3|E905|"+msgBulkheadFull, c.roundTrip("S3|CORE|c"))
+	assert.Equal(t, "S3|E905|"+protocol.MsgBulkheadFull, c.roundTrip("S3|CORE|c"))
 	assert.Equal(t, "C1|0000|got d", c.roundTrip("C1|CLAIM|d"))
-	assert.Equal(t, "U1|E903|"+msgUnknownTarget, c.roundTrip("U1|NOPE|e"))
+	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.roundTrip("U1|NOPE|e"))
 	assert.Equal(t, int32(2), core.calls.Load())
 
 	// Then the slow calls answer when the target does, and the slots free.
@@ -190,7 +192,7 @@ func TestFastAnswerNeverWaitsBehindSlowCall(t *testing.T) {
 			core.waitEntered(t, 1)
 
 			// The fast answer arrives while the slow call is still out.
-			assert.Equal(t, "U1|E903|"+msgUnknownTarget, c.read())
+			assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.read())
 			core.unblockAll()
 			assert.Equal(t, "S1|0000|got slow", c.read())
 		})
@@ -214,8 +216,8 @@ func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 
 	// When requests arrive, each is admitted as the probe, finds the bulkhead
 	// full, and hands the probe back: E905, never E904.
-	assert.Equal(t, "P1|E905|"+msgBulkheadFull, c.roundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E905|"+msgBulkheadFull, c.roundTrip("P2|CORE|x"))
+	assert.Equal(t, "P1|E905|"+protocol.MsgBulkheadFull, c.roundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E905|"+protocol.MsgBulkheadFull, c.roundTrip("P2|CORE|x"))
 
 	// Then once a slot frees, the next request is the probe and decides.
 	rt.bulkhead.Release()
@@ -249,10 +251,10 @@ func TestPipelinedLinesAnsweredOnce(t *testing.T) {
 			want[id] = id + "|B211|amount over limit"
 		case 3:
 			lines = append(lines, id+"|OTHER|x")
-			want[id] = id + "|E903|" + msgUnknownTarget
+			want[id] = id + "|E903|" + protocol.MsgUnknownTarget
 		case 4:
 			lines = append(lines, id+"|CORE")
-			want[id] = id + "|E900|" + msgMissingFields
+			want[id] = id + "|E900|" + protocol.MsgMissingFields
 		case 5:
 			lines = append(lines, "", "\r", id+"|CLAIM|SUBMIT 2 3\r")
 			want[id] = id + "|B211|amount over limit"
@@ -268,7 +270,7 @@ func TestPipelinedLinesAnsweredOnce(t *testing.T) {
 	got := c.readByTxID(len(want))
 	require.NoError(t, <-sent)
 	assert.Equal(t, want, got)
-	assert.Equal(t, "Z1|E903|"+msgUnknownTarget, c.roundTrip("Z1|NONE|x"), "no stray answer may follow")
+	assert.Equal(t, "Z1|E903|"+protocol.MsgUnknownTarget, c.roundTrip("Z1|NONE|x"), "no stray answer may follow")
 }
 
 func TestOverlongLines(t *testing.T) {
@@ -311,10 +313,10 @@ func TestBlankLinesAndLineEndings(t *testing.T) {
 	got := c.readByTxID(3)
 	assert.Equal(t, map[string]string{
 		"T1": "T1|0000|got abc",
-		"-":  "-|E900|" + msgMissingFields,
+		"-":  "-|E900|" + protocol.MsgMissingFields,
 		"T2": "T2|0000|got x",
 	}, got)
-	assert.Equal(t, "Z|E903|"+msgUnknownTarget, c.roundTrip("Z|NONE|"))
+	assert.Equal(t, "Z|E903|"+protocol.MsgUnknownTarget, c.roundTrip("Z|NONE|"))
 }
 
 func TestLastLineWithoutNewline(t *testing.T) {
@@ -340,7 +342,7 @@ func TestMaxConns(t *testing.T) {
 
 	// Given one connection being served.
 	first := dial(t, addr)
-	require.Equal(t, "A|E903|"+msgUnknownTarget, first.roundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, first.roundTrip("A|NONE|x"))
 
 	// When more arrive, each gets one line and is closed, whether or not it
 	// has sent anything.
@@ -357,7 +359,7 @@ func TestMaxConns(t *testing.T) {
 	eventually(t, func() bool {
 		c := dial(t, addr)
 		c.send("D|NONE|x")
-		return c.read() == "D|E903|"+msgUnknownTarget
+		return c.read() == "D|E903|"+protocol.MsgUnknownTarget
 	}, "a connection slot never freed")
 }
 
@@ -384,7 +386,7 @@ func TestShutdownDrainsCallsInFlight(t *testing.T) {
 		if strings.HasSuffix(line, "|E906|shutting down") {
 			break
 		}
-		require.Equal(t, fmt.Sprintf("U%d|E903|%s", i, msgUnknownTarget), line)
+		require.Equal(t, fmt.Sprintf("U%d|E903|%s", i, protocol.MsgUnknownTarget), line)
 		early = append(early, line)
 		require.Less(t, i, 100000, "shutdown never began")
 	}
@@ -417,7 +419,7 @@ func TestShutdownDeadlineAbortsCalls(t *testing.T) {
 	// When the drain time runs out, the call is cancelled and answered.
 	err := <-shutdownAsync(srv, 30*time.Millisecond)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, "S1|E901|"+msgShutdownAbort, c.read())
+	assert.Equal(t, "S1|E901|no answer before shutdown", c.read())
 	c.expectEOF()
 	assert.Zero(t, status(t, srv, "CORE").InFlight)
 }
@@ -426,7 +428,7 @@ func TestShutdownWithNothingInFlightClosesIdleConnections(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	srv, addr := startServer(t, cfg)
 	c := dial(t, addr)
-	require.Equal(t, "A|E903|"+msgUnknownTarget, c.roundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.roundTrip("A|NONE|x"))
 
 	require.NoError(t, <-shutdownAsync(srv, ioTimeout))
 	c.expectEOF()
@@ -469,7 +471,7 @@ func TestIdleTimeout(t *testing.T) {
 	cfg.IdleTimeout = 30 * time.Millisecond
 	_, addr := startServer(t, cfg)
 	c := dial(t, addr)
-	require.Equal(t, "A|E903|"+msgUnknownTarget, c.roundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.roundTrip("A|NONE|x"))
 	c.expectEOF()
 }
 
@@ -504,8 +506,8 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	rt := srv.lookup([]byte("CORE"))
 	c := dial(t, addr)
 
-	assert.Equal(t, "P1|E907|"+msgInternal, c.roundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E907|"+msgInternal, c.roundTrip("P2|CORE|x"), "the slot must have been released")
+	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.roundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E907|"+protocol.MsgInternal, c.roundTrip("P2|CORE|x"), "the slot must have been released")
 	st := status(t, srv, "CORE")
 	assert.Equal(t, breaker.Closed, st.State, "E907 is not a failure")
 	assert.Zero(t, st.InFlight)
@@ -516,8 +518,8 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true)
 	clk.Advance(time.Second)
-	assert.Equal(t, "P3|E907|"+msgInternal, c.roundTrip("P3|CORE|x"))
-	assert.Equal(t, "P4|E907|"+msgInternal, c.roundTrip("P4|CORE|x"))
+	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.roundTrip("P3|CORE|x"))
+	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.roundTrip("P4|CORE|x"))
 }
 
 func TestServeAfterCloseAndShutdownTwice(t *testing.T) {
@@ -540,23 +542,29 @@ func TestTargets(t *testing.T) {
 		Target{Name: "Claim", URL: "https://claims.example:8443/api/"},
 	)
 	cfg.MaxInflight = 7
-	cfg.ProbeTimeout = time.Hour // ignored: derived from TargetTimeout
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 
 	settings := TargetSettings{
-		FailThreshold: DefaultFailThreshold,
-		ResetTimeout:  DefaultResetTimeout,
 		TargetTimeout: DefaultTargetTimeout,
-		ProbeTimeout:  DefaultTargetTimeout + time.Second,
 		FailureCodes:  []string{"E500", "E901", "E902"},
+		Policy:        breaker.Policy{FailThreshold: DefaultFailThreshold, ResetTimeout: DefaultResetTimeout},
 	}
-	assert.Equal(t, []TargetStatus{
-		{Name: "CORE", URL: "http://127.0.0.1:9201", State: breaker.Closed, MaxInFlight: 7, Settings: settings},
-		{Name: "CLAIM", URL: "https://claims.example:8443/api/", State: breaker.Closed, MaxInFlight: 7, Settings: settings},
+	probeTimeout := DefaultTargetTimeout + time.Second
+	closed := breaker.Snapshot{State: breaker.Closed}
+	assert.Equal(t, []TargetSnapshot{
+		{Name: "CORE", URL: "http://127.0.0.1:9201", Snapshot: closed, MaxInFlight: 7, ProbeTimeout: probeTimeout, Settings: settings},
+		{Name: "CLAIM", URL: "https://claims.example:8443/api/", Snapshot: closed, MaxInFlight: 7, ProbeTimeout: probeTimeout, Settings: settings},
 	}, srv.Targets())
-	assert.Equal(t, "https://claims.example:8443/api/tx", srv.lookup([]byte("claim")).target.url)
+	claim, ok := srv.Target("claim")
+	require.True(t, ok)
+	assert.Equal(t, "CLAIM", claim.Name)
+	_, ok = srv.Target("nope")
+	assert.False(t, ok)
+	_, txURL, err := Target{Name: "Claim", URL: "https://claims.example:8443/api/"}.canonical()
+	require.NoError(t, err)
+	assert.Equal(t, "https://claims.example:8443/api/tx", txURL, "transactions go to the base URL's /tx")
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -575,8 +583,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{name: "url relative", cfg: Config{Targets: []Target{{Name: "A", URL: "127.0.0.1:9201"}}}, want: "URL"},
 		{name: "url unparsable", cfg: Config{Targets: []Target{{Name: "A", URL: "http://[::1"}}}, want: "does not parse"},
 		{name: "url with query", cfg: Config{Targets: []Target{{Name: "A", URL: "http://h/?a=1"}}}, want: "no query"},
-		{name: "negative threshold", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailThreshold: -1}}, want: "FailThreshold"},
-		{name: "negative reset", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{ResetTimeout: -time.Second}}, want: "ResetTimeout"},
+		{name: "negative threshold", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: -1}}}, want: "FailThreshold"},
+		{name: "negative reset", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{ResetTimeout: -time.Second}}}, want: "ResetTimeout"},
 		{name: "negative inflight", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MaxInflight: -1}}, want: "MaxInflight"},
 		{name: "negative timeout", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{TargetTimeout: -1}}, want: "TargetTimeout"},
 		{name: "negative line", cfg: Config{Targets: []Target{good}, MaxLineBytes: -1}, want: "MaxLineBytes"},

@@ -18,11 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/proctest"
-	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
 )
 
 // These tests start the real relay and fixture binaries and hold the admin
-// port to SPEC §9 and §10 over HTTP, as Prometheus, a load balancer and an
+// port to docs/PROTOCOL.md, "Admin HTTP" and "Shutdown", over HTTP, as Prometheus, a load balancer and an
 // operator would see it.
 
 // adminClient makes every admin request of these tests.
@@ -76,15 +76,15 @@ func (r *adminRelay) mustGet(t *testing.T, path string) string {
 }
 
 // status decodes GET /status.
-func (r *adminRelay) status(t *testing.T) relay.Status {
+func (r *adminRelay) status(t *testing.T) admin.Status {
 	t.Helper()
-	var st relay.Status
+	var st admin.Status
 	require.NoError(t, json.Unmarshal([]byte(r.mustGet(t, "/status")), &st))
 	return st
 }
 
 // target returns the named target of a status.
-func statusOf(t *testing.T, st relay.Status, name string) relay.StatusTarget {
+func statusOf(t *testing.T, st admin.Status, name string) admin.Target {
 	t.Helper()
 	for _, tg := range st.Targets {
 		if tg.Name == name {
@@ -92,7 +92,7 @@ func statusOf(t *testing.T, st relay.Status, name string) relay.StatusTarget {
 		}
 	}
 	t.Fatalf("no target %s in %+v", name, st)
-	return relay.StatusTarget{}
+	return admin.Target{}
 }
 
 // seriesLine is one sample line of the Prometheus text format.
@@ -230,7 +230,7 @@ func TestAdminStatusThroughTripProbeAndRecovery(t *testing.T) {
 	assert.Equal(t, 0, tg.Inflight)
 	assert.Equal(t, 10, tg.MaxInflight)
 	assert.Equal(t, core.URL, tg.URL)
-	assert.Equal(t, relay.StatusSettings{
+	assert.Equal(t, admin.Settings{
 		FailThreshold: 2, ResetTimeoutSeconds: 0.5, TargetTimeoutSeconds: 5, ProbeTimeoutSeconds: 6,
 		FailureCodes: []string{"E500", "E901", "E902"},
 	}, tg.Settings)

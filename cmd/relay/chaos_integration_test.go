@@ -18,9 +18,9 @@ import (
 
 // These tests hold the real relay binary to its promises while its targets
 // misbehave at random and while it dies without warning: every transaction
-// answered exactly once with a code the spec allows (SPEC §2, §3), the
-// bulkhead never exceeded (§6), one target's trouble never reaching
-// another, and every breaker change on disk as it happened (§7).
+// answered exactly once with a code the spec allows (docs/PROTOCOL.md, "Client protocol", "Response codes"), the
+// bulkhead never exceeded ("Bulkhead"), one target's trouble never reaching
+// another, and every breaker change on disk as it happened ("Breaker log").
 
 // chaosCodes are the codes a transaction can get while its target is
 // failing, stalling, dropping connections and recovering.

@@ -24,8 +24,8 @@ import (
 	"github.com/relayhub/relayhub/internal/proctest"
 )
 
-// These tests play hostile clients against the real relay binary (SPEC §2,
-// §8): over-long lines, garbage, half-open and slow connections, floods and
+// These tests play hostile clients against the real relay binary (docs/PROTOCOL.md,
+// "Client protocol" and "Configuration"): over-long lines, garbage, half-open and slow connections, floods and
 // clients that never read. Throughout, the relay must keep serving a
 // well-behaved client, and once the hostile clients are gone it must hold
 // no more file descriptors or goroutines than when it was idle.
@@ -123,7 +123,7 @@ func (h *adminHub) checkGoroutinesBack(t *testing.T, baseline int, baselineErr e
 	t.Helper()
 	t.Run("goroutines back to the idle baseline", func(t *testing.T) {
 		if baselineErr != nil {
-			t.Skipf("relay bug: %v (SPEC §9 /status; the leak check needs its goroutines count)", baselineErr)
+			t.Skipf("relay bug: %v (docs/PROTOCOL.md, Admin HTTP, /status; the leak check needs its goroutines count)", baselineErr)
 		}
 		var last int
 		proctest.Eventually(t, 5*time.Second, fmt.Sprintf("goroutines at most %d+%d", baseline, goroutineSlack), func() bool {
@@ -185,7 +185,7 @@ func (rec *recorder) body(txid string) ([]byte, bool) {
 	return b, ok
 }
 
-// validTxID is the TXID alphabet of SPEC §2.
+// validTxID is the TXID alphabet of docs/PROTOCOL.md, "Client protocol".
 var validTxID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // nonBlankLines counts the lines of b the relay must answer: those left

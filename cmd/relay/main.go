@@ -44,6 +44,9 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/settingsfile"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -68,7 +71,7 @@ type cli struct {
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
 
-	// The settings of SPEC §12, all off by default. The flags are the
+	// The per-target settings and policies, all off by default. The flags are the
 	// defaults of every target; --config overrides them per target.
 	Config          string   `help:"TOML file of per-target settings and fallbacks (docs/CONFIG.md); its keys override the flags per target, and its tables may add targets. Empty means none." placeholder:"FILE" env:"RELAY_CONFIG"`
 	FailureRate     float64  `help:"Also open a breaker when at least this share (0 to 1) of the calls that ended within --window failed, once there are --min-samples of them; 0 turns it off." default:"0" env:"RELAY_FAILURE_RATE"`
@@ -106,7 +109,7 @@ func (d duration) String() string { return time.Duration(d).String() }
 // parseDuration reads a bare number as seconds and anything else as a Go
 // duration, as the config file does.
 func parseDuration(s string) (time.Duration, error) {
-	return relay.ParseDuration(s)
+	return settingsfile.ParseDuration(s)
 }
 
 // targetFlag is one --target NAME=URL.
@@ -182,7 +185,7 @@ func (c *cli) Validate() error {
 		return errors.New("--failure-codes: name at least one code")
 	}
 	for _, code := range c.FailureCodes {
-		if _, err := relay.ParseFailureCode(code); err != nil {
+		if _, err := protocol.ParseFailureCode(code); err != nil {
 			return fmt.Errorf("--failure-codes: %w", err)
 		}
 	}
@@ -195,7 +198,7 @@ func (c *cli) Validate() error {
 	return c.validatePolicies()
 }
 
-// validatePolicies checks the flags of SPEC §12; each error names its flag.
+// validatePolicies checks the policy flags (docs/PROTOCOL.md, "Per-target settings and policies"); each error names its flag.
 // Zero turns each policy off, so only values that cannot mean anything are
 // refused.
 func (c *cli) validatePolicies() error {
@@ -292,7 +295,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	// touches any file.
 	codes := make([]string, len(c.FailureCodes))
 	for i, code := range c.FailureCodes {
-		if codes[i], err = relay.ParseFailureCode(code); err != nil {
+		if codes[i], err = protocol.ParseFailureCode(code); err != nil {
 			return fmt.Errorf("--failure-codes: %w", err)
 		}
 	}
@@ -303,7 +306,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if c.Config != "" {
 		// The flags are every target's defaults; the file overrides them
 		// per target and may add targets.
-		if targets, err = relay.LoadTargetFile(c.Config, c.targetDefaults(codes), targets); err != nil {
+		if targets, err = settingsfile.Load(c.Config, c.targetDefaults(codes), targets); err != nil {
 			return err
 		}
 	}
@@ -452,21 +455,23 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 }
 
 // targetDefaults returns the settings the flags give every target, as
-// relay.Config and LoadTargetFile take them; codes are the parsed
+// relay.Config and settingsfile.Load take them; codes are the parsed
 // --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
-		MaxInflight:     c.MaxInflight,
-		FailThreshold:   c.FailThreshold,
-		ResetTimeout:    time.Duration(c.ResetTimeout),
-		TargetTimeout:   time.Duration(c.TargetTimeout),
-		FailureCodes:    codes,
-		FailureRate:     c.FailureRate,
-		Window:          time.Duration(c.Window),
-		MinSamples:      c.MinSamples,
-		SlowCall:        time.Duration(c.SlowCall),
-		MaxResetTimeout: time.Duration(c.MaxResetTimeout),
-		ResetJitter:     c.ResetJitter,
+		MaxInflight:   c.MaxInflight,
+		TargetTimeout: time.Duration(c.TargetTimeout),
+		FailureCodes:  codes,
+		Policy: breaker.Policy{
+			FailThreshold:   c.FailThreshold,
+			ResetTimeout:    time.Duration(c.ResetTimeout),
+			FailureRate:     c.FailureRate,
+			Window:          time.Duration(c.Window),
+			MinSamples:      c.MinSamples,
+			SlowCall:        time.Duration(c.SlowCall),
+			MaxResetTimeout: time.Duration(c.MaxResetTimeout),
+			ResetJitter:     c.ResetJitter,
+		},
 	}
 }
 
@@ -502,7 +507,7 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 // keep a slow or idle admin client from holding a connection for long; its
 // own errors (a client that sends garbage) are logged at debug.
 func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, logger zerolog.Logger) (*http.Server, error) {
-	h, err := relay.NewAdmin(relay.AdminConfig{Server: srv, Gatherer: reg, Logger: logger, Token: token})
+	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token})
 	if err != nil {
 		return nil, err
 	}
@@ -542,7 +547,7 @@ func (w debugWriter) Write(p []byte) (int, error) {
 
 // transitionObserver appends each breaker state change to the breaker log.
 // It runs under the breaker's lock: one write, never a call back into the
-// relay. A failed write is logged and serving goes on (SPEC §7). The relay
+// relay. A failed write is logged and serving goes on (docs/PROTOCOL.md, "Breaker log"). The relay
 // itself logs each change, with its failure count and retry hint.
 func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breaker.Transition) {
 	return func(t breaker.Transition) {

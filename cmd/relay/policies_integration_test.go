@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/proctest"
-	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
 )
 
 // These tests start the real relay and fixture binaries and hold them to
-// SPEC §12: per-target settings from a config file, the fallback, manual
+// docs/PROTOCOL.md, "Per-target settings and policies": per-target settings from a config file, the fallback, manual
 // control on the admin port, and the failure-rate trip.
 
 // policyRelay is a running relay with its admin port and breaker log.
@@ -72,23 +72,23 @@ func (r *policyRelay) control(t *testing.T, target, action, token string) (int, 
 }
 
 // mustControl is control expecting 200, and returns the target's status.
-func (r *policyRelay) mustControl(t *testing.T, target, action, token string) relay.StatusTarget {
+func (r *policyRelay) mustControl(t *testing.T, target, action, token string) admin.Target {
 	t.Helper()
 	code, body := r.control(t, target, action, token)
 	require.Equal(t, http.StatusOK, code, "%s %s: %s", action, target, body)
-	var st relay.StatusTarget
+	var st admin.Target
 	require.NoError(t, json.Unmarshal([]byte(body), &st), body)
 	return st
 }
 
 // status decodes GET /status.
-func (r *policyRelay) status(t *testing.T) relay.Status {
+func (r *policyRelay) status(t *testing.T) admin.Status {
 	t.Helper()
 	resp, err := adminClient.Get(r.admin + "/status")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var st relay.Status
+	var st admin.Status
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
 	return st
 }

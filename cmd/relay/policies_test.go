@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
 )
 
@@ -43,9 +44,17 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 	assert.Equal(t, "t0ken", c.AdminToken)
 
 	assert.Equal(t, relay.TargetSettings{
-		MaxInflight: 10, FailThreshold: 5, ResetTimeout: 10 * time.Second, TargetTimeout: 3 * time.Second,
-		FailureCodes: []string{"E500"}, FailureRate: 0.5, Window: 30 * time.Second, MinSamples: 12,
-		SlowCall: 1500 * time.Millisecond, MaxResetTimeout: 2 * time.Minute, ResetJitter: 0.1,
+		MaxInflight: 10, Policy: breaker.Policy{
+			FailThreshold:   5,
+			ResetTimeout:    10 * time.Second,
+			FailureRate:     0.5,
+			Window:          30 * time.Second,
+			MinSamples:      12,
+			SlowCall:        1500 * time.Millisecond,
+			MaxResetTimeout: 2 * time.Minute,
+			ResetJitter:     0.1,
+		}, TargetTimeout: 3 * time.Second,
+		FailureCodes: []string{"E500"},
 	}, c.targetDefaults([]string{"E500"}))
 }
 

@@ -25,12 +25,12 @@ import (
 )
 
 // These tests start the real relay and fixture binaries on ephemeral
-// loopback ports and hold them to SPEC §2–§8 and §10 over TCP and HTTP, as
+// loopback ports and hold them to docs/PROTOCOL.md (client and target protocols, codes, breaker, bulkhead, breaker log, configuration, shutdown) over TCP and HTTP, as
 // an operator or a channel system would see them.
 
 const relayPkg = "./cmd/relay"
 
-// openMessage is the E904 message format of SPEC §3.
+// openMessage is the E904 message format of docs/PROTOCOL.md, "Response codes".
 var openMessage = regexp.MustCompile(`^circuit open; retry after \d+s$`)
 
 // hub is a running relay and the path of its breaker log.
@@ -358,7 +358,7 @@ func TestBulkheadRejectsAtOnceWhenFull(t *testing.T) {
 }
 
 // scriptedTarget is an httptest target whose answer is chosen by the
-// payload, so one server can play every way a target answers (SPEC §4).
+// payload, so one server can play every way a target answers (docs/PROTOCOL.md, "Target protocol").
 // It counts calls per payload.
 type scriptedTarget struct {
 	*httptest.Server

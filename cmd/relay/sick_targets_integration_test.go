@@ -21,7 +21,7 @@ import (
 )
 
 // These tests point the real relay binary at targets that answer badly
-// (SPEC §3, §4): too much, not the protocol, a code of the wrong form, a
+// (docs/PROTOCOL.md, "Response codes" and "Target protocol"): too much, not the protocol, a code of the wrong form, a
 // message that tries to inject a line, no answer at all, half an answer.
 // Each answer must become the code the spec names, and count toward the
 // breaker exactly when the spec says so.
@@ -261,7 +261,7 @@ func TestSickTargetAnswers(t *testing.T) {
 		calls   func() int
 		code    string
 		message *regexp.Regexp // when set, the message must match
-		failure bool           // counts toward the breaker (SPEC §3)
+		failure bool           // counts toward the breaker (docs/PROTOCOL.md, "Response codes")
 	}
 	sickCase := func(name, target, code string, message *regexp.Regexp, failure bool) testCase {
 		return testCase{

@@ -21,7 +21,7 @@ var httpClient = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 16},
 }
 
-// FixtureStats is the body of a fixture's GET /_stats (SPEC §11). It is a
+// FixtureStats is the body of a fixture's GET /_stats (docs/PROTOCOL.md, "Fixture"). It is a
 // plain value, safe to copy and share once filled in.
 type FixtureStats struct {
 	Name        string           `json:"name"`

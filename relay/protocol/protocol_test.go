@@ -1,4 +1,4 @@
-package relay
+package protocol
 
 import (
 	"bytes"
@@ -28,18 +28,18 @@ func TestParseRequest(t *testing.T) {
 		{name: "payload with control bytes", line: "T|CORE|\x00\t\xff", want: req("T", "CORE", "\x00\t\xff")},
 		{name: "target any bytes", line: "T|co re|x", want: req("T", "co re", "x")},
 
-		{name: "empty line", line: "", errMsg: msgMissingFields},
-		{name: "no pipe", line: "TX1", errMsg: msgMissingFields},
-		{name: "one pipe", line: "TX1|CORE", errTxID: "TX1", errMsg: msgMissingFields},
-		{name: "one pipe bad txid", line: "T X|CORE", errMsg: msgBadTxID},
-		{name: "empty txid", line: "|CORE|x", errMsg: msgBadTxID},
-		{name: "txid of 65", line: long64 + "a|CORE|x", errMsg: msgBadTxID},
-		{name: "txid with space", line: "TX 1|CORE|x", errMsg: msgBadTxID},
-		{name: "txid with slash", line: "TX/1|CORE|x", errMsg: msgBadTxID},
-		{name: "txid with utf8", line: "TXé|CORE|x", errMsg: msgBadTxID},
-		{name: "txid with cr", line: "TX\r|CORE|x", errMsg: msgBadTxID},
-		{name: "empty target", line: "TX1||x", errTxID: "TX1", errMsg: msgEmptyTarget},
-		{name: "only pipes", line: "||", errMsg: msgBadTxID},
+		{name: "empty line", line: "", errMsg: MsgMissingFields},
+		{name: "no pipe", line: "TX1", errMsg: MsgMissingFields},
+		{name: "one pipe", line: "TX1|CORE", errTxID: "TX1", errMsg: MsgMissingFields},
+		{name: "one pipe bad txid", line: "T X|CORE", errMsg: MsgBadTxID},
+		{name: "empty txid", line: "|CORE|x", errMsg: MsgBadTxID},
+		{name: "txid of 65", line: long64 + "a|CORE|x", errMsg: MsgBadTxID},
+		{name: "txid with space", line: "TX 1|CORE|x", errMsg: MsgBadTxID},
+		{name: "txid with slash", line: "TX/1|CORE|x", errMsg: MsgBadTxID},
+		{name: "txid with utf8", line: "TXé|CORE|x", errMsg: MsgBadTxID},
+		{name: "txid with cr", line: "TX\r|CORE|x", errMsg: MsgBadTxID},
+		{name: "empty target", line: "TX1||x", errTxID: "TX1", errMsg: MsgEmptyTarget},
+		{name: "only pipes", line: "||", errMsg: MsgBadTxID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,9 +77,9 @@ func TestParseRequestDoesNotAllocate(t *testing.T) {
 
 func TestProtocolErrorMessage(t *testing.T) {
 	_, err := ParseRequest([]byte("TX1|CORE"))
-	assert.EqualError(t, err, "relay: protocol: TX1: E900 "+msgMissingFields)
+	assert.EqualError(t, err, "relay: protocol: TX1: E900 "+MsgMissingFields)
 	_, err = ParseRequest([]byte("nonsense"))
-	assert.EqualError(t, err, "relay: protocol: -: E900 "+msgMissingFields)
+	assert.EqualError(t, err, "relay: protocol: -: E900 "+MsgMissingFields)
 }
 
 func TestLeadingTxID(t *testing.T) {
@@ -195,45 +195,6 @@ func FuzzParseRequest(f *testing.F) {
 		if rebuilt != string(line) {
 			t.Fatalf("fields %q do not rebuild line %q", rebuilt, line)
 		}
-	})
-}
-
-// FuzzDecodeAnswer checks that any target answer classifies to a code of the
-// target protocol's form without panicking, that only a 200 relays a
-// target's own code, and that the answer line written from it is one line.
-func FuzzDecodeAnswer(f *testing.F) {
-	for _, s := range []struct {
-		status int
-		body   string
-	}{
-		{200, `{"code":"0000","message":"balance=99500"}`},
-		{200, `{"code":"B201","message":"insufficient funds"}`},
-		{200, `{"code":"E500","message":"x\r\ny"}`},
-		{200, `{"code":"X999"}`},
-		{200, `not json`},
-		{200, `{"code":5}`},
-		{404, `{"code":"E400","message":"no such route"}`},
-		{503, ``},
-		{302, `{"code":"0000"}`},
-	} {
-		f.Add(s.status, []byte(s.body))
-	}
-	f.Fuzz(func(t *testing.T, status int, body []byte) {
-		code, msg := DecodeAnswer(status, body)
-		if !validTargetCode(code) {
-			t.Fatalf("code %q is not of the target protocol's form", code)
-		}
-		switch {
-		case status >= 400 && status <= 499:
-			if code != CodeRefused {
-				t.Fatalf("status %d gave %s, want E400", status, code)
-			}
-		case status != 200:
-			if code != CodeTargetFailed {
-				t.Fatalf("status %d gave %s, want E500", status, code)
-			}
-		}
-		checkOneLine(t, AppendResponse(nil, []byte("TX1"), code, msg))
 	})
 }
 

@@ -1,4 +1,16 @@
-package relay
+// Package admin is the hub's admin HTTP handler: Prometheus metrics,
+// liveness and readiness, the JSON status of every target, and manual
+// breaker control (docs/PROTOCOL.md, "Admin HTTP"). It reads and steers the
+// hub only through the small Hub interface, which *relay.Server implements.
+//
+// Typical use:
+//
+//	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger})
+//	if err != nil {
+//		return err
+//	}
+//	go http.Serve(adminListener, h)
+package admin
 
 import (
 	"crypto/sha256"
@@ -15,10 +27,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/relay"
 )
 
-// Status is the hub's state at one instant, as GET /status serves it
-// (SPEC §9). Field names and JSON keys are a contract that tools such as
+// Hub is what the admin endpoints need of the hub. *relay.Server implements
+// it; an implementation must be safe for concurrent use.
+type Hub interface {
+	// Draining reports that the hub has begun to shut down.
+	Draining() bool
+	// ConnectionsOpen returns the number of client connections served.
+	ConnectionsOpen() int
+	// Targets returns a snapshot of every target, in configuration order.
+	Targets() []relay.TargetSnapshot
+	// Target returns a snapshot of one target, matched case-insensitively;
+	// false when there is none.
+	Target(name string) (relay.TargetSnapshot, bool)
+	// ControlBreaker applies an operator's action to one target's breaker
+	// and returns the target's snapshot afterwards.
+	ControlBreaker(name string, action relay.BreakerAction) (relay.TargetSnapshot, error)
+}
+
+var _ Hub = (*relay.Server)(nil)
+
+// Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as
 // relayctl decode: fields may be added, never renamed. It is a plain value.
 type Status struct {
 	// Draining reports that Shutdown has begun.
@@ -29,11 +61,12 @@ type Status struct {
 	// ConnectionsOpen is the number of client connections being served.
 	ConnectionsOpen int `json:"connections_open"`
 	// Targets are the configured targets, in configuration order.
-	Targets []StatusTarget `json:"targets"`
+	Targets []Target `json:"targets"`
 }
 
-// StatusTarget is one target in Status. It is a plain value.
-type StatusTarget struct {
+// Target is one target in Status: a relay.TargetSnapshot as JSON. It is a
+// plain value.
+type Target struct {
 	Name string `json:"name"`
 	URL  string `json:"url"`
 	// Fallback names the target that takes this one's requests while its
@@ -46,19 +79,18 @@ type StatusTarget struct {
 	// RetryAfterSeconds is how long until the breaker admits a probe, in
 	// seconds rounded up to the millisecond; 0 when closed, half-open or
 	// held open.
-	RetryAfterSeconds float64        `json:"retry_after_seconds"`
-	Held              bool           `json:"held"`
-	Disabled          bool           `json:"disabled"`
-	Settings          StatusSettings `json:"settings"`
+	RetryAfterSeconds float64  `json:"retry_after_seconds"`
+	Held              bool     `json:"held"`
+	Disabled          bool     `json:"disabled"`
+	Settings          Settings `json:"settings"`
 }
 
-// StatusSettings are a target's effective settings in StatusTarget,
-// durations in seconds. What SPEC §12 adds appears only when in use: each
-// policy when it is on (a zero value is off and left out), and
-// max_inflight when the target has settings of its own (--config; the
-// bulkhead size of every target is StatusTarget's max_inflight). It is a
-// plain value.
-type StatusSettings struct {
+// Settings are a target's effective settings in Target, durations in
+// seconds. The optional policies appear only when in use: each policy when
+// it is on (a zero value is off and left out), and max_inflight when the
+// target has settings of its own (--config; the bulkhead size of every
+// target is Target's max_inflight). It is a plain value.
+type Settings struct {
 	MaxInflight            int      `json:"max_inflight,omitempty"`
 	FailThreshold          int      `json:"fail_threshold"`
 	ResetTimeoutSeconds    float64  `json:"reset_timeout_seconds"`
@@ -73,25 +105,25 @@ type StatusSettings struct {
 	ResetJitter            float64  `json:"reset_jitter,omitempty"`
 }
 
-// Status returns the hub's state now, as GET /status serves it.
-func (s *Server) Status() Status {
-	targets := s.Targets()
+// StatusOf returns hub's state now, as GET /status serves it.
+func StatusOf(hub Hub) Status {
+	targets := hub.Targets()
 	st := Status{
-		Draining:        s.Draining(),
+		Draining:        hub.Draining(),
 		Goroutines:      runtime.NumGoroutine(),
-		ConnectionsOpen: s.ConnectionsOpen(),
-		Targets:         make([]StatusTarget, len(targets)),
+		ConnectionsOpen: hub.ConnectionsOpen(),
+		Targets:         make([]Target, len(targets)),
 	}
 	for i, t := range targets {
-		st.Targets[i] = t.statusJSON()
+		st.Targets[i] = TargetOf(t)
 	}
 	return st
 }
 
-// statusJSON returns t as /status shows it.
-func (t TargetStatus) statusJSON() StatusTarget {
+// TargetOf returns t as /status shows it.
+func TargetOf(t relay.TargetSnapshot) Target {
 	ts := t.Settings
-	return StatusTarget{
+	return Target{
 		Name:                t.Name,
 		URL:                 t.URL,
 		Fallback:            t.Fallback,
@@ -99,15 +131,15 @@ func (t TargetStatus) statusJSON() StatusTarget {
 		ConsecutiveFailures: t.ConsecutiveFailures,
 		Inflight:            t.InFlight,
 		MaxInflight:         t.MaxInFlight,
-		RetryAfterSeconds:   retryAfterSeconds(t.RetryAfter),
+		RetryAfterSeconds:   relay.RetryAfterSeconds(t.RetryAfter),
 		Held:                t.Held,
 		Disabled:            t.Disabled,
-		Settings: StatusSettings{
+		Settings: Settings{
 			MaxInflight:            ts.MaxInflight,
 			FailThreshold:          ts.FailThreshold,
 			ResetTimeoutSeconds:    ts.ResetTimeout.Seconds(),
 			TargetTimeoutSeconds:   ts.TargetTimeout.Seconds(),
-			ProbeTimeoutSeconds:    ts.ProbeTimeout.Seconds(),
+			ProbeTimeoutSeconds:    t.ProbeTimeout.Seconds(),
 			FailureCodes:           ts.FailureCodes,
 			FailureRate:            ts.FailureRate,
 			WindowSeconds:          ts.Window.Seconds(),
@@ -119,10 +151,10 @@ func (t TargetStatus) statusJSON() StatusTarget {
 	}
 }
 
-// AdminConfig configures NewAdmin. It is a plain value.
-type AdminConfig struct {
-	// Server is the hub the endpoints report on. Required.
-	Server *Server
+// Config configures New. It is a plain value.
+type Config struct {
+	// Hub is the hub the endpoints report on and steer. Required.
+	Hub Hub
 	// Gatherer is what GET /metrics serves, usually the registry given to
 	// NewMetrics. Nil means /metrics is not served (404).
 	Gatherer prometheus.Gatherer
@@ -137,24 +169,24 @@ type AdminConfig struct {
 	Token string
 }
 
-// Admin is the hub's admin HTTP handler (SPEC §9, §12):
+// Handler is the hub's admin HTTP handler:
 //
 //   - GET /metrics: the Gatherer's metrics in the Prometheus formats;
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
 //     Shutdown has begun, so a load balancer stops sending new connections;
-//   - GET /status: Status as JSON;
+//   - GET /status: Status as JSON, indented with ?pretty;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
-//     Server.ControlBreaker, answered 200 with the target's entry of
+//     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
 //
-// With AdminConfig.Token set, every request other than GET and HEAD needs
+// With Config.Token set, every request other than GET and HEAD needs
 // the bearer token, or is answered 401 with a JSON error and
 // "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
 // It is safe for concurrent use.
-type Admin struct {
-	srv       *Server
+type Handler struct {
+	hub       Hub
 	mux       *http.ServeMux
 	log       zerolog.Logger
 	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
@@ -162,7 +194,7 @@ type Admin struct {
 	hasToken  bool
 }
 
-var _ http.Handler = (*Admin)(nil)
+var _ http.Handler = (*Handler)(nil)
 
 // denyLogBurst is how many refused authorizations a second are logged, so
 // that someone guessing tokens cannot flood the log.
@@ -172,15 +204,15 @@ const denyLogBurst = 5
 // it takes is a few dozen bytes.
 const maxActionBody = 4 << 10
 
-// NewAdmin returns the admin handler for cfg.Server. The caller serves it
+// New returns the admin handler for cfg.Hub. The caller serves it
 // with an http.Server of its own, on an address apart from the client
 // protocol's, and shuts that down after the hub's Shutdown so that
 // /readyz reports the drain while it lasts.
-func NewAdmin(cfg AdminConfig) (*Admin, error) {
-	if cfg.Server == nil {
-		return nil, errors.New("relay: admin: no Server")
+func New(cfg Config) (*Handler, error) {
+	if cfg.Hub == nil {
+		return nil, errors.New("admin: no Hub")
 	}
-	a := &Admin{srv: cfg.Server, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
 		// Only the hash is kept: hashes of equal length compared in
@@ -205,7 +237,7 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 
 // ServeHTTP implements http.Handler. The token is checked before routing,
 // so a request without it learns nothing about the paths behind it.
-func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.hasToken && r.Method != http.MethodGet && r.Method != http.MethodHead && !a.authorized(r) {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Msg("admin request refused: missing or wrong bearer token")
@@ -219,7 +251,7 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authorized reports whether r carries the bearer token. The scheme is
 // matched case-insensitively (RFC 7235); the token is compared in constant
 // time, through its hash.
-func (a *Admin) authorized(r *http.Request) bool {
+func (a *Handler) authorized(r *http.Request) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
@@ -235,15 +267,15 @@ type actionRequest struct {
 
 // serveBreaker is POST /breakers/{target}. The action is logged before it
 // is applied, so the breaker changes it causes follow it in the log.
-func (a *Admin) serveBreaker(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSONError(w, http.StatusMethodNotAllowed, "method "+r.Method+` not allowed: POST {"action":"open|close|disable|enable"}`)
 		return
 	}
 	name := r.PathValue("target")
-	rt := a.srv.lookup([]byte(name))
-	if rt == nil {
+	target, ok := a.hub.Target(name)
+	if !ok {
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("unknown target %q", name))
 		return
 	}
@@ -252,18 +284,18 @@ func (a *Admin) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	a.log.Info().Str("target", rt.name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
-	st, err := a.srv.ControlBreaker(rt.name, action)
+	a.log.Info().Str("target", target.Name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
+	st, err := a.hub.ControlBreaker(target.Name, action)
 	if err != nil {
 		// Both the target and the action were checked above.
-		panic("relay: admin: breaker action: " + err.Error())
+		panic("admin: breaker action: " + err.Error())
 	}
-	writeJSON(w, http.StatusOK, st.statusJSON())
+	writeJSON(w, http.StatusOK, TargetOf(st))
 }
 
 // decodeAction reads the body of POST /breakers/{target}: one JSON object
 // with a string "action" and nothing else.
-func decodeAction(body io.Reader) (BreakerAction, error) {
+func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	var req actionRequest
@@ -279,7 +311,7 @@ func decodeAction(body io.Reader) (BreakerAction, error) {
 	if req.Action == nil {
 		return "", errors.New(`body: no "action": want open, close, disable or enable`)
 	}
-	action, err := ParseBreakerAction(*req.Action)
+	action, err := relay.ParseBreakerAction(*req.Action)
 	if err != nil {
 		return "", fmt.Errorf("unknown action %q: want open, close, disable or enable", *req.Action)
 	}
@@ -288,26 +320,36 @@ func decodeAction(body io.Reader) (BreakerAction, error) {
 
 // adminIndex is the body of GET /, for an operator who opens the port in a
 // browser.
-const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
+const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
-func (a *Admin) serveIndex(w http.ResponseWriter, _ *http.Request) {
+func (a *Handler) serveIndex(w http.ResponseWriter, _ *http.Request) {
 	writeText(w, http.StatusOK, adminIndex)
 }
 
-func (a *Admin) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+func (a *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeText(w, http.StatusOK, "ok\n")
 }
 
-func (a *Admin) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	if a.srv.Draining() {
+func (a *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	if a.hub.Draining() {
 		writeText(w, http.StatusServiceUnavailable, "draining\n")
 		return
 	}
 	writeText(w, http.StatusOK, "ready\n")
 }
 
-func (a *Admin) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	body, err := json.Marshal(a.srv.Status())
+// serveStatus is GET /status; with ?pretty (any value) the JSON is indented
+// for a person reading it in a terminal.
+func (a *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
+	var (
+		body []byte
+		err  error
+	)
+	if r.URL.Query().Has("pretty") {
+		body, err = json.MarshalIndent(StatusOf(a.hub), "", "  ")
+	} else {
+		body, err = json.Marshal(StatusOf(a.hub))
+	}
 	if err != nil {
 		// Only a non-finite number could do this; the hub never makes one.
 		a.log.Error().Err(err).Msg("status does not encode")
@@ -322,7 +364,7 @@ func (a *Admin) serveStatus(w http.ResponseWriter, _ *http.Request) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		panic("relay: admin answer does not encode: " + err.Error())
+		panic("admin: answer does not encode: " + err.Error())
 	}
 	writeJSONBody(w, status, body)
 }

@@ -1,9 +1,28 @@
-package relay
+// Package targethttp is the hub's HTTP side of a target: it posts one
+// transaction to a target over a pool of kept-alive connections and
+// classifies the outcome into a response code and message, as
+// docs/PROTOCOL.md, "Target protocol", lays down. A request that may have
+// reached the target is never sent again.
+//
+// Typical use:
+//
+//	conns := targethttp.NewConns(nil)
+//	core, err := targethttp.New(targethttp.Config{
+//		URL: "http://127.0.0.1:9201/tx", Timeout: 3 * time.Second, MaxInflight: 10, Conns: conns,
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	code, msg := core.Call([]byte("T1"), []byte("BAL 1001"))
+//	...
+//	conns.Abort() // at shutdown: calls still out end E901 at once
+package targethttp
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -17,6 +36,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // maxAnswerBytes caps how much of a target's HTTP answer body the hub reads.
@@ -25,65 +46,76 @@ import (
 // buffer without bound.
 const maxAnswerBytes = 64 << 10
 
-// errShutdownAbort is the cause given to target calls still running when a
-// shutdown's drain time has run out.
-var errShutdownAbort = errors.New("relay: shutdown: drain time over")
+// ErrAborted is the cause that ends the calls still running when
+// Conns.Abort gives up on them (a shutdown whose drain time has run out).
+var ErrAborted = errors.New("targethttp: calls aborted: drain time over")
 
-// Messages of answers the hub makes up about a call. Fixed strings, so the
-// common failures answer without formatting.
+// Messages of answers made up about a call. Fixed strings, so the common
+// failures answer without formatting.
 const (
-	msgTimeout         = "no answer within target timeout"
-	msgShutdownAbort   = "no answer before shutdown"
-	msgRefusedConn     = "target unreachable: connection refused"
-	msgResetConn       = "target unreachable: connection reset"
-	msgClosedEarly     = "target unreachable: connection closed before a full answer"
-	msgUnreachable     = "target unreachable"
-	msgAnswerTooLarge  = "target answer too large"
-	msgNotProtocol     = "target answer is not the target protocol"
-	msgNotHTTP         = "target answer is not HTTP"
-	msgBadTargetCode   = "target answered a code of unknown form"
-	msgInternal        = "internal error; the target may or may not have processed the request"
-	msgTooManyConns    = "too many connections"
-	msgShuttingDown    = "shutting down"
-	msgUnknownTarget   = "unknown target"
-	msgBulkheadFull    = "target busy: too many calls in flight"
-	msgCircuitOpenHead = "circuit open; retry after "
-	msgHeldOpen        = "circuit open; held open by operator"
+	msgTimeout        = "no answer within target timeout"
+	msgAborted        = "no answer before shutdown"
+	msgRefusedConn    = "target unreachable: connection refused"
+	msgResetConn      = "target unreachable: connection reset"
+	msgClosedEarly    = "target unreachable: connection closed before a full answer"
+	msgUnreachable    = "target unreachable"
+	msgAnswerTooLarge = "target answer too large"
+	msgNotProtocol    = "target answer is not the target protocol"
+	msgNotHTTP        = "target answer is not HTTP"
+	msgBadTargetCode  = "target answered a code of unknown form"
 )
 
-// target is the HTTP side of one configured target: a pool of kept-alive
-// connections to it (fasthttp's HostClient, whose calls write the request
-// and read the answer in the calling goroutine, with pooled buffers and no
-// allocation of their own) and the timeout of one call. It is safe for
-// concurrent use: its fields are set once by New.
-type target struct {
-	url     string // {base URL}/tx
+// Config configures a Client. It is a plain value.
+type Config struct {
+	// URL is where transactions are posted: the target's base URL + "/tx",
+	// http or https, with a host.
+	URL string
+	// Timeout bounds one call: connect, request, answer. Required.
+	Timeout time.Duration
+	// MaxInflight is the target's bulkhead size, which bounds its calls and
+	// so its connections: the pool itself never refuses or queues a call.
+	// Required.
+	MaxInflight int
+	// Conns dials and tracks the connections. Required; every target of a
+	// hub shares one, so that one Abort cuts all their calls.
+	Conns *Conns
+}
+
+// Client is the HTTP side of one target: a pool of kept-alive connections
+// to it (fasthttp's HostClient, whose calls write the request and read the
+// answer in the calling goroutine, with pooled buffers and no allocation of
+// their own) and the timeout of one call. It is safe for concurrent use:
+// its fields are set once by New.
+type Client struct {
 	uri     *fasthttp.URI
 	client  *fasthttp.HostClient
 	timeout time.Duration
+	conns   *Conns
 }
 
-// newTarget returns the target posting to txURL (validated by New) through
-// conns, whose calls last at most timeout. maxInflight is the target's
-// bulkhead size, which bounds its calls and so its connections: the pool
-// itself never refuses or queues a call.
-func newTarget(txURL string, timeout time.Duration, maxInflight int, conns *targetConns) *target {
-	u, err := url.Parse(txURL)
-	if err != nil {
-		panic("relay: parse a validated target URL: " + err.Error())
+// New returns the Client posting to cfg.URL. It fails on a URL that is not
+// http or https with a host, and on a missing Conns, Timeout or MaxInflight.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("targethttp: URL %q: want http:// or https:// with a host", cfg.URL)
+	}
+	if cfg.Conns == nil || cfg.Timeout <= 0 || cfg.MaxInflight <= 0 {
+		return nil, errors.New("targethttp: Config needs Conns, a Timeout and a MaxInflight")
 	}
 	uri := new(fasthttp.URI)
-	if err := uri.Parse(nil, []byte(txURL)); err != nil {
-		panic("relay: parse a validated target URL: " + err.Error())
+	if err := uri.Parse(nil, []byte(cfg.URL)); err != nil {
+		return nil, fmt.Errorf("targethttp: URL %q: %w", cfg.URL, err)
 	}
 	tls := u.Scheme == "https"
-	return &target{
-		url: txURL,
-		uri: uri,
+	maxInflight := cfg.MaxInflight
+	return &Client{
+		uri:   uri,
+		conns: cfg.Conns,
 		client: &fasthttp.HostClient{
 			Addr:                     fasthttp.AddMissingPort(u.Host, tls),
 			IsTLS:                    tls,
-			DialTimeout:              conns.dial,
+			DialTimeout:              cfg.Conns.dial,
 			NoDefaultUserAgentHeader: true,
 			DisablePathNormalizing:   true,
 			MaxConns:                 math.MaxInt32,
@@ -103,9 +135,12 @@ func newTarget(txURL string, timeout time.Duration, maxInflight int, conns *targ
 				return false, errors.Is(err, errStaleConn)
 			},
 		},
-		timeout: timeout,
-	}
+		timeout: cfg.Timeout,
+	}, nil
 }
+
+// Timeout returns the bound on one call.
+func (t *Client) Timeout() time.Duration { return t.timeout }
 
 // idleTargetConnTimeout is how long a pooled target connection may stay
 // unused before the hub closes it: under the 5 s keep-alive timeout of
@@ -121,18 +156,18 @@ var (
 	contentTypeText = []byte("text/plain; charset=utf-8")
 )
 
-// call sends one transaction to the target and classifies the outcome into a
-// response code and message (SPEC §3, §4). abort is done when the Server
-// gives up on its calls (Close, or Shutdown past its time); it is never the
-// client connection's: a client that goes away does not cancel a call that
-// may already have reached the target.
+// Call sends one transaction to the target and classifies the outcome into a
+// response code and message (docs/PROTOCOL.md, "Target protocol"). Only
+// Conns.Abort cuts it short; nothing of the client's connection does: a
+// client that goes away does not cancel a call that may already have
+// reached the target.
 //
 // The request is sent once. The hub adds no retries; the pool tries a
 // request again only when it met a connection the target had closed while
 // it was idle, before a byte of it was written (see targetConn.Write), so a
 // transaction that may have reached the target is never sent twice.
 // Redirects are not followed: a 307 would resend the body elsewhere.
-func (t *target) call(abort context.Context, txid, payload []byte) (code string, msg []byte) {
+func (t *Client) Call(txid, payload []byte) (code string, msg []byte) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -144,7 +179,7 @@ func (t *target) call(abort context.Context, txid, payload []byte) (code string,
 	req.SetBodyRaw(payload)
 
 	if err := t.client.DoTimeout(req, resp, t.timeout); err != nil {
-		code, m := classifyCallError(abort, err)
+		code, m := classifyCallError(t.conns.abort, err)
 		return code, []byte(m)
 	}
 	// DecodeAnswer's message never aliases the body, which goes back to
@@ -152,39 +187,52 @@ func (t *target) call(abort context.Context, txid, payload []byte) (code string,
 	return DecodeAnswer(resp.StatusCode(), resp.Body())
 }
 
-// close drops the target's idle pooled connections.
-func (t *target) close() {
+// CloseIdle drops the target's idle pooled connections.
+func (t *Client) CloseIdle() {
 	t.client.CloseIdleConnections()
 }
 
 // errStaleConn is what a write on a kept-alive target connection returns
 // when the target closed it while it was idle: nothing was written, so the
 // request may go out on another connection.
-var errStaleConn = errors.New("relay: target closed the idle connection")
+var errStaleConn = errors.New("targethttp: target closed the idle connection")
 
-// targetConns dials the hub's connections to its targets and keeps the set
-// of those open, so that calls the Server gives up on can be cut: a call
-// blocked reading an answer has no context to cancel. It is safe for
-// concurrent use.
-type targetConns struct {
-	abort       context.Context // done when the Server gives up on its calls, before closeAll
-	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+// DialFunc opens a connection to a target; ctx bounds the dial.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Conns dials the connections of a hub's targets and keeps the set of those
+// open, so that Abort can cut the calls still out: a call blocked reading an
+// answer has no context to cancel. It is safe for concurrent use.
+type Conns struct {
+	abort       context.Context // done once Abort has begun, before the connections close
+	cancel      context.CancelCauseFunc
+	dialContext DialFunc
 	mu          sync.Mutex
 	open        map[*targetConn]struct{} // guarded by mu; nil once aborted
 }
 
-// newTargetConns returns a targetConns that dials with dial (nil: TCP,
-// with keep-alive probes), each dial bounded by abort.
-func newTargetConns(abort context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *targetConns {
+// NewConns returns a Conns that dials with dial: nil means TCP with
+// keep-alive probes.
+func NewConns(dial DialFunc) *Conns {
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	return &targetConns{abort: abort, dialContext: dial, open: make(map[*targetConn]struct{})}
+	abort, cancel := context.WithCancelCause(context.Background())
+	return &Conns{abort: abort, cancel: cancel, dialContext: dial, open: make(map[*targetConn]struct{})}
+}
+
+// Abort gives up on every call: dials in progress stop, every connection is
+// closed, which ends the reads and writes calls are blocked in, and each
+// such call answers E901 "no answer before shutdown" (the target may have
+// processed it). No connection is opened afterwards.
+func (tc *Conns) Abort() {
+	tc.cancel(ErrAborted)
+	tc.closeAll()
 }
 
 // dial is the pools' dial function: it connects within timeout (and
-// before the Server gives up on its calls) and tracks the connection.
-func (tc *targetConns) dial(addr string, timeout time.Duration) (net.Conn, error) {
+// before Abort) and tracks the connection.
+func (tc *Conns) dial(addr string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(tc.abort, timeout)
 	defer cancel()
 	nc, err := tc.dialContext(ctx, "tcp", addr)
@@ -197,14 +245,14 @@ func (tc *targetConns) dial(addr string, timeout time.Duration) (net.Conn, error
 	defer tc.mu.Unlock()
 	if tc.open == nil {
 		nc.Close()
-		return nil, errShutdownAbort
+		return nil, ErrAborted
 	}
 	tc.open[c] = struct{}{}
 	return c, nil
 }
 
 // closeAll closes every target connection and refuses new ones.
-func (tc *targetConns) closeAll() {
+func (tc *Conns) closeAll() {
 	tc.mu.Lock()
 	open := tc.open
 	tc.open = nil
@@ -215,7 +263,7 @@ func (tc *targetConns) closeAll() {
 }
 
 // forget removes c from the open set.
-func (tc *targetConns) forget(c *targetConn) {
+func (tc *Conns) forget(c *targetConn) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	delete(tc.open, c)
@@ -233,7 +281,7 @@ func (tc *targetConns) forget(c *targetConn) {
 // concurrently; Close may run at any time.
 type targetConn struct {
 	net.Conn
-	set      *targetConns
+	set      *Conns
 	rc       syscall.RawConn       // the socket, for the idle check; nil: no check
 	peek     func(fd uintptr) bool // c.peekIdle, bound once so that a check does not allocate
 	peekBuf  [1]byte
@@ -243,7 +291,7 @@ type targetConn struct {
 
 // watchIdle turns on the idle check when the connection is a socket.
 func (c *targetConn) watchIdle() {
-	if !rawReads {
+	if !canPeek {
 		return
 	}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
@@ -291,13 +339,12 @@ func (c *targetConn) peekIdle(fd uintptr) bool {
 // (the target answered, but not in HTTP: a malformed status line or header,
 // broken chunked framing, headers or body over the cap). A reset before the
 // first byte of an answer reads as a close: the HTTP client reports both
-// alike. abort is done with errShutdownAbort when the Server gave up on the
-// call.
+// alike. abort is done with ErrAborted when Abort gave up on the call.
 func classifyCallError(abort context.Context, err error) (code, msg string) {
-	if errors.Is(context.Cause(abort), errShutdownAbort) {
+	if errors.Is(context.Cause(abort), ErrAborted) {
 		// The target may have processed the transaction; like a timeout,
 		// the hub cannot tell, so the code is E901.
-		return CodeTimeout, msgShutdownAbort
+		return protocol.CodeTimeout, msgAborted
 	}
 	var (
 		timeout interface{ Timeout() bool } // net.Error's, and fasthttp.ErrTimeout's
@@ -306,24 +353,24 @@ func classifyCallError(abort context.Context, err error) (code, msg string) {
 	)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return CodeTargetFailed, msgAnswerTooLarge
+		return protocol.CodeTargetFailed, msgAnswerTooLarge
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded),
 		errors.As(err, &timeout) && timeout.Timeout():
-		return CodeTimeout, msgTimeout
+		return protocol.CodeTimeout, msgTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return CodeUnreachable, msgRefusedConn
+		return protocol.CodeUnreachable, msgRefusedConn
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return CodeUnreachable, msgResetConn
+		return protocol.CodeUnreachable, msgResetConn
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errStaleConn):
-		return CodeUnreachable, msgClosedEarly
+		return protocol.CodeUnreachable, msgClosedEarly
 	case errors.As(err, &opErr), errors.As(err, &dnsErr):
 		// Any other socket-level failure: no route, name not found, ...
-		return CodeUnreachable, msgUnreachable
+		return protocol.CodeUnreachable, msgUnreachable
 	default:
 		// The connection worked and bytes came back, but they could not
 		// be read as an HTTP answer.
-		return CodeTargetFailed, msgNotHTTP
+		return protocol.CodeTargetFailed, msgNotHTTP
 	}
 }
 
@@ -333,7 +380,8 @@ func classifyCallError(abort context.Context, err error) (code, msg string) {
 var answerParsers fastjson.ParserPool
 
 // DecodeAnswer classifies a target's HTTP answer, given its status and body,
-// into the response code and message the client gets (SPEC §3, §4):
+// into the response code and message the client gets (docs/PROTOCOL.md,
+// "Target protocol"):
 //
 //   - 200 with a JSON object whose "code" is 0000, Bnnn or Ennn: that code and
 //     the object's "message", relayed as they are;
@@ -350,18 +398,18 @@ func DecodeAnswer(status int, body []byte) (code string, msg []byte) {
 	switch {
 	case status == http.StatusOK:
 		if !a.valid || a.code == nil {
-			return CodeTargetFailed, []byte(msgNotProtocol)
+			return protocol.CodeTargetFailed, []byte(msgNotProtocol)
 		}
-		if !validTargetCode(a.code) {
-			return CodeTargetFailed, []byte(msgBadTargetCode)
+		if !protocol.ValidTargetCode(a.code) {
+			return protocol.CodeTargetFailed, []byte(msgBadTargetCode)
 		}
 		return targetCode(a.code), bytes.Clone(a.message)
 	case status >= 400 && status <= 499:
-		return CodeRefused, statusMessage("target refused the request: HTTP ", status, a.message)
+		return protocol.CodeRefused, statusMessage("target refused the request: HTTP ", status, a.message)
 	case status >= 500 && status <= 599:
-		return CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.message)
+		return protocol.CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.message)
 	default:
-		return CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, nil)
+		return protocol.CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, nil)
 	}
 }
 
@@ -410,8 +458,8 @@ func stringMember(obj *fastjson.Object, key string) (_ []byte, ok bool) {
 
 // targetCode returns code, valid, as a string: 0000 without allocating.
 func targetCode(code []byte) string {
-	if string(code) == CodeOK {
-		return CodeOK
+	if string(code) == protocol.CodeOK {
+		return protocol.CodeOK
 	}
 	return string(code)
 }
@@ -427,24 +475,4 @@ func statusMessage(head string, status int, detail []byte) []byte {
 		b = append(b, detail...)
 	}
 	return b
-}
-
-// validTargetCode reports whether code is one a target may send: 0000, Bnnn
-// or Ennn with n a decimal digit.
-func validTargetCode[T ~string | ~[]byte](code T) bool {
-	if len(code) != 4 {
-		return false
-	}
-	if string(code) == CodeOK {
-		return true
-	}
-	if code[0] != 'B' && code[0] != 'E' {
-		return false
-	}
-	for i := 1; i < 4; i++ {
-		if code[i] < '0' || code[i] > '9' {
-			return false
-		}
-	}
-	return true
 }

@@ -1,4 +1,17 @@
-package relay
+// Package settingsfile reads the hub's per-target settings file (--config,
+// TOML): a table per target whose keys override the flags' settings for
+// that target, and whose tables may add targets and name fallbacks. The
+// syntax is in docs/CONFIG.md; every mistake is refused with the file, the
+// table and the key in one line.
+//
+// Typical use:
+//
+//	targets, err := settingsfile.Load("relay.toml", flagDefaults, flagTargets)
+//	if err != nil {
+//		return err // config relay.toml: [CORE] max_inflight: must be at least 1, got 0
+//	}
+//	srv, err := relay.New(relay.Config{Targets: targets, TargetSettings: flagDefaults})
+package settingsfile
 
 import (
 	"errors"
@@ -10,10 +23,12 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
-// Keys of a target's table in the per-target settings file (SPEC §12,
-// docs/CONFIG.md).
+// Keys of a target's table in the settings file (docs/CONFIG.md).
 const (
 	keyURL             = "url"
 	keyMaxInflight     = "max_inflight"
@@ -30,11 +45,11 @@ const (
 	keyFallback        = "fallback"
 )
 
-// ConfigError reports what is wrong with a per-target settings file: the
+// Error reports what is wrong with a per-target settings file: the
 // file, and where known the line, the table (the target's name as the file
 // writes it) and the key. Its message is one line. It is an immutable
 // value, safe for concurrent use.
-type ConfigError struct {
+type Error struct {
 	// File is the path the file was read from.
 	File string
 	// Line is the line of a TOML syntax error, else zero.
@@ -51,7 +66,7 @@ type ConfigError struct {
 
 // Error returns "config FILE: [TABLE] KEY: what is wrong", leaving out what
 // is not known.
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("config ")
 	b.WriteString(e.File)
@@ -78,10 +93,9 @@ func (e *ConfigError) Error() string {
 }
 
 // Unwrap returns Err.
-func (e *ConfigError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// LoadTargetFile reads the per-target settings file at path (TOML, SPEC
-// §12) and returns the targets the hub serves, each with its settings in
+// Load reads the per-target settings file at path (TOML) and returns the targets the hub serves, each with its settings in
 // full and its fallback:
 //
 //   - the targets are those of base (the --target list, or the default
@@ -97,38 +111,38 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // duration, URL or failure code), two tables for one target in different
 // case, and a fallback that names no target, the target itself, or a
 // target with a fallback of its own (one step only, so no cycles) are each
-// refused with a *ConfigError naming the file, the table and the key. A
+// refused with a *Error naming the file, the table and the key. A
 // max_reset_timeout that is set but not above reset_timeout is refused
 // too: backoff could never apply.
-func LoadTargetFile(path string, defaults TargetSettings, base []Target) ([]Target, error) {
+func Load(path string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &ConfigError{File: path, Err: err}
+		return nil, &Error{File: path, Err: err}
 	}
-	return parseTargetFile(path, string(data), defaults, base)
+	return parse(path, string(data), defaults, base)
 }
 
 // fileTarget is one target while the file is read.
 type fileTarget struct {
 	name     string // canonical
 	table    string // as the file writes it; empty when the file has no table for it
-	target   Target
-	settings TargetSettings
+	target   relay.Target
+	settings relay.TargetSettings
 	added    bool            // the file adds it: not in base
 	set      map[string]bool // keys its table set
 }
 
-// parseTargetFile is LoadTargetFile on the file's contents.
-func parseTargetFile(path, data string, defaults TargetSettings, base []Target) ([]Target, error) {
+// parse is Load on the file's contents.
+func parse(path, data string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
 	var raw map[string]any
 	md, err := toml.Decode(data, &raw)
 	if err != nil {
 		if pe := (toml.ParseError{}); errors.As(err, &pe) {
-			return nil, &ConfigError{File: path, Line: pe.Position.Line, Key: pe.LastKey, Err: errors.New(pe.Message)}
+			return nil, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Err: errors.New(pe.Message)}
 		}
-		return nil, &ConfigError{File: path, Err: err}
+		return nil, &Error{File: path, Err: err}
 	}
-	defaults = defaults.withDefaults()
+	defaults = defaults.WithDefaults()
 	var (
 		order  []*fileTarget
 		byName = make(map[string]*fileTarget)
@@ -144,7 +158,7 @@ func parseTargetFile(path, data string, defaults TargetSettings, base []Target) 
 		order = append(order, ft)
 	}
 	fail := func(table, key string, format string, args ...any) error {
-		return &ConfigError{File: path, Table: table, Key: key, Err: fmt.Errorf(format, args...)}
+		return &Error{File: path, Table: table, Key: key, Err: fmt.Errorf(format, args...)}
 	}
 	// tableFor returns the target of a table, checking the table the first
 	// time it is met.
@@ -152,13 +166,13 @@ func parseTargetFile(path, data string, defaults TargetSettings, base []Target) 
 		if _, ok := raw[table].(map[string]any); !ok {
 			return nil, fail("", table, "want a table [NAME] of settings for target NAME, got %s", describe(raw[table]))
 		}
-		if !ValidTxID([]byte(table)) {
+		if !protocol.ValidTxID([]byte(table)) {
 			return nil, fail(table, "", "target name: want 1 to 64 of A-Z a-z 0-9 . _ : -")
 		}
 		name := strings.ToUpper(table)
 		ft := byName[name]
 		if ft == nil {
-			ft = &fileTarget{name: name, target: Target{Name: name}, settings: cloneSettings(defaults), added: true}
+			ft = &fileTarget{name: name, target: relay.Target{Name: name}, settings: cloneSettings(defaults), added: true}
 			byName[name] = ft
 			order = append(order, ft)
 		}
@@ -195,10 +209,10 @@ func parseTargetFile(path, data string, defaults TargetSettings, base []Target) 
 
 	for _, ft := range order {
 		if err := ft.finish(order, byName); err != nil {
-			return nil, &ConfigError{File: path, Table: ft.table, Key: err.key, Err: err.err}
+			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
-	out := make([]Target, len(order))
+	out := make([]relay.Target, len(order))
 	for i, ft := range order {
 		out[i] = ft.target
 		s := ft.settings
@@ -208,7 +222,7 @@ func parseTargetFile(path, data string, defaults TargetSettings, base []Target) 
 }
 
 // cloneSettings returns ts with a FailureCodes of its own.
-func cloneSettings(ts TargetSettings) TargetSettings {
+func cloneSettings(ts relay.TargetSettings) relay.TargetSettings {
 	ts.FailureCodes = append([]string(nil), ts.FailureCodes...)
 	return ts
 }
@@ -262,7 +276,7 @@ func (ft *fileTarget) apply(key string, v any) error {
 	case keyURL:
 		var raw string
 		if raw, err = asString(v); err == nil {
-			if _, err = checkTargetURL(raw); err == nil {
+			if _, err = relay.ParseTargetURL(raw); err == nil {
 				ft.target.URL = raw
 			}
 		}
@@ -291,7 +305,7 @@ func (ft *fileTarget) apply(key string, v any) error {
 	case keyFallback:
 		var name string
 		if name, err = asString(v); err == nil {
-			if !ValidTxID([]byte(name)) {
+			if !protocol.ValidTxID([]byte(name)) {
 				err = fmt.Errorf("%q is no target name: want 1 to 64 of A-Z a-z 0-9 . _ : -", name)
 			} else {
 				ft.target.Fallback = strings.ToUpper(name)
@@ -383,7 +397,7 @@ func asShare(v any) (float64, error) {
 }
 
 // asFailureCodes reads a non-empty array of failure codes, each accepted by
-// ParseFailureCode.
+// protocol.ParseFailureCode.
 func asFailureCodes(v any) ([]string, error) {
 	list, ok := v.([]any)
 	if !ok {
@@ -398,7 +412,7 @@ func asFailureCodes(v any) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("want codes as strings, got %s", describe(x))
 		}
-		code, err := ParseFailureCode(s)
+		code, err := protocol.ParseFailureCode(s)
 		if err != nil {
 			return nil, err
 		}

@@ -1,11 +1,29 @@
-package relay
+// Package protocol is the hub's client line protocol as pure functions on
+// byte slices: request lines parsed (ParseRequest), response lines written
+// (AppendResponse), and the response codes and the hub's own answer
+// messages that both the hub and its target client speak. Nothing here
+// touches a connection, so the fuzzers hit it directly. The wire format is
+// in docs/PROTOCOL.md, "Client protocol" and "Response codes".
+//
+// Typical use:
+//
+//	req, err := protocol.ParseRequest(line)
+//	if pe := (*protocol.ProtocolError)(nil); errors.As(err, &pe) {
+//		out = protocol.AppendResponse(out, pe.TxID, pe.Code, pe.Message)
+//		return
+//	}
+//	out = protocol.AppendResponse(out, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget)
+package protocol
 
 import (
 	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
-// Response codes of the client protocol (SPEC §3). Codes a target sends in
+// Response codes of the client protocol (docs/PROTOCOL.md, "Response codes"). Codes a target sends in
 // its own answers (0000, Bnnn, Ennn) are relayed as they are and need no
 // constant.
 const (
@@ -20,8 +38,8 @@ const (
 	CodeBulkheadFull   = "E905" // the target's bulkhead is full
 	CodeUnavailable    = "E906" // shutting down or over the connection limit
 	CodeInternal       = "E907" // a bug caught at run time
-	noTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
-	maxTxIDLen         = 64
+	NoTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
+	MaxTxIDLen         = 64     // the longest TXID
 	responseSeparator  = '|'
 	responseTerminator = '\n'
 )
@@ -64,18 +82,38 @@ type ProtocolError struct {
 func (e *ProtocolError) Error() string {
 	txid := e.TxID
 	if txid == "" {
-		txid = noTxID
+		txid = NoTxID
 	}
 	return "relay: protocol: " + txid + ": " + e.Code + " " + e.Message
+}
+
+// Messages of the answers the hub gives without a target's word. Fixed
+// strings, so the common refusals answer without formatting.
+const (
+	MsgInternal        = "internal error; the target may or may not have processed the request"
+	MsgTooManyConns    = "too many connections"
+	MsgShuttingDown    = "shutting down"
+	MsgUnknownTarget   = "unknown target"
+	MsgBulkheadFull    = "target busy: too many calls in flight"
+	MsgHeldOpen        = "circuit open; held open by operator"
+	msgCircuitOpenHead = "circuit open; retry after "
+)
+
+// AppendRetryHint appends the E904 message "circuit open; retry after Ns",
+// N being secs.
+func AppendRetryHint(dst []byte, secs int64) []byte {
+	dst = append(dst, msgCircuitOpenHead...)
+	dst = strconv.AppendInt(dst, secs, 10)
+	return append(dst, 's')
 }
 
 // Messages of E900 answers. They are fixed strings so an answer to a bad line
 // never echoes attacker-chosen bytes other than a valid TXID.
 const (
-	msgMissingFields = "malformed line: want TXID|TARGET|PAYLOAD"
-	msgBadTxID       = "malformed line: TXID must be 1 to 64 of A-Z a-z 0-9 . _ : -"
-	msgEmptyTarget   = "malformed line: empty TARGET"
-	msgLineTooLong   = "line too long"
+	MsgMissingFields = "malformed line: want TXID|TARGET|PAYLOAD"
+	MsgBadTxID       = "malformed line: TXID must be 1 to 64 of A-Z a-z 0-9 . _ : -"
+	MsgEmptyTarget   = "malformed line: empty TARGET"
+	MsgLineTooLong   = "line too long"
 )
 
 // ParseRequest parses one request line, without its line terminator (the
@@ -86,19 +124,19 @@ const (
 func ParseRequest(line []byte) (Request, error) {
 	i := bytes.IndexByte(line, '|')
 	if i < 0 {
-		return Request{}, &ProtocolError{Code: CodeMalformed, Message: msgMissingFields}
+		return Request{}, &ProtocolError{Code: CodeMalformed, Message: MsgMissingFields}
 	}
 	txid := line[:i]
 	if !ValidTxID(txid) {
-		return Request{}, &ProtocolError{Code: CodeMalformed, Message: msgBadTxID}
+		return Request{}, &ProtocolError{Code: CodeMalformed, Message: MsgBadTxID}
 	}
 	rest := line[i+1:]
 	j := bytes.IndexByte(rest, '|')
 	if j < 0 {
-		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: msgMissingFields}
+		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: MsgMissingFields}
 	}
 	if j == 0 {
-		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: msgEmptyTarget}
+		return Request{}, &ProtocolError{TxID: string(txid), Code: CodeMalformed, Message: MsgEmptyTarget}
 	}
 	return Request{TxID: txid, Target: rest[:j], Payload: rest[j+1:]}, nil
 }
@@ -108,8 +146,8 @@ func ParseRequest(line []byte) (Request, error) {
 // answer an over-long line with its TXID from the part it did read.
 func LeadingTxID(start []byte) []byte {
 	n := len(start)
-	if n > maxTxIDLen+1 {
-		n = maxTxIDLen + 1
+	if n > MaxTxIDLen+1 {
+		n = MaxTxIDLen + 1
 	}
 	i := bytes.IndexByte(start[:n], '|')
 	if i < 0 || !ValidTxID(start[:i]) {
@@ -121,7 +159,7 @@ func LeadingTxID(start []byte) []byte {
 // ValidTxID reports whether b is a well-formed TXID: 1 to 64 characters of
 // A-Z a-z 0-9 . _ : -.
 func ValidTxID(b []byte) bool {
-	if len(b) == 0 || len(b) > maxTxIDLen {
+	if len(b) == 0 || len(b) > MaxTxIDLen {
 		return false
 	}
 	for _, c := range b {
@@ -152,17 +190,13 @@ var txidByte = func() (t [256]bool) {
 // returns the extended slice. An empty txid is written as "-". Control
 // characters (bytes below 0x20 and 0x7f) in any field become spaces, so the
 // result always holds exactly one '\n', at its end, whatever a target put
-// in its message; the message is cut to MaxMessageBytes.
-func AppendResponse(dst, txid []byte, code string, msg []byte) []byte {
-	return appendResponse(dst, txid, code, msg)
-}
-
-// appendResponse is AppendResponse for TXIDs and messages held either as
-// strings (fixed messages, ProtocolError) or as byte slices (a request's
-// TXID, a target's message), so neither needs a conversion that allocates.
-func appendResponse[T, M ~string | ~[]byte](dst []byte, txid T, code string, msg M) []byte {
+// in its message; the message is cut to MaxMessageBytes. The TXID and the
+// message may be strings (fixed messages, ProtocolError) or byte slices (a
+// request's TXID, a target's message), so neither needs a conversion that
+// allocates.
+func AppendResponse[T, M ~string | ~[]byte](dst []byte, txid T, code string, msg M) []byte {
 	if len(txid) == 0 {
-		dst = append(dst, noTxID...)
+		dst = append(dst, NoTxID...)
 	} else {
 		dst = appendClean(dst, txid)
 	}
@@ -199,4 +233,48 @@ func truncateUTF8[B ~string | ~[]byte](b B, n int) B {
 		cut = n
 	}
 	return b[:cut]
+}
+
+// ValidTargetCode reports whether code is one a target may send: 0000, Bnnn
+// or Ennn with n a decimal digit.
+func ValidTargetCode[T ~string | ~[]byte](code T) bool {
+	if len(code) != 4 {
+		return false
+	}
+	if string(code) == CodeOK {
+		return true
+	}
+	if code[0] != 'B' && code[0] != 'E' {
+		return false
+	}
+	for i := 1; i < 4; i++ {
+		if code[i] < '0' || code[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// DefaultFailureCodes are the codes that count as breaker failures when none
+// are configured: the target failed, did not answer in time, or could not be
+// reached.
+var DefaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreachable}
+
+// ParseFailureCode checks one failure code (--failure-codes, or a settings
+// file's failure_codes) and returns it in canonical form (upper case, spaces
+// trimmed). A failure code must be an Ennn code that a target call can end
+// with: E400, E500, E901, E902, or another Ennn a target sends itself. The
+// hub's own E900 and E903 to E907 answers are never results of a call, so
+// naming one is refused as a mistake rather than silently never matching;
+// 0000 and Bnnn mean the target is healthy and are refused too.
+func ParseFailureCode(s string) (string, error) {
+	code := strings.ToUpper(strings.TrimSpace(s))
+	if len(code) != 4 || code[0] != 'E' || !ValidTargetCode(code) {
+		return "", fmt.Errorf("failure code %q: want Ennn, for example E500", s)
+	}
+	switch code {
+	case CodeMalformed, CodeUnknownTarget, CodeCircuitOpen, CodeBulkheadFull, CodeUnavailable, CodeInternal:
+		return "", fmt.Errorf("failure code %q: the hub answers it without calling a target, so no call can fail with it", s)
+	}
+	return code, nil
 }

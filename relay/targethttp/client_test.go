@@ -1,7 +1,7 @@
-package relay
+package targethttp
 
 import (
-	"context"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 func TestDecodeAnswer(t *testing.T) {
@@ -67,21 +69,19 @@ func waitForClientGone(r *http.Request) {
 	<-r.Context().Done()
 }
 
-// testTarget returns a target posting to srvURL with a pool of its own,
-// for a bulkhead of 10.
-func testTarget(t *testing.T, srvURL string, timeout time.Duration) *target {
+// testTarget returns a Client posting to srvURL's /tx with a pool of its
+// own, for a bulkhead of 10.
+func testTarget(t *testing.T, srvURL string, timeout time.Duration) *Client {
 	t.Helper()
-	return testTargetWith(t, srvURL, timeout, newTargetConns(context.Background(), nil))
+	return testTargetWith(t, srvURL, timeout, NewConns(nil))
 }
 
 // testTargetWith is testTarget dialing through conns.
-func testTargetWith(t *testing.T, srvURL string, timeout time.Duration, conns *targetConns) *target {
+func testTargetWith(t *testing.T, srvURL string, timeout time.Duration, conns *Conns) *Client {
 	t.Helper()
-	name, txURL, err := Target{Name: "core", URL: srvURL}.canonical()
+	tg, err := New(Config{URL: strings.TrimRight(srvURL, "/") + "/tx", Timeout: timeout, MaxInflight: 10, Conns: conns})
 	require.NoError(t, err)
-	require.Equal(t, "CORE", name)
-	tg := newTarget(txURL, timeout, 10, conns)
-	t.Cleanup(tg.close)
+	t.Cleanup(tg.CloseIdle)
 	return tg
 }
 
@@ -100,7 +100,7 @@ func TestTargetCallSendsTheTransaction(t *testing.T) {
 	tg := testTarget(t, srv.URL+"/", time.Second)
 
 	payload := []byte("XFER 1|2 \x00\xff 3")
-	code, msg := tg.call(context.Background(), []byte("TX-1"), payload)
+	code, msg := tg.Call([]byte("TX-1"), payload)
 
 	assert.Equal(t, "0000", code)
 	assert.Equal(t, "balance=99500", string(msg))
@@ -237,7 +237,7 @@ func TestTargetCallClassifies(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			t.Cleanup(srv.Close)
 			tg := testTarget(t, srv.URL, timeout)
-			code, msg := tg.call(context.Background(), []byte("TX1"), []byte("BAL 1"))
+			code, msg := tg.Call([]byte("TX1"), []byte("BAL 1"))
 			assert.Equal(t, tt.wantCode, code)
 			assert.Equal(t, tt.wantMsg, string(msg))
 		})
@@ -252,37 +252,34 @@ func TestTargetCallRefused(t *testing.T) {
 	require.NoError(t, ln.Close())
 
 	tg := testTarget(t, "http://"+addr, time.Second)
-	code, msg := tg.call(context.Background(), []byte("TX1"), nil)
+	code, msg := tg.Call([]byte("TX1"), nil)
 	assert.Equal(t, "E902", code)
 	assert.Equal(t, msgRefusedConn, string(msg))
 }
 
-func TestTargetCallAbortedByShutdown(t *testing.T) {
+func TestCallAborted(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
 		waitForClientGone(r)
 	}))
 	t.Cleanup(srv.Close)
-	ctx, abort := context.WithCancelCause(context.Background())
-	conns := newTargetConns(ctx, nil)
+	conns := NewConns(nil)
 	tg := testTargetWith(t, srv.URL, time.Minute, conns)
 	go func() {
-		// As Server.abortCalls does.
 		<-entered
-		abort(errShutdownAbort)
-		conns.closeAll()
+		conns.Abort()
 	}()
 
 	// The call blocks reading the answer until the abort cuts its
 	// connection, long before the minute of its timeout.
-	code, msg := tg.call(ctx, []byte("TX1"), nil)
+	code, msg := tg.Call([]byte("TX1"), nil)
 	assert.Equal(t, "E901", code)
-	assert.Equal(t, msgShutdownAbort, string(msg))
+	assert.Equal(t, msgAborted, string(msg))
 
-	code, msg = tg.call(ctx, []byte("TX2"), nil)
+	code, msg = tg.Call([]byte("TX2"), nil)
 	assert.Equal(t, "E901", code, "no call goes out once aborted")
-	assert.Equal(t, msgShutdownAbort, string(msg))
+	assert.Equal(t, msgAborted, string(msg))
 }
 
 // TestTargetCallSkipsConnectionsClosedWhileIdle has the target close every
@@ -323,7 +320,7 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 			}
 
 			for i := range 3 {
-				code, msg := tg.call(context.Background(), []byte("TX"), []byte("DEP 1 5"))
+				code, msg := tg.Call([]byte("TX"), []byte("DEP 1 5"))
 				require.Equal(t, "0000", code, "call %d: %s", i, msg)
 				select {
 				case <-closed:
@@ -360,7 +357,7 @@ func TestTargetCallSkipsEveryStaleConnection(t *testing.T) {
 	}
 
 	srv.CloseClientConnections()
-	code, msg := tg.call(context.Background(), []byte("TX-LAST"), []byte("DEP 1 5"))
+	code, msg := tg.Call([]byte("TX-LAST"), []byte("DEP 1 5"))
 
 	assert.Equal(t, "0000", code, string(msg))
 	assert.Equal(t, int32(pooled+1), calls.Load(), "the last transaction reaches the target exactly once")
@@ -388,9 +385,9 @@ func TestTargetCallNeverRetries(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, time.Second)
 
-	code, _ := tg.call(context.Background(), []byte("TX1"), []byte("DEP 1 5"))
+	code, _ := tg.Call([]byte("TX1"), []byte("DEP 1 5"))
 	require.Equal(t, "0000", code)
-	code, msg := tg.call(context.Background(), []byte("TX2"), []byte("DEP 1 5"))
+	code, msg := tg.Call([]byte("TX2"), []byte("DEP 1 5"))
 
 	assert.Equal(t, "E902", code)
 	assert.Equal(t, msgClosedEarly, string(msg))
@@ -441,11 +438,11 @@ func TestTargetCallReusesConnections(t *testing.T) {
 // callsTogether makes n calls on tg at once, waits until the target has
 // them all inside (one receive on entered each), lets them answer with
 // release, and returns their codes.
-func callsTogether(tg *target, n int, entered <-chan struct{}, release func()) []string {
+func callsTogether(tg *Client, n int, entered <-chan struct{}, release func()) []string {
 	done := make(chan string, n)
 	for range n {
 		go func() {
-			code, _ := tg.call(context.Background(), []byte("TX"), nil)
+			code, _ := tg.Call([]byte("TX"), nil)
 			done <- code
 		}()
 	}
@@ -477,9 +474,57 @@ func TestTargetCallOverTLS(t *testing.T) {
 	tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 
 	for i := range 3 {
-		code, msg := tg.call(context.Background(), []byte("TX"), []byte("BAL 1"))
+		code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
 		require.Equal(t, "0000", code, "call %d: %s", i, msg)
 		assert.Equal(t, "over tls", string(msg))
 	}
 	assert.Equal(t, int32(1), dials.Load(), "the TLS connection is kept alive")
+}
+
+// FuzzDecodeAnswer checks that any target answer classifies to a code of the
+// target protocol's form without panicking, that only a 200 relays a
+// target's own code, and that the answer line written from it is one line.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, s := range []struct {
+		status int
+		body   string
+	}{
+		{200, `{"code":"0000","message":"balance=99500"}`},
+		{200, `{"code":"B201","message":"insufficient funds"}`},
+		{200, `{"code":"E500","message":"x\r\ny"}`},
+		{200, `{"code":"X999"}`},
+		{200, `not json`},
+		{200, `{"code":5}`},
+		{404, `{"code":"E400","message":"no such route"}`},
+		{503, ``},
+		{302, `{"code":"0000"}`},
+	} {
+		f.Add(s.status, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		code, msg := DecodeAnswer(status, body)
+		if !protocol.ValidTargetCode(code) {
+			t.Fatalf("code %q is not of the target protocol's form", code)
+		}
+		switch {
+		case status >= 400 && status <= 499:
+			if code != protocol.CodeRefused {
+				t.Fatalf("status %d gave %s, want E400", status, code)
+			}
+		case status != 200:
+			if code != protocol.CodeTargetFailed {
+				t.Fatalf("status %d gave %s, want E500", status, code)
+			}
+		}
+		checkOneLine(t, protocol.AppendResponse(nil, []byte("TX1"), code, msg))
+	})
+}
+
+// checkOneLine fails unless out is exactly one line: one '\n', at its end,
+// with no '\r' anywhere.
+func checkOneLine(t *testing.T, out []byte) {
+	t.Helper()
+	if bytes.Count(out, []byte{'\n'}) != 1 || out[len(out)-1] != '\n' || bytes.IndexByte(out, '\r') >= 0 {
+		t.Fatalf("answer %q is not exactly one line", out)
+	}
 }

@@ -1,4 +1,4 @@
-package relay
+package settingsfile
 
 import (
 	"errors"
@@ -10,22 +10,28 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay"
 )
 
 // exampleFile is the documented example, which the tests keep valid.
-const exampleFile = "../docs/relay.example.toml"
+const exampleFile = "../../docs/relay.example.toml"
 
 // flagDefaults stands for what the flags give every target.
-var flagDefaults = TargetSettings{
-	MaxInflight:   10,
-	FailThreshold: 5,
-	ResetTimeout:  10 * time.Second,
+var flagDefaults = relay.TargetSettings{
+	MaxInflight: 10,
+	Policy: breaker.Policy{
+		FailThreshold: 5,
+		ResetTimeout:  10 * time.Second,
+	},
+
 	TargetTimeout: 3 * time.Second,
 	FailureCodes:  []string{"E500", "E901", "E902"},
 }
 
 // defaultPair is the --target list when none is given.
-var defaultPair = []Target{
+var defaultPair = []relay.Target{
 	{Name: "CORE", URL: "http://127.0.0.1:9201"},
 	{Name: "CLAIM", URL: "http://127.0.0.1:9202"},
 }
@@ -40,7 +46,7 @@ func writeConfig(t *testing.T, body string) string {
 }
 
 // byName returns the loaded target of that name.
-func byName(t *testing.T, targets []Target, name string) Target {
+func byName(t *testing.T, targets []relay.Target, name string) relay.Target {
 	t.Helper()
 	for _, tg := range targets {
 		if tg.Name == name {
@@ -49,16 +55,16 @@ func byName(t *testing.T, targets []Target, name string) Target {
 		}
 	}
 	t.Fatalf("no target %s in %+v", name, targets)
-	return Target{}
+	return relay.Target{}
 }
 
-func TestLoadTargetFileRefusesBadFiles(t *testing.T) {
+func TestLoadRefusesBadFiles(t *testing.T) {
 	tests := []struct {
 		name       string
 		body       string
-		defaults   *TargetSettings // nil means flagDefaults
-		table, key string          // as ConfigError reports them
-		want       string          // a substring of the message after "config FILE: "
+		defaults   *relay.TargetSettings // nil means flagDefaults
+		table, key string                // as Error reports them
+		want       string                // a substring of the message after "config FILE: "
 	}{
 		{name: "unknown key", body: "[CORE]\nmax_inflite = 4\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key"},
 		{name: "zero max inflight", body: "[CORE]\nmax_inflight = 0\n", table: "CORE", key: "max_inflight", want: "[CORE] max_inflight: must be at least 1, got 0"},
@@ -79,7 +85,7 @@ func TestLoadTargetFileRefusesBadFiles(t *testing.T) {
 		{name: "backoff cap below reset", body: "[CORE]\nmax_reset_timeout = \"5s\"\n", table: "CORE", key: "max_reset_timeout", want: "must be more than reset_timeout (10s)"},
 		{
 			name: "reset above the flags' backoff cap", body: "[CORE]\nreset_timeout = \"30s\"\n",
-			defaults: &TargetSettings{MaxResetTimeout: 20 * time.Second},
+			defaults: &relay.TargetSettings{Policy: breaker.Policy{MaxResetTimeout: 20 * time.Second}},
 			table:    "CORE", key: "reset_timeout", want: "[CORE] reset_timeout: 30s leaves no room for backoff up to max_reset_timeout 20s",
 		},
 		{name: "rate above 1", body: "[CORE]\nfailure_rate = 1.5\n", table: "CORE", key: "failure_rate", want: "[CORE] failure_rate: must be from 0 (off) to 1, got 1.5"},
@@ -127,11 +133,11 @@ func TestLoadTargetFileRefusesBadFiles(t *testing.T) {
 			if tt.defaults != nil {
 				defaults = *tt.defaults
 			}
-			targets, err := LoadTargetFile(path, defaults, defaultPair)
+			targets, err := Load(path, defaults, defaultPair)
 			require.Error(t, err)
 			assert.Nil(t, targets)
-			var ce *ConfigError
-			require.True(t, errors.As(err, &ce), "want a *ConfigError, got %T: %v", err, err)
+			var ce *Error
+			require.True(t, errors.As(err, &ce), "want a *Error, got %T: %v", err, err)
 			assert.Equal(t, path, ce.File)
 			assert.Equal(t, tt.table, ce.Table)
 			assert.Equal(t, tt.key, ce.Key)
@@ -143,15 +149,15 @@ func TestLoadTargetFileRefusesBadFiles(t *testing.T) {
 	}
 }
 
-func TestLoadTargetFileMissingFile(t *testing.T) {
+func TestLoadMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing.toml")
-	_, err := LoadTargetFile(path, flagDefaults, defaultPair)
+	_, err := Load(path, flagDefaults, defaultPair)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 	assert.True(t, strings.HasPrefix(err.Error(), "config "+path+": "), err.Error())
 }
 
-func TestLoadTargetFileFileWinsKeyByKey(t *testing.T) {
+func TestLoadFileWinsKeyByKey(t *testing.T) {
 	// Given flags that turn the failure rate on for every target,
 	defaults := flagDefaults
 	defaults.FailureRate, defaults.MinSamples, defaults.SlowCall = 0.3, 15, time.Second
@@ -176,7 +182,7 @@ failure_rate = 0
 url = "https://dr.bank:8443"
 fail_threshold = 2
 `)
-	targets, err := LoadTargetFile(path, defaults, defaultPair)
+	targets, err := Load(path, defaults, defaultPair)
 	require.NoError(t, err)
 
 	// then the targets are the flags' pair, then the file's, in order,
@@ -187,10 +193,18 @@ fail_threshold = 2
 	core := byName(t, targets, "CORE")
 	assert.Equal(t, "http://10.0.0.1:8080/core", core.URL)
 	assert.Equal(t, "DR", core.Fallback)
-	assert.Equal(t, TargetSettings{
-		MaxInflight: 40, FailThreshold: 5, ResetTimeout: 30 * time.Second, TargetTimeout: 1500 * time.Millisecond,
-		FailureCodes: []string{"E500", "E901"}, FailureRate: 0.3, Window: time.Minute, MinSamples: 15,
-		SlowCall: time.Second, MaxResetTimeout: 5 * time.Minute, ResetJitter: 0.25,
+	assert.Equal(t, relay.TargetSettings{
+		MaxInflight: 40, Policy: breaker.Policy{
+			FailThreshold:   5,
+			ResetTimeout:    30 * time.Second,
+			FailureRate:     0.3,
+			Window:          time.Minute,
+			MinSamples:      15,
+			SlowCall:        time.Second,
+			MaxResetTimeout: 5 * time.Minute,
+			ResetJitter:     0.25,
+		}, TargetTimeout: 1500 * time.Millisecond,
+		FailureCodes: []string{"E500", "E901"},
 	}, *core.Settings)
 
 	// CLAIM keeps its flag URL and turns only the rate off,
@@ -213,22 +227,25 @@ fail_threshold = 2
 	assert.Equal(t, "E500", claim.Settings.FailureCodes[0])
 }
 
-func TestLoadTargetFileFillsPackageDefaults(t *testing.T) {
+func TestLoadFillsPackageDefaults(t *testing.T) {
 	// Zero defaults are the package's, as for Config.
 	path := writeConfig(t, "[CORE]\nmax_inflight = 2\n")
-	targets, err := LoadTargetFile(path, TargetSettings{}, []Target{{Name: "core", URL: "http://127.0.0.1:1"}})
+	targets, err := Load(path, relay.TargetSettings{}, []relay.Target{{Name: "core", URL: "http://127.0.0.1:1"}})
 	require.NoError(t, err)
 	require.Len(t, targets, 1)
 	assert.Equal(t, "CORE", targets[0].Name)
-	assert.Equal(t, TargetSettings{
-		MaxInflight: 2, FailThreshold: DefaultFailThreshold, ResetTimeout: DefaultResetTimeout,
-		TargetTimeout: DefaultTargetTimeout, FailureCodes: []string{"E500", "E901", "E902"},
+	assert.Equal(t, relay.TargetSettings{
+		MaxInflight: 2, Policy: breaker.Policy{
+			FailThreshold: relay.DefaultFailThreshold,
+			ResetTimeout:  relay.DefaultResetTimeout,
+		},
+		TargetTimeout: relay.DefaultTargetTimeout, FailureCodes: []string{"E500", "E901", "E902"},
 	}, *targets[0].Settings)
 }
 
 func TestExampleFileLoadsAndServes(t *testing.T) {
 	// Given the documented example and the default pair,
-	targets, err := LoadTargetFile(exampleFile, flagDefaults, defaultPair)
+	targets, err := Load(exampleFile, flagDefaults, defaultPair)
 	require.NoError(t, err)
 
 	// then CORE, CLAIM and CORE_DR have what the example promises,
@@ -236,10 +253,18 @@ func TestExampleFileLoadsAndServes(t *testing.T) {
 	core := byName(t, targets, "CORE")
 	assert.Equal(t, "http://127.0.0.1:9201", core.URL)
 	assert.Equal(t, "CORE_DR", core.Fallback)
-	assert.Equal(t, TargetSettings{
-		MaxInflight: 40, FailThreshold: 5, ResetTimeout: 30 * time.Second, TargetTimeout: 3 * time.Second,
-		FailureCodes: []string{"E500", "E901", "E902"}, FailureRate: 0.5, Window: time.Minute, MinSamples: 20,
-		SlowCall: 2 * time.Second, MaxResetTimeout: 5 * time.Minute, ResetJitter: 0.2,
+	assert.Equal(t, relay.TargetSettings{
+		MaxInflight: 40, Policy: breaker.Policy{
+			FailThreshold:   5,
+			ResetTimeout:    30 * time.Second,
+			FailureRate:     0.5,
+			Window:          time.Minute,
+			MinSamples:      20,
+			SlowCall:        2 * time.Second,
+			MaxResetTimeout: 5 * time.Minute,
+			ResetJitter:     0.2,
+		}, TargetTimeout: 3 * time.Second,
+		FailureCodes: []string{"E500", "E901", "E902"},
 	}, *core.Settings)
 	claim := byName(t, targets, "CLAIM")
 	assert.Equal(t, 8, claim.Settings.MaxInflight)
@@ -247,18 +272,25 @@ func TestExampleFileLoadsAndServes(t *testing.T) {
 	assert.Equal(t, "http://127.0.0.1:9203", byName(t, targets, "CORE_DR").URL)
 
 	// and a Server built from them runs with each target's own settings.
-	cfg, _ := testConfig(t, targets...)
-	srv, err := New(cfg)
+	srv, err := relay.New(relay.Config{Targets: targets})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	st := status(t, srv, "CORE")
+	st := snapshot(t, srv, "CORE")
 	assert.Equal(t, 40, st.MaxInFlight)
 	assert.Equal(t, "CORE_DR", st.Fallback)
 	assert.Equal(t, 30*time.Second, st.Settings.ResetTimeout)
-	assert.Equal(t, 4*time.Second, st.Settings.ProbeTimeout)
+	assert.Equal(t, 4*time.Second, st.ProbeTimeout)
 	assert.Equal(t, 0.2, st.Settings.ResetJitter)
-	assert.Equal(t, 8, status(t, srv, "CLAIM").MaxInFlight)
-	assert.Equal(t, 10, status(t, srv, "CORE_DR").MaxInFlight)
+	assert.Equal(t, 8, snapshot(t, srv, "CLAIM").MaxInFlight)
+	assert.Equal(t, 10, snapshot(t, srv, "CORE_DR").MaxInFlight)
+}
+
+// snapshot returns the named target's snapshot.
+func snapshot(t *testing.T, srv *relay.Server, name string) relay.TargetSnapshot {
+	t.Helper()
+	st, ok := srv.Target(name)
+	require.True(t, ok, "no target %s", name)
+	return st
 }
 
 func TestParseDuration(t *testing.T) {

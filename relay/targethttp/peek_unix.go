@@ -1,8 +1,12 @@
 //go:build unix
 
-package relay
+package targethttp
 
 import "syscall"
+
+// canPeek reports that peekReadable works here, so idle target connections
+// are checked before reuse.
+const canPeek = true
 
 // peekReadable reports whether the non-blocking socket fd has anything to
 // read: bytes, the end of the stream, or an error such as a reset. It
