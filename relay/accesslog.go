@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"bufio"
 	"bytes"
 	"io"
@@ -10,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // DefaultAccessLogQueue is the access log queue size when

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"bytes"
 	"errors"
 	"io"
@@ -12,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // conn is one client connection. Its read loop parses lines and answers the

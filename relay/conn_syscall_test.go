@@ -3,8 +3,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"bufio"
 	"io"
 	"net"
@@ -17,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // waitConsumed polls the receive queue of the hub's end of a connection

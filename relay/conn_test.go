@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"bufio"
 	"bytes"
 	"errors"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // readResult is what one readLine returned, comparable across readers.

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -11,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // Names of the hub's metrics and labels, as documented in

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"fmt"
 	"net/http"
 	"slices"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // withMetrics adds Metrics on a fresh registry to cfg and returns the

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 
 	"bytes"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // route is everything the hub holds for one target: its breaker, its

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/protocol"
-
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 func TestRelayAnswers(t *testing.T) {
