@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"github.com/relayhub/relayhub/relay/targethttp"
-
 	"bytes"
 	"errors"
 	"runtime/debug"
@@ -15,6 +13,7 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // route is everything the hub holds for one target: its breaker, its
