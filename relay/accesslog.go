@@ -39,6 +39,9 @@ type accessLog struct {
 	metrics *Metrics
 	log     zerolog.Logger
 	stop    sync.Once
+	// buffered counts the lines written to the writer's buffer and not yet
+	// flushed; only the writer's goroutine uses it.
+	buffered int
 }
 
 // accessEntry is one queued line. It holds copies of the bytes it needs,
@@ -103,6 +106,15 @@ func (a *accessLog) close() {
 	a.stop.Do(func() { close(a.queue) })
 }
 
+// dropBuffered counts the lines buffered and not flushed as dropped: they
+// will never be written.
+func (a *accessLog) dropBuffered() {
+	for range a.buffered {
+		a.metrics.countDropped()
+	}
+	a.buffered = 0
+}
+
 // writeLoop is the access log's goroutine. A write error is logged once,
 // the lines it lost are counted as dropped, and the next line tries again
 // with a fresh buffer, so a full disk that frees up resumes the log.
@@ -111,13 +123,9 @@ func (a *accessLog) writeLoop() {
 	var line bytes.Buffer
 	enc := zerolog.New(&line)
 	var ts []byte
-	buffered := 0 // lines in w not yet flushed
 	failing := false
 	fail := func(err error) {
-		for range buffered {
-			a.metrics.countDropped()
-		}
-		buffered = 0
+		a.dropBuffered()
 		w.Reset(a.out)
 		if !failing {
 			failing = true
@@ -125,14 +133,14 @@ func (a *accessLog) writeLoop() {
 		}
 	}
 	flush := func() {
-		if buffered == 0 {
+		if a.buffered == 0 {
 			return
 		}
 		if err := w.Flush(); err != nil {
 			fail(err)
 			return
 		}
-		buffered = 0
+		a.buffered = 0
 		if failing {
 			failing = false
 			a.log.Info().Msg("access log writes succeed again")
@@ -157,7 +165,7 @@ func (a *accessLog) writeLoop() {
 			Float64("duration_ms", float64(e.took.Microseconds())/1000).
 			Int("bytes", e.size).
 			Send()
-		buffered++
+		a.buffered++
 		if _, err := w.Write(line.Bytes()); err != nil {
 			fail(err)
 			continue

@@ -129,7 +129,7 @@ func (c *conn) serve() {
 	defer c.srv.untrack(c.nc)
 	defer func() {
 		if p := recover(); p != nil {
-			c.srv.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("connection panicked")
+			c.srv.notePanic(taskConn, p, debug.Stack())
 			c.nc.Close()
 		}
 	}()

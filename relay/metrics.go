@@ -25,6 +25,7 @@ const (
 	metricConnectionsOpen  = "relay_connections_open"
 	metricAccessLogDropped = "relay_access_log_dropped_total"
 	metricFallbacks        = "relay_fallbacks_total"
+	metricPanics           = "relay_panics_total"
 
 	labelTarget   = "target"
 	labelCode     = "code"
@@ -32,6 +33,7 @@ const (
 	labelTo       = "to"
 	labelReason   = "reason"
 	labelFallback = "fallback"
+	labelTask     = "task"
 	reasonOpen    = "open" // E904: the breaker refused
 	reasonFull    = "full" // E905: the bulkhead refused
 
@@ -112,6 +114,21 @@ func callCodeLabel(code string) codeLabel {
 // target: a malformed line, an unknown target, a line read while shutting
 // down (or a connection over the limit) whose target is unknown, and a hub
 // bug caught before the target was known.
+// task names a kind of goroutine of the Server, for the panics metric and
+// the log.
+type task uint8
+
+const (
+	taskConn       task = iota // serving one client connection
+	taskTurnAway               // answering a connection over MaxConns
+	taskCallWorker             // running target calls
+	taskAccessLog              // writing the access log
+	numTasks
+)
+
+// taskNames are the label values of relay_panics_total.
+var taskNames = [numTasks]string{"conn", "turn_away", "call_worker", "access_log"}
+
 var unroutedCodes = [...]string{protocol.CodeMalformed, protocol.CodeUnknownTarget, protocol.CodeUnavailable, protocol.CodeInternal}
 
 // Metrics are the hub's Prometheus metrics. NewMetrics registers them; give
@@ -128,6 +145,7 @@ type Metrics struct {
 	fallbacks    *prometheus.CounterVec
 	unrouted     [len(unroutedCodes)]prometheus.Counter
 	dropped      prometheus.Counter
+	panics       [numTasks]prometheus.Counter
 	live         *liveCollector
 }
 
@@ -174,8 +192,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for i, code := range unroutedCodes {
 		m.unrouted[i] = unrouted.WithLabelValues(code)
 	}
+	panics := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPanics,
+		Help: "Panics caught in the hub's goroutines, by task; each is also logged with its stack. Any is a bug.",
+	}, []string{labelTask})
+	for i, name := range taskNames {
+		m.panics[i] = panics.WithLabelValues(name)
+	}
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, unrouted, m.dropped, m.live,
+		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, unrouted, m.dropped, panics, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -204,6 +229,14 @@ func (m *Metrics) countUnrouted(code string) {
 func (m *Metrics) countDropped() {
 	if m != nil {
 		m.dropped.Inc()
+	}
+}
+
+// countPanic counts a panic caught in a goroutine doing t. It does nothing
+// on a nil Metrics.
+func (m *Metrics) countPanic(t task) {
+	if m != nil {
+		m.panics[t].Inc()
 	}
 }
 

@@ -284,7 +284,7 @@ func (s *Server) startCall(rt *route, cl *call) {
 	select {
 	case rt.work <- cl:
 	default:
-		s.wg.Go(func() { s.callWorker(rt.work, cl) })
+		s.goCatching(taskCallWorker, func() { s.callWorker(rt.work, cl) })
 	}
 }
 
@@ -421,7 +421,7 @@ func (cl *call) run() {
 	c, rt := cl.c, cl.rt
 	s := c.srv
 	txid := cl.line[:cl.txidN]
-	reported, released := false, false
+	reported, released, answered := false, false, false
 	defer func() {
 		if p := recover(); p != nil {
 			if !reported {
@@ -432,10 +432,18 @@ func (cl *call) run() {
 				released = true
 				rt.bulkhead.Release()
 			}
-			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("target call panicked")
-			rt.metrics.count(lblInternal)
-			s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN})
-			answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
+			what := "target call panicked"
+			if answered {
+				// The client has its one answer, already counted: a second
+				// would break the protocol.
+				what = "target call panicked after its answer"
+			}
+			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
+			if !answered {
+				rt.metrics.count(lblInternal)
+				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN})
+				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
+			}
 		}
 		c.calls.Done()
 		s.activeCalls.Add(-1)
@@ -468,6 +476,7 @@ func (cl *call) run() {
 	} else {
 		answer(c, txid, code, msg, true)
 	}
+	answered = true
 	// Failures are logged at warn, but at most failLogBurst a second per
 	// target (the rest at debug): they are what an operator looks for, and
 	// the metrics count every one.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/sourcegraph/conc"
+	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
@@ -188,7 +189,8 @@ type Server struct {
 	idleTimeout  time.Duration
 	writeTimeout time.Duration
 	log          zerolog.Logger
-	metrics      *Metrics   // nil without metrics
+	panicLog     zerolog.Logger // log sampled to panicLogBurst lines a second
+	metrics      *Metrics       // nil without metrics
 	access       *accessLog // nil without an access log
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
 	// connections while they read a line too long for a read buffer.
@@ -268,6 +270,7 @@ func New(cfg Config) (*Server, error) {
 		stopWorkers:  make(chan struct{}),
 	}
 
+	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
 	s.targetConns = targethttp.NewConns(cfg.DialTarget)
 	for _, t := range cfg.Targets {
 		name, txURL, err := t.canonical()
@@ -336,7 +339,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.AccessLog != nil {
 		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
-		s.bg.Go(s.access.writeLoop)
+		s.bg.Go(s.writeAccessLog)
 	}
 	return s, nil
 }
@@ -647,13 +650,13 @@ func (s *Server) startConn(nc net.Conn) bool {
 	}
 	if s.served >= s.maxConns {
 		s.conns[nc] = nil
-		s.wg.Go(func() { s.turnAway(nc) })
+		s.goCatching(taskTurnAway, func() { s.turnAway(nc) })
 		return true
 	}
 	c := newConn(s, nc)
 	s.conns[nc] = c
 	s.served++
-	s.wg.Go(c.serve)
+	s.goCatching(taskConn, c.serve)
 	return true
 }
 
@@ -765,6 +768,50 @@ func (s *Server) Close() error {
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	return err
+}
+
+// panicLogBurst is how many caught panics a second are logged with their
+// stacks; the metric counts every one.
+const panicLogBurst = 5
+
+// goCatching runs f on wg, the WaitGroup that owns it, and catches a panic
+// where it happens: logged with its stack and counted in
+// relay_panics_total{task} at once, rather than held by conc until Wait
+// re-panics it at shutdown. What f holds is released by its own defers,
+// which run before the panic is caught.
+func (s *Server) goCatching(t task, f func()) {
+	s.wg.Go(func() { s.catchPanic(t, f) })
+}
+
+// catchPanic runs f and reports whether it panicked, logging and counting
+// the panic.
+func (s *Server) catchPanic(t task, f func()) bool {
+	var pc panics.Catcher
+	pc.Try(f)
+	r := pc.Recovered()
+	if r == nil {
+		return false
+	}
+	s.notePanic(t, r.Value, r.Stack)
+	return true
+}
+
+// notePanic logs a panic caught in a goroutine doing t, with its stack, and
+// counts it.
+func (s *Server) notePanic(t task, value any, stack []byte) {
+	s.panicLog.Error().Str("task", taskNames[t]).Interface("panic", value).Bytes("stack", stack).Msg("goroutine panicked")
+	s.metrics.countPanic(t)
+}
+
+// writeAccessLog runs the access log's writer until its queue is closed and
+// written out, restarting it after a panic, so the access log never stops
+// in silence. The lines the writer held unflushed at the panic are lost and
+// counted as dropped.
+func (s *Server) writeAccessLog() {
+	for s.catchPanic(taskAccessLog, s.access.writeLoop) {
+		s.access.dropBuffered()
+		s.panicLog.Warn().Msg("access log writer restarted after a panic")
+	}
 }
 
 // stopAccessLog writes and flushes the access log's queue and ends its
