@@ -188,6 +188,7 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		"from":   {"CLOSED", "OPEN", "HALF_OPEN"},
 		"to":     {"CLOSED", "OPEN", "HALF_OPEN"},
 		"reason": {"open", "full"},
+		"task":   taskNames[:],
 	}
 	for name, values := range relayLabelValues(t, reg) {
 		require.Contains(t, allowed, name, "label %s", name)

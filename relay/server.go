@@ -191,7 +191,7 @@ type Server struct {
 	log          zerolog.Logger
 	panicLog     zerolog.Logger // log sampled to panicLogBurst lines a second
 	metrics      *Metrics       // nil without metrics
-	access       *accessLog // nil without an access log
+	access       *accessLog     // nil without an access log
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
