@@ -29,6 +29,18 @@ func (r *recorder) observe(t breaker.Transition) {
 	r.transitions = append(r.transitions, t)
 }
 
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.transitions)
+}
+
+func (r *recorder) list() []breaker.Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]breaker.Transition(nil), r.transitions...)
+}
+
 func (r *recorder) chain() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

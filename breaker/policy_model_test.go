@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -40,6 +41,9 @@ type policyModel struct {
 	results   []modelResult
 	base      time.Time // the first result's time: slices of the window count from it
 	baseSet   bool
+	// transitions are the state changes the breaker must report, as the
+	// test's breaker names itself.
+	transitions []breaker.Transition
 }
 
 type modelResult struct {
@@ -88,6 +92,7 @@ func (m *policyModel) startPeriod(now time.Time) {
 }
 
 func (m *policyModel) moveTo(to breaker.State, now time.Time) {
+	m.transitions = append(m.transitions, breaker.Transition{Name: "CORE", From: m.state, To: to, At: now})
 	m.state = to
 	m.gen++
 	m.probeOut = false
@@ -215,30 +220,25 @@ func (m *policyModel) snapshot(now time.Time) breaker.Snapshot {
 // reference model, and compares them after every step.
 func TestAgainstPolicyModel(t *testing.T) {
 	for seed := range uint64(30) {
-		t.Run("seed", func(t *testing.T) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 43))
 			reset := time.Duration(1+rng.IntN(5)) * time.Second
 			s := breaker.Settings{
 				Policy: breaker.Policy{
 					FailThreshold:   1 + rng.IntN(6),
 					ResetTimeout:    reset,
-					FailureRate:     []float64{0, 0.3, 0.5, 0.75, 1}[rng.IntN(5)],
+					FailureRate:     []float64{0, 0.3, 0.5, 0.75, 1}[rng.IntN(5)], // sometimes off: the lock-free closed path
 					Window:          time.Duration(2+rng.IntN(8)) * time.Second,
 					MinSamples:      1 + rng.IntN(8),
 					SlowCall:        500 * time.Millisecond,
-					MaxResetTimeout: reset * time.Duration(rng.IntN(5)),
+					MaxResetTimeout: reset * time.Duration(rng.IntN(5)), // sometimes not above the reset: no backoff
 					ResetJitter:     []float64{0, 0.3, 1}[rng.IntN(3)],
 				},
-
-				// sometimes off: the lock-free closed path
-
-				// sometimes not above the reset: no backoff
-
 				ProbeTimeout: []time.Duration{0, 2 * time.Second}[rng.IntN(2)],
 			}
 			// The breaker and the model draw jitter from twin sources.
 			s.Rand = rand.New(rand.NewPCG(seed, 44)).Float64
-			b, clk, _ := newPolicyBreaker(t, s)
+			b, clk, rec := newPolicyBreaker(t, s)
 			s.Rand = rand.New(rand.NewPCG(seed, 44)).Float64
 			m := newPolicyModel(s)
 
@@ -290,7 +290,9 @@ func TestAgainstPolicyModel(t *testing.T) {
 					clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 				}
 				require.Equal(t, m.snapshot(clk.Now()), b.Snapshot(), "step %d", step)
+				require.Equal(t, len(m.transitions), rec.len(), "step %d: transitions", step)
 			}
+			require.Equal(t, m.transitions, rec.list(), "the transitions, in order, with their times")
 		})
 	}
 }
