@@ -21,8 +21,11 @@ test: lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./...
 
+# exec: make's child is the script itself, with no shell in between, so the
+# SIGTERM make passes on to its child when it is terminated reaches the
+# script, which stops the three processes.
 run: build
-	scripts/run.sh
+	exec scripts/run.sh
 
 demo: build
 	scripts/demo.sh

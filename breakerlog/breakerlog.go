@@ -7,8 +7,15 @@
 // exactly three digits of milliseconds (truncated, not rounded). Each line is
 // issued to the operating system in a single write under a lock, so lines
 // from many goroutines never interleave and a line is in the file as soon as
-// Write returns, even if the process is then killed. The file is opened for
-// appending and never truncated.
+// Write returns, even if the process is then killed. It reaches the disk
+// when the log is closed, or at once with Config.Sync. The file is opened
+// for appending and never truncated.
+//
+// A Log holds an exclusive lock (flock(2)) on its file for as long as it
+// writes to it, so a second relay started on the same file refuses to start
+// (ErrLocked) instead of interleaving its chains with the first one's.
+// Reopen moves writing to a new file at the same path after the old one was
+// renamed, which is how logrotate rotates the log.
 //
 // The reading side (ParseLine, Read, ReadFile, CheckChains) is strict, so
 // that tests and operators can hold a log file to the format and to the
@@ -37,6 +44,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/relayhub/relayhub/breaker"
 )
@@ -51,24 +59,103 @@ const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 // Nothing is written for it, so one bad transition cannot corrupt the file.
 var ErrUnloggable = errors.New("breakerlog: transition cannot be logged")
 
+// ErrLocked is returned (wrapped) by Open, New and Reopen when another
+// process, in practice another relay, holds the lock on the file.
+var ErrLocked = errors.New("breakerlog: locked by another process")
+
+// Config is the configuration of a Log. Its zero value is not usable: Path
+// is required.
+type Config struct {
+	// Path is the file to append to, created with mode 0644 if missing.
+	Path string
+	// Sync makes Write fsync the file after every line, so a line is on
+	// disk, not only with the operating system, when Write returns. The
+	// zero value, false, leaves the lines in the operating system's cache
+	// until Close: they survive the process being killed, but not a crash
+	// of the machine. An fsync costs a disk flush, which a breaker's
+	// transition observer pays under the breaker's lock.
+	Sync bool
+}
+
 // Log appends transition lines to one file. It is safe for concurrent use.
 type Log struct {
 	path string
+	sync bool
+
+	// reopenMu lets one Reopen run at a time. It is taken before mu, never
+	// while holding it.
+	reopenMu sync.Mutex
 
 	mu     sync.Mutex
-	f      *os.File // guarded by mu
+	f      *os.File // guarded by mu; replaced only by Reopen
 	buf    []byte   // guarded by mu; reused for every line so Write does not allocate
 	closed bool     // guarded by mu
 }
 
-// Open opens path for appending, creating it with mode 0644 if needed. An
-// existing file is kept as it is. The error, if any, names the path.
+// Open opens path for appending, as New does with only the path set.
 func Open(path string) (*Log, error) {
+	return New(Config{Path: path})
+}
+
+// New opens cfg.Path for appending, creating it with mode 0644 if needed,
+// and takes an exclusive lock on it, held until Close (or moved to the new
+// file by Reopen). An existing file is kept as it is. When another process
+// holds the lock, the error wraps ErrLocked. Files that are not regular
+// files, such as /dev/null, are not locked. The error, if any, names the
+// path.
+func New(cfg Config) (*Log, error) {
+	f, err := openLocked(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("breaker log %q: %w", cfg.Path, err)
+	}
+	return &Log{path: cfg.Path, sync: cfg.Sync, f: f, buf: make([]byte, 0, 128)}, nil
+}
+
+// openLocked opens path for appending and locks it.
+func openLocked(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("breaker log %q: %w", path, err)
+		return nil, err
 	}
-	return &Log{path: path, f: f, buf: make([]byte, 0, 128)}, nil
+	if err := lock(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// lock takes an exclusive flock(2) on f without waiting. The lock belongs
+// to f's open file description: it is released when f is closed (or the
+// process ends, however it ends), and a second open of the same file, even
+// in the same process, cannot take it meanwhile. Unlike an fcntl lock,
+// closing another descriptor of the same file does not release it. Files
+// other than regular files are not locked: writers to /dev/null have
+// nothing to keep apart.
+func lock(f *os.File) error {
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var flockErr error
+	if err := rc.Control(func(fd uintptr) {
+		flockErr = syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB)
+	}); err != nil {
+		return err
+	}
+	if errors.Is(flockErr, syscall.EWOULDBLOCK) {
+		return fmt.Errorf("another relay holds it (%w)", ErrLocked)
+	}
+	if flockErr != nil {
+		return fmt.Errorf("lock: %w", flockErr)
+	}
+	return nil
 }
 
 // Path returns the path the log was opened with.
@@ -76,13 +163,14 @@ func (l *Log) Path() string { return l.path }
 
 // Write appends the line for t with exactly one write call. There is no
 // buffering in the process: when Write returns nil the line is with the
-// operating system and survives the process being killed (it is made
-// durable on disk by Close, not by every Write, because an fsync per state
-// change would stall the breaker that calls Write under its lock).
+// operating system and survives the process being killed. It is made
+// durable on disk by Close, or by Write itself when Config.Sync is set (not
+// by default, because an fsync per state change stalls the breaker that
+// calls Write under its lock).
 //
 // It returns an error wrapping ErrUnloggable for a transition that would
 // make an unreadable line, an error wrapping os.ErrClosed after Close, and
-// the write error otherwise; every error names the path.
+// the write or sync error otherwise; every error names the path.
 func (l *Log) Write(t breaker.Transition) error {
 	if err := checkTransition(t); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
@@ -99,11 +187,92 @@ func (l *Log) Write(t breaker.Transition) error {
 	if _, err := l.f.Write(l.buf); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
 	}
+	if l.sync {
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("breaker log %q: %w", l.path, err)
+		}
+	}
 	return nil
 }
 
-// Close flushes the file to stable storage and closes it. Writes after Close
-// fail with an error wrapping os.ErrClosed, and so does a second Close.
+// Reopen opens the log's path anew and moves writing to it, for log
+// rotation: once logrotate (or an operator) has renamed the file, lines go
+// on into the renamed file until Reopen creates a new one at the path. The
+// new file is locked as New locks it; the old one is then synced and closed,
+// which releases its lock.
+//
+// The switch happens under the lock Write takes, so no line is lost or split
+// between the two files, and each target's chain goes on from the last line
+// of the old file to the first of the new. If the path still names the file
+// being written (nothing was renamed), Reopen leaves it as it is.
+//
+// On error the log keeps writing to the file it had: the path cannot be
+// opened, or another process holds the new file's lock (wrapping
+// ErrLocked). After Close it returns an error wrapping os.ErrClosed. If the
+// new file is in place but the old one fails to sync or close, that error
+// is returned too. Every error names the path.
+func (l *Log) Reopen() error {
+	l.reopenMu.Lock()
+	defer l.reopenMu.Unlock()
+
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+	}
+	same, err := l.isOpen(f)
+	if err != nil || same {
+		// Locking f now would fail against the log's own lock on the
+		// same file; closing f leaves that lock alone.
+		_ = f.Close()
+		return err
+	}
+	if err := lock(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+	}
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		_ = f.Close()
+		return fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
+	}
+	old := l.f
+	l.f = f
+	l.mu.Unlock()
+
+	// Nothing writes to old any more: syncing it outside the lock keeps
+	// Write from waiting on the disk.
+	syncErr := old.Sync()
+	closeErr := old.Close()
+	if err := errors.Join(syncErr, closeErr); err != nil {
+		return fmt.Errorf("breaker log %q: reopen: the old file: %w", l.path, err)
+	}
+	return nil
+}
+
+// isOpen reports whether f is the file the log writes to now. It fails
+// with os.ErrClosed after Close.
+func (l *Log) isOpen(f *os.File) (bool, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
+	}
+	cur, err := l.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+	}
+	return os.SameFile(cur, info), nil
+}
+
+// Close flushes the file to stable storage and closes it, which releases
+// its lock. Writes after Close fail with an error wrapping os.ErrClosed,
+// and so does a second Close.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,7 +61,7 @@ type cli struct {
 	ResetTimeout  duration     `help:"How long an open breaker refuses calls before a probe; a bare number is seconds, 500ms works." default:"10s" env:"RELAY_RESET_TIMEOUT"`
 	MaxInflight   int          `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
 	TargetTimeout duration     `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
-	BreakerLog    string       `help:"File every breaker state change is appended to." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
+	BreakerLog    string       `help:"File every breaker state change is appended to; locked while the relay runs, reopened on SIGHUP (for logrotate)." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
 	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
 	MaxLineBytes  int          `help:"Longest request line, not counting the newline; longer ones get E900." default:"16384" env:"RELAY_MAX_LINE_BYTES"`
 	MaxConns      int          `help:"Client connections served at once; one more gets E906 and is closed." default:"10000" env:"RELAY_MAX_CONNS"`
@@ -70,6 +71,10 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+
+	// Off by default: an fsync per line makes every breaker state change
+	// wait for the disk (docs/OPERATING.md has the cost).
+	BreakerLogSync bool `help:"fsync the breaker log after every line, not only when the relay stops." default:"false" env:"RELAY_BREAKER_LOG_SYNC"`
 
 	// The per-target settings and policies, all off by default. The flags are the
 	// defaults of every target; --config overrides them per target.
@@ -311,7 +316,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		}
 	}
 
-	blog, err := breakerlog.Open(c.BreakerLog)
+	blog, err := breakerlog.New(breakerlog.Config{Path: c.BreakerLog, Sync: c.BreakerLogSync})
 	if err != nil {
 		return fmt.Errorf("--breaker-log: %w", err)
 	}
@@ -321,6 +326,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
+	defer reopenOnHangup(blog, logger)()
 	var accessLog *os.File
 	if c.AccessLog != "" {
 		accessLog, err = os.OpenFile(c.AccessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
@@ -393,7 +399,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
-		Str("breaker_log", c.BreakerLog).Strs("failure_codes", codes).
+		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
@@ -553,6 +559,41 @@ func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breake
 	return func(t breaker.Transition) {
 		if err := blog.Write(t); err != nil {
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
+		}
+	}
+}
+
+// reopenOnHangup reopens the breaker log on every SIGHUP until the returned
+// stop is called, so that logrotate can rename the file and then signal the
+// relay (docs/OPERATING.md). Catching SIGHUP also keeps it from ending the
+// relay, Go's default. A failed reopen is logged and the log goes on in the
+// file it had. stop waits for a reopen in progress; call it before closing
+// the log.
+func reopenOnHangup(blog *breakerlog.Log, logger zerolog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { reopenLoop(blog, logger, hup, done) })
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
+}
+
+// reopenLoop reopens blog for each signal on hup until done is closed.
+func reopenLoop(blog *breakerlog.Log, logger zerolog.Logger, hup <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case <-hup:
+			if err := blog.Reopen(); err != nil {
+				logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
+				continue
+			}
+			logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
+		case <-done:
+			return
 		}
 	}
 }

@@ -47,6 +47,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 10, c.MaxInflight)
 	assert.Equal(t, duration(3*time.Second), c.TargetTimeout)
 	assert.Equal(t, "breaker.log", c.BreakerLog)
+	assert.False(t, c.BreakerLogSync, "no fsync per breaker log line unless asked")
 	assert.Equal(t, []string{"E500", "E901", "E902"}, c.FailureCodes)
 	assert.Equal(t, 16384, c.MaxLineBytes)
 	assert.Equal(t, 10000, c.MaxConns)
@@ -74,7 +75,7 @@ func TestEnvironment(t *testing.T) {
 		"RELAY_FAILURE_CODES=E500,E400", "RELAY_MAX_LINE_BYTES=100", "RELAY_MAX_CONNS=7",
 		"RELAY_IDLE_TIMEOUT=1m", "RELAY_DRAIN_TIMEOUT=0.5", "RELAY_ADMIN_LISTEN=",
 		"RELAY_WRITE_TIMEOUT=4s", "RELAY_LOG_LEVEL=debug", "RELAY_LOG_FORMAT=console",
-		"RELAY_ACCESS_LOG=/tmp/access.log",
+		"RELAY_ACCESS_LOG=/tmp/access.log", "RELAY_BREAKER_LOG_SYNC=true",
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:7000", c.Listen)
@@ -84,6 +85,7 @@ func TestEnvironment(t *testing.T) {
 	assert.Equal(t, 3, c.MaxInflight)
 	assert.Equal(t, duration(2*time.Second), c.TargetTimeout)
 	assert.Equal(t, "/tmp/x.log", c.BreakerLog)
+	assert.True(t, c.BreakerLogSync)
 	assert.Equal(t, []string{"E500", "E400"}, c.FailureCodes)
 	assert.Equal(t, 100, c.MaxLineBytes)
 	assert.Equal(t, 7, c.MaxConns)

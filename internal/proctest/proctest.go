@@ -251,6 +251,12 @@ next:
 	return append(env, extra...)
 }
 
+// Environ returns the environment Start gives a binary: the test's own
+// without RELAY_ and FIXTURE_ variables, with the race detector's exit
+// pause shortened, plus extra (KEY=VALUE pairs). It is for tests that start
+// the binaries through something else, such as a script.
+func Environ(extra ...string) []string { return environ(extra) }
+
 // Process is a started binary. Its methods may be called from any
 // goroutine, except that Wait, Signal and Kill report failures to the test
 // that started it and so belong on that test's goroutine.
