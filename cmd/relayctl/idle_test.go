@@ -10,32 +10,34 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakerelay"
 )
 
 func TestRunIdle(t *testing.T) {
 	tests := []struct {
 		name         string
-		relay        fakeConfig
+		relay        fakerelay.Config
 		warm         bool
 		wantAnswered int
 		wantLines    int64
 	}{
-		{"cold connections all survive", fakeConfig{}, false, 20, 20},
-		{"warm connections all survive", fakeConfig{}, true, 20, 40},
-		{"a hub that hangs up after one answer loses warm connections", fakeConfig{CloseAfter: 1}, true, 0, 20},
+		{"cold connections all survive", fakerelay.Config{}, false, 20, 20},
+		{"warm connections all survive", fakerelay.Config{}, true, 20, 40},
+		{"a hub that hangs up after one answer loses warm connections", fakerelay.Config{CloseAfter: 1}, true, 0, 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeRelay(t, tt.relay)
+			f := fakerelay.New(t, tt.relay)
 
-			sum, err := runIdle(t.Context(), idleConfig{Addr: f.addr, Conns: 20, Hold: time.Millisecond, Warm: tt.warm, Timeout: 5 * time.Second})
+			sum, err := runIdle(t.Context(), idleConfig{Addr: f.Addr, Conns: 20, Hold: time.Millisecond, Warm: tt.warm, Timeout: 5 * time.Second})
 
 			require.NoError(t, err)
 			assert.Equal(t, 20, sum.Opened)
 			assert.Zero(t, sum.DialErrors)
 			assert.Equal(t, tt.wantAnswered, sum.Answered)
 			assert.Equal(t, 20-tt.wantAnswered, sum.Lost)
-			assert.Equal(t, tt.wantLines, f.lines.Load(), "one probe line per connection, and one more when warm")
+			assert.Equal(t, tt.wantLines, f.Lines(), "one probe line per connection, and one more when warm")
 			assert.Zero(t, sum.RSSBefore, "no pid, no memory readings")
 		})
 	}
@@ -46,9 +48,9 @@ func TestRunIdleReadsServerMemory(t *testing.T) {
 		t.Skip("no /proc on this system")
 	}
 	// The fake relay runs in this process, so its pid is ours.
-	f := newFakeRelay(t, fakeConfig{})
+	f := fakerelay.New(t, fakerelay.Config{})
 
-	sum, err := runIdle(t.Context(), idleConfig{Addr: f.addr, Conns: 5, Timeout: 5 * time.Second, ServerPID: os.Getpid()})
+	sum, err := runIdle(t.Context(), idleConfig{Addr: f.Addr, Conns: 5, Timeout: 5 * time.Second, ServerPID: os.Getpid()})
 
 	require.NoError(t, err)
 	assert.Positive(t, sum.RSSBefore)
@@ -58,20 +60,20 @@ func TestRunIdleReadsServerMemory(t *testing.T) {
 }
 
 func TestRunIdleCannotConnect(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	f.close()
+	f := fakerelay.New(t, fakerelay.Config{})
+	f.Close()
 
-	_, err := runIdle(t.Context(), idleConfig{Addr: f.addr, Conns: 3, Timeout: time.Second})
+	_, err := runIdle(t.Context(), idleConfig{Addr: f.Addr, Conns: 3, Timeout: time.Second})
 
 	assert.ErrorIs(t, err, errDialAll)
 }
 
 func TestRunIdleStopsWhenCancelled(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
+	f := fakerelay.New(t, fakerelay.Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 
-	_, err := runIdle(ctx, idleConfig{Addr: f.addr, Conns: 3, Hold: time.Hour, Timeout: time.Second})
+	_, err := runIdle(ctx, idleConfig{Addr: f.Addr, Conns: 3, Hold: time.Hour, Timeout: time.Second})
 
 	assert.ErrorIs(t, err, context.Canceled)
 }
@@ -79,16 +81,16 @@ func TestRunIdleStopsWhenCancelled(t *testing.T) {
 func TestIdleCommandEndToEnd(t *testing.T) {
 	tests := []struct {
 		name     string
-		relay    fakeConfig
+		relay    fakerelay.Config
 		wantCode int
 	}{
-		{"every connection held", fakeConfig{}, 0},
-		{"connections lost", fakeConfig{Silent: true}, 1},
+		{"every connection held", fakerelay.Config{}, 0},
+		{"connections lost", fakerelay.Config{Silent: true}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeRelay(t, tt.relay)
-			_, kctx, err := parse(t, "idle", "--addr", f.addr, "--conns", "3", "--hold", "1ms", "--timeout", "200ms", "--json")
+			f := fakerelay.New(t, tt.relay)
+			_, kctx, err := parse(t, "idle", "--addr", f.Addr, "--conns", "3", "--hold", "1ms", "--timeout", "200ms", "--json")
 			require.NoError(t, err)
 			var out bytes.Buffer
 			kctx.BindTo(t.Context(), (*context.Context)(nil))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakerelay"
 )
 
 // testLoadConfig returns a small closed-loop run against addr; tests adjust
@@ -64,15 +66,15 @@ func TestLoadCountsAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeRelay(t, fakeConfig{})
-			cfg := testLoadConfig(t, f.addr)
+			f := fakerelay.New(t, fakerelay.Config{})
+			cfg := testLoadConfig(t, f.Addr)
 			cfg.Conns, cfg.Depth, cfg.Requests = tt.conns, tt.depth, 512
 
 			res := runTestLoad(t, cfg)
 
 			assert.Equal(t, int64(512), res.Sent)
 			assert.Equal(t, int64(512), res.Answered)
-			assert.Equal(t, int64(512), f.lines.Load(), "the relay saw every request once")
+			assert.Equal(t, int64(512), f.Lines(), "the relay saw every request once")
 			assert.Equal(t, int64(512), res.Hist.TotalCount(), "one latency per answer")
 			assert.Equal(t, map[string]int64{"0000": 512}, res.Codes[0])
 			assert.Zero(t, res.Unmatched+res.Missing+res.Malformed+res.ConnErrors)
@@ -83,23 +85,23 @@ func TestLoadCountsAnswers(t *testing.T) {
 
 func TestLoadMatchesOutOfOrderAnswers(t *testing.T) {
 	// Given a relay that answers every 4 requests newest first
-	f := newFakeRelay(t, fakeConfig{Hold: 4})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{Hold: 4})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 1, 4, 400
 
 	// When the load keeps 4 in flight
 	res := runTestLoad(t, cfg)
 
 	// Then every answer is matched by TXID, not by position
-	assert.Equal(t, int64(100), f.reordered.Load(), "the relay did answer out of order")
+	assert.Equal(t, int64(100), f.Reordered(), "the relay did answer out of order")
 	assert.Equal(t, int64(400), res.Answered)
 	assert.Zero(t, res.Unmatched+res.Missing+res.ConnErrors)
 }
 
 func TestLoadCountsMissingAnswer(t *testing.T) {
 	// Given a relay that never answers its 10th request
-	f := newFakeRelay(t, fakeConfig{DropNth: 10})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{DropNth: 10})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 2, 1, 50
 
 	// When a closed loop sends 50 requests
@@ -115,8 +117,8 @@ func TestLoadCountsMissingAnswer(t *testing.T) {
 }
 
 func TestLoadCountsUnmatchedAndMalformed(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{BogusAfterNth: 5, GarbageAfterNth: 7})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{BogusAfterNth: 5, GarbageAfterNth: 7})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 2, 2, 100
 
 	res := runTestLoad(t, cfg)
@@ -130,8 +132,8 @@ func TestLoadCountsUnmatchedAndMalformed(t *testing.T) {
 func TestLoadCountsAnswerForAnotherConnectionAsUnmatched(t *testing.T) {
 	// Given a relay that answers every request with the TXID L99-1, which no
 	// connection of a 1-connection run has sent
-	f := newFakeRelay(t, fakeConfig{AnswerTxID: "L99-1"})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{AnswerTxID: "L99-1"})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 1, 4, 4
 	cfg.Drain = 50 * time.Millisecond
 
@@ -144,8 +146,8 @@ func TestLoadCountsAnswerForAnotherConnectionAsUnmatched(t *testing.T) {
 
 func TestLoadCountsConnectionClosedByHub(t *testing.T) {
 	// Given a relay that hangs up after answering 5 lines
-	f := newFakeRelay(t, fakeConfig{CloseAfter: 5})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{CloseAfter: 5})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 1, 1, 20
 
 	res := runTestLoad(t, cfg)
@@ -169,8 +171,8 @@ func TestLoadNoConnection(t *testing.T) {
 }
 
 func TestLoadDuration(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Requests, cfg.Duration = 0, 200*time.Millisecond
 	cfg.Drain = 10 * time.Second // long enough that a needless drain wait cannot hide in noise
 
@@ -185,8 +187,8 @@ func TestLoadDuration(t *testing.T) {
 
 func TestLoadDurationEndsWhileHubIsSilent(t *testing.T) {
 	// Given a relay that reads but never answers
-	f := newFakeRelay(t, fakeConfig{Silent: true})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{Silent: true})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests, cfg.Duration = 2, 3, 0, 100*time.Millisecond
 	cfg.Drain = 100 * time.Millisecond
 
@@ -200,8 +202,8 @@ func TestLoadDurationEndsWhileHubIsSilent(t *testing.T) {
 }
 
 func TestLoadCancelStopsSending(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Requests, cfg.Duration = 0, time.Hour
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -215,7 +217,7 @@ func TestLoadCancelStopsSending(t *testing.T) {
 	}()
 	// Cancel once the run is under way: it must end long before its hour,
 	// with everything sent answered.
-	for deadline := time.Now().Add(10 * time.Second); f.lines.Load() < 100; {
+	for deadline := time.Now().Add(10 * time.Second); f.Lines() < 100; {
 		require.True(t, time.Now().Before(deadline), "the run did not start")
 		time.Sleep(time.Millisecond)
 	}
@@ -232,13 +234,13 @@ func TestLoadCancelStopsSending(t *testing.T) {
 }
 
 func TestLoadMixSendsEachTargetItsPayload(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{Code: func(target string) string {
+	f := fakerelay.New(t, fakerelay.Config{Code: func(target string) string {
 		if target == "CLAIM" {
 			return "B204"
 		}
 		return "0000"
 	}})
-	cfg := testLoadConfig(t, f.addr)
+	cfg := testLoadConfig(t, f.Addr)
 	m, err := parseMix("CORE=3,CLAIM=1")
 	require.NoError(t, err)
 	cfg.Mix = m
@@ -255,8 +257,8 @@ func TestLoadMixSendsEachTargetItsPayload(t *testing.T) {
 }
 
 func TestLoadFixedRate(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Rate, cfg.Depth, cfg.Requests = 2000, rateDepth, 100
 
 	res := runTestLoad(t, cfg)
@@ -272,8 +274,8 @@ func TestLoadFixedRateMeasuresFromScheduledTime(t *testing.T) {
 	// Given a rate of 1e6/s on one connection with one request in flight,
 	// so the 2000 requests are all due within 2ms but each waits for the
 	// previous answer: the writer falls far behind its schedule
-	f := newFakeRelay(t, fakeConfig{})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Rate, cfg.Depth, cfg.Requests = 1, 1e6, 1, 2000
 
 	res := runTestLoad(t, cfg)
@@ -290,8 +292,8 @@ func TestLoadFixedRateMeasuresFromScheduledTime(t *testing.T) {
 func TestLoadRingSkipsSlotOfSlowRequest(t *testing.T) {
 	// Given one request that is never answered while 500 more go through a
 	// ring of 4 slots (depth 2), the stuck slot is skipped, never reused.
-	f := newFakeRelay(t, fakeConfig{DropNth: 1})
-	cfg := testLoadConfig(t, f.addr)
+	f := fakerelay.New(t, fakerelay.Config{DropNth: 1})
+	cfg := testLoadConfig(t, f.Addr)
 	cfg.Conns, cfg.Depth, cfg.Requests = 1, 2, 501
 	cfg.Drain = 50 * time.Millisecond
 
@@ -305,8 +307,8 @@ func TestLoadRingSkipsSlotOfSlowRequest(t *testing.T) {
 func BenchmarkLoad(b *testing.B) {
 	for _, depth := range []int{1, 16} {
 		b.Run("depth="+strconv.Itoa(depth), func(b *testing.B) {
-			f := newFakeRelay(b, fakeConfig{})
-			cfg := testLoadConfig(b, f.addr)
+			f := fakerelay.New(b, fakerelay.Config{})
+			cfg := testLoadConfig(b, f.Addr)
 			cfg.Conns, cfg.Depth, cfg.Requests = 16, depth, uint64(b.N)
 			b.ReportAllocs()
 			b.ResetTimer()

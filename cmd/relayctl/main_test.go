@@ -10,6 +10,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakerelay"
 )
 
 // parse runs the command line through kong as main does, without exiting.
@@ -89,16 +91,16 @@ func TestParseRejects(t *testing.T) {
 func TestRunLoadCommandEndToEnd(t *testing.T) {
 	tests := []struct {
 		name     string
-		relay    fakeConfig
+		relay    fakerelay.Config
 		wantCode int
 	}{
-		{"clean run", fakeConfig{}, 0},
-		{"bogus answer fails the run", fakeConfig{BogusAfterNth: 3}, 1},
+		{"clean run", fakerelay.Config{}, 0},
+		{"bogus answer fails the run", fakerelay.Config{BogusAfterNth: 3}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeRelay(t, tt.relay)
-			_, kctx, err := parse(t, "load", "--addr", f.addr, "--conns", "2", "--requests", "100",
+			f := fakerelay.New(t, tt.relay)
+			_, kctx, err := parse(t, "load", "--addr", f.Addr, "--conns", "2", "--requests", "100",
 				"--mix", "CORE=1,CLAIM=1", "--json", "--quiet", "--drain", "200ms")
 			require.NoError(t, err)
 			var out, errOut bytes.Buffer
@@ -118,9 +120,9 @@ func TestRunLoadCommandEndToEnd(t *testing.T) {
 }
 
 func TestRunLoadCommandCannotConnect(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	f.close()
-	_, kctx, err := parse(t, "load", "--addr", f.addr, "--requests", "10", "--quiet")
+	f := fakerelay.New(t, fakerelay.Config{})
+	f.Close()
+	_, kctx, err := parse(t, "load", "--addr", f.Addr, "--requests", "10", "--quiet")
 	require.NoError(t, err)
 	kctx.BindTo(t.Context(), (*context.Context)(nil))
 	var out bytes.Buffer

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
+	"github.com/relayhub/relayhub/internal/fakerelay"
 )
 
 func TestParseWire(t *testing.T) {
@@ -279,11 +280,11 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc on this system")
 	}
-	f := newFakeRelay(t, fakeConfig{})
+	f := fakerelay.New(t, fakerelay.Config{})
 
 	t.Run("a running server", func(t *testing.T) {
 		// The fake relay runs in this process, so its pid is ours.
-		cfg := testLoadConfig(t, f.addr)
+		cfg := testLoadConfig(t, f.Addr)
 		cfg.ServerPIDs = []int{os.Getpid()}
 
 		res := runTestLoad(t, cfg)
@@ -294,7 +295,7 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 		assert.Positive(t, res.MeterWall, "the machine's CPU time was read too")
 	})
 	t.Run("a server that does not exist", func(t *testing.T) {
-		cfg := testLoadConfig(t, f.addr)
+		cfg := testLoadConfig(t, f.Addr)
 		cfg.ServerPIDs = []int{1 << 30}
 
 		_, err := runLoad(t.Context(), cfg)
@@ -305,13 +306,13 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 
 func TestLoadKeepsLatencyOfProcessedTransactionsApart(t *testing.T) {
 	// Given a hub that processes CORE (0000) and refuses CLAIM (E905)
-	f := newFakeRelay(t, fakeConfig{Code: func(target string) string {
+	f := fakerelay.New(t, fakerelay.Config{Code: func(target string) string {
 		if target == "CLAIM" {
 			return "E905"
 		}
 		return "0000"
 	}})
-	cfg := testLoadConfig(t, f.addr)
+	cfg := testLoadConfig(t, f.Addr)
 	m, err := parseMix("CORE=1,CLAIM=1")
 	require.NoError(t, err)
 	cfg.Mix, cfg.Payloads, cfg.Requests = m, []template{cfg.Payloads[0], cfg.Payloads[0]}, 1000
