@@ -43,6 +43,8 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/mattn/go-isatty"
+
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -90,7 +92,7 @@ func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relayctl"),
 		kong.Description("Operator's client for the relay hub: send, load, status, idle."),
-		kong.Vars{"version": version, "rate_depth": strconv.Itoa(rateDepth)},
+		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
 	}, opts...)...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // parse runs the command line through kong as main does, without exiting.
@@ -48,10 +49,10 @@ func TestParseLoadFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1000), cfg.Requests)
 	assert.Zero(t, cfg.Duration, "--requests takes precedence")
-	assert.Equal(t, rateDepth, cfg.Depth, "with --rate the depth is only a cap")
+	assert.Equal(t, loadgen.RateDepth, cfg.Depth, "with --rate the depth is only a cap")
 	require.Len(t, cfg.Payloads, 2)
-	assert.Equal(t, "BAL 7", string(cfg.Payloads[0].appendTo(nil, 7, 2)))
-	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].appendTo(nil, 7, 2)))
+	assert.Equal(t, "BAL 7", string(cfg.Payloads[0].AppendTo(nil, 7, 2)))
+	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].AppendTo(nil, 7, 2)))
 }
 
 func TestParseFromEnvironment(t *testing.T) {
@@ -109,7 +110,7 @@ func TestRunLoadCommandEndToEnd(t *testing.T) {
 
 			assert.Equal(t, tt.wantCode, exitCode(err))
 			assert.Empty(t, errOut.String(), "--quiet prints no progress")
-			var sum loadSummary
+			var sum loadgen.Summary
 			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
 			assert.Equal(t, int64(100), sum.Sent)
 			assert.Equal(t, int64(100), sum.Answered)
@@ -128,6 +129,49 @@ func TestRunLoadCommandCannotConnect(t *testing.T) {
 	var out bytes.Buffer
 	err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
 	assert.Equal(t, 2, exitCode(err))
-	assert.ErrorIs(t, err, errDialAll)
+	assert.ErrorIs(t, err, loadgen.ErrDialAll)
 	assert.Empty(t, out.String())
+}
+
+func TestParseLoadBenchmarkFlags(t *testing.T) {
+	c, _, err := parse(t, "load", "--protocol", "redis-ping", "--server-pid", "12", "--server-pid", "34")
+	require.NoError(t, err)
+	cfg, err := c.Load.config()
+	require.NoError(t, err)
+	assert.Equal(t, loadgen.ProtocolRedisPing, cfg.Protocol)
+	assert.Equal(t, []int{12, 34}, cfg.ServerPIDs)
+
+	_, _, err = parse(t, "load", "--protocol", "smtp")
+	assert.ErrorContains(t, err, "--protocol")
+	_, _, err = parse(t, "load", "--server-pid=-1")
+	assert.ErrorContains(t, err, "--server-pid -1")
+	_, _, err = parse(t, "idle", "--conns", "0")
+	assert.ErrorContains(t, err, "--conns 0")
+}
+
+func TestIdleCommandEndToEnd(t *testing.T) {
+	tests := []struct {
+		name     string
+		relay    fakerelay.Config
+		wantCode int
+	}{
+		{"every connection held", fakerelay.Config{}, 0},
+		{"connections lost", fakerelay.Config{Silent: true}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fakerelay.New(t, tt.relay)
+			_, kctx, err := parse(t, "idle", "--addr", f.Addr, "--conns", "3", "--hold", "1ms", "--timeout", "200ms", "--json")
+			require.NoError(t, err)
+			var out bytes.Buffer
+			kctx.BindTo(t.Context(), (*context.Context)(nil))
+			err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
+
+			assert.Equal(t, tt.wantCode, exitCode(err))
+			var sum loadgen.IdleSummary
+			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
+			assert.Equal(t, 3, sum.Opened)
+			assert.Equal(t, 3-sum.Answered, sum.Lost)
+		})
+	}
 }

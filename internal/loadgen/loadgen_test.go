@@ -1,7 +1,8 @@
-package main
+package loadgen
 
 import (
 	"context"
+	"math"
 	"net"
 	"strconv"
 	"testing"
@@ -16,35 +17,44 @@ import (
 // testLoadConfig returns a small closed-loop run against addr; tests adjust
 // it. The drain is short because a test that expects a missing answer
 // waits it out.
-func testLoadConfig(t testing.TB, addr string) loadConfig {
+func testLoadConfig(t testing.TB, addr string) Config {
 	t.Helper()
-	m, err := parseMix("CORE=100")
+	m, err := ParseMix("CORE=100")
 	require.NoError(t, err)
-	p, err := parseTemplate("BAL ACC{conn}")
+	p, err := ParseTemplate("BAL ACC{conn}")
 	require.NoError(t, err)
-	return loadConfig{
+	return Config{
 		Addr:     addr,
 		Conns:    4,
 		Depth:    1,
 		Requests: 200,
 		Mix:      m,
-		Payloads: []template{p},
+		Payloads: []Template{p},
 		Drain:    300 * time.Millisecond,
 		Seed:     1,
 	}
 }
 
-func runTestLoad(t *testing.T, cfg loadConfig) *loadResult {
+// newGenerator returns a Generator for cfg, failing the test when New
+// refuses it.
+func newGenerator(t testing.TB, cfg Config) *Generator {
+	t.Helper()
+	g, err := New(cfg)
+	require.NoError(t, err)
+	return g
+}
+
+func runTestLoad(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	res, err := runLoad(ctx, cfg)
+	res, err := newGenerator(t, cfg).Run(ctx)
 	require.NoError(t, err)
 	require.NoError(t, ctx.Err(), "the run must end on its own")
 	return res
 }
 
-func sumCodes(res *loadResult) int64 {
+func sumCodes(res *Result) int64 {
 	var n int64
 	for _, m := range res.Codes {
 		for _, c := range m {
@@ -165,8 +175,8 @@ func TestLoadNoConnection(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	_, err = runLoad(t.Context(), testLoadConfig(t, addr))
-	require.ErrorIs(t, err, errDialAll)
+	_, err = newGenerator(t, testLoadConfig(t, addr)).Run(t.Context())
+	require.ErrorIs(t, err, ErrDialAll)
 	assert.Contains(t, err.Error(), addr)
 }
 
@@ -208,12 +218,13 @@ func TestLoadCancelStopsSending(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
+	g := newGenerator(t, cfg)
 	done := make(chan struct{})
-	var res *loadResult
+	var res *Result
 	var err error
 	go func() {
 		defer close(done)
-		res, err = runLoad(ctx, cfg)
+		res, err = g.Run(ctx)
 	}()
 	// Cancel once the run is under way: it must end long before its hour,
 	// with everything sent answered.
@@ -241,10 +252,10 @@ func TestLoadMixSendsEachTargetItsPayload(t *testing.T) {
 		return "0000"
 	}})
 	cfg := testLoadConfig(t, f.Addr)
-	m, err := parseMix("CORE=3,CLAIM=1")
+	m, err := ParseMix("CORE=3,CLAIM=1")
 	require.NoError(t, err)
 	cfg.Mix = m
-	cfg.Payloads = []template{cfg.Payloads[0], cfg.Payloads[0]}
+	cfg.Payloads = []Template{cfg.Payloads[0], cfg.Payloads[0]}
 	cfg.Requests = 2000
 
 	res := runTestLoad(t, cfg)
@@ -259,7 +270,7 @@ func TestLoadMixSendsEachTargetItsPayload(t *testing.T) {
 func TestLoadFixedRate(t *testing.T) {
 	f := fakerelay.New(t, fakerelay.Config{})
 	cfg := testLoadConfig(t, f.Addr)
-	cfg.Rate, cfg.Depth, cfg.Requests = 2000, rateDepth, 100
+	cfg.Rate, cfg.Depth, cfg.Requests = 2000, RateDepth, 100
 
 	res := runTestLoad(t, cfg)
 
@@ -310,13 +321,68 @@ func BenchmarkLoad(b *testing.B) {
 			f := fakerelay.New(b, fakerelay.Config{})
 			cfg := testLoadConfig(b, f.Addr)
 			cfg.Conns, cfg.Depth, cfg.Requests = 16, depth, uint64(b.N)
+			g := newGenerator(b, cfg)
 			b.ReportAllocs()
 			b.ResetTimer()
-			res, err := runLoad(b.Context(), cfg)
+			res, err := g.Run(b.Context())
 			b.StopTimer()
 			require.NoError(b, err)
 			require.Equal(b, int64(b.N), res.Answered)
 			b.ReportMetric(float64(res.Answered)/res.Elapsed.Seconds(), "answers/s")
+		})
+	}
+}
+
+func TestNewFillsDefaults(t *testing.T) {
+	cfg := testLoadConfig(t, "127.0.0.1:9200")
+	cfg.Conns, cfg.Depth, cfg.DialTimeout = 0, 0, 0
+
+	g := newGenerator(t, cfg)
+
+	assert.Equal(t, 1, g.cfg.Conns)
+	assert.Equal(t, 1, g.cfg.Depth)
+	assert.Equal(t, 5*time.Second, g.cfg.DialTimeout)
+	assert.Equal(t, [][]byte{[]byte("|CORE|")}, g.targets)
+}
+
+func TestNewKeepsItsOwnCopy(t *testing.T) {
+	cfg := testLoadConfig(t, "127.0.0.1:9200")
+	cfg.ServerPIDs = []int{42}
+	g := newGenerator(t, cfg)
+
+	cfg.ServerPIDs[0] = 43
+	cfg.Payloads[0] = Template{}
+
+	assert.Equal(t, []int{42}, g.cfg.ServerPIDs)
+	assert.Equal(t, "BAL ACC7", string(g.cfg.Payloads[0].AppendTo(nil, 1, 7)))
+}
+
+func TestNewRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"too many connections", func(c *Config) { c.Conns = MaxConns + 1 }, "Conns 10001"},
+		{"negative depth", func(c *Config) { c.Depth = -1 }, "Depth -1"},
+		{"neither requests nor duration", func(c *Config) { c.Requests, c.Duration = 0, 0 }, "Duration 0s"},
+		{"rate not a number", func(c *Config) { c.Rate = math.NaN() }, "Rate NaN"},
+		{"rate too high", func(c *Config) { c.Rate = 2 * MaxRate }, "Rate 2e+09"},
+		{"negative drain", func(c *Config) { c.Drain = -time.Second }, "Drain -1s"},
+		{"negative dial timeout", func(c *Config) { c.DialTimeout = -time.Second }, "DialTimeout -1s"},
+		{"unknown protocol", func(c *Config) { c.Protocol = 7 }, "Protocol 7"},
+		{"no mix", func(c *Config) { c.Mix, c.Payloads = Mix{}, nil }, "one payload template per target"},
+		{"a payload short", func(c *Config) { c.Payloads = nil }, "one payload template per target"},
+		{"not a process id", func(c *Config) { c.ServerPIDs = []int{0} }, "ServerPIDs: 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testLoadConfig(t, "127.0.0.1:9200")
+			tt.change(&cfg)
+
+			_, err := New(cfg)
+
+			assert.ErrorContains(t, err, tt.wantErr)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bufio"
@@ -24,25 +24,25 @@ import (
 func TestParseWire(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    wireProtocol
+		want    Protocol
 		wantErr bool
 	}{
-		{"relay", wireRelay, false},
-		{"redis-ping", wireRedisPing, false},
-		{"HTTP", wireHTTP, false},
+		{"relay", ProtocolRelay, false},
+		{"redis-ping", ProtocolRedisPing, false},
+		{"HTTP", ProtocolHTTP, false},
 		{"redis", 0, true},
 		{"", 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseWire(tt.in)
+			got, err := ParseProtocol(tt.in)
 			if tt.wantErr {
 				assert.ErrorContains(t, err, "want one of relay, redis-ping, http")
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, tt.want != wireRelay, got.inOrder())
+			assert.Equal(t, tt.want != ProtocolRelay, got.inOrder())
 		})
 	}
 }
@@ -167,7 +167,7 @@ func TestLoadRedisPing(t *testing.T) {
 		t.Run("depth "+strconv.Itoa(depth), func(t *testing.T) {
 			f := newFakeRedis(t)
 			cfg := testLoadConfig(t, f.ln.Addr().String())
-			cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireRedisPing, 4, depth, 1000
+			cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolRedisPing, 4, depth, 1000
 
 			res := runTestLoad(t, cfg)
 
@@ -192,16 +192,16 @@ func TestLoadHTTPStraightToFixture(t *testing.T) {
 	}
 	ts.Start()
 	t.Cleanup(ts.Close)
-	m, err := parseMix("CORE=1,BAD=1")
+	m, err := ParseMix("CORE=1,BAD=1")
 	require.NoError(t, err)
-	good, err := parseTemplate("BAL ACC{conn}")
+	good, err := ParseTemplate("BAL ACC{conn}")
 	require.NoError(t, err)
-	bad, err := parseTemplate("NOPE {n}")
+	bad, err := ParseTemplate("NOPE {n}")
 	require.NoError(t, err)
 
 	cfg := testLoadConfig(t, strings.TrimPrefix(ts.URL, "http://"))
-	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireHTTP, 4, 2, 600
-	cfg.Mix, cfg.Payloads = m, []template{good, bad}
+	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolHTTP, 4, 2, 600
+	cfg.Mix, cfg.Payloads = m, []Template{good, bad}
 
 	res := runTestLoad(t, cfg)
 
@@ -222,7 +222,7 @@ func TestLoadHTTPCountsConnectionClosedByTarget(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	cfg := testLoadConfig(t, strings.TrimPrefix(ts.URL, "http://"))
-	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireHTTP, 1, 1, 5
+	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolHTTP, 1, 1, 5
 
 	res := runTestLoad(t, cfg)
 
@@ -260,22 +260,6 @@ func keys(m map[string]int64) []string {
 	return out
 }
 
-func TestParseLoadBenchmarkFlags(t *testing.T) {
-	c, _, err := parse(t, "load", "--protocol", "redis-ping", "--server-pid", "12", "--server-pid", "34")
-	require.NoError(t, err)
-	cfg, err := c.Load.config()
-	require.NoError(t, err)
-	assert.Equal(t, wireRedisPing, cfg.Protocol)
-	assert.Equal(t, []int{12, 34}, cfg.ServerPIDs)
-
-	_, _, err = parse(t, "load", "--protocol", "smtp")
-	assert.ErrorContains(t, err, "--protocol")
-	_, _, err = parse(t, "load", "--server-pid=-1")
-	assert.ErrorContains(t, err, "--server-pid -1")
-	_, _, err = parse(t, "idle", "--conns", "0")
-	assert.ErrorContains(t, err, "--conns 0")
-}
-
 func TestLoadMeasuresServerCPU(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc on this system")
@@ -298,7 +282,7 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 		cfg := testLoadConfig(t, f.Addr)
 		cfg.ServerPIDs = []int{1 << 30}
 
-		_, err := runLoad(t.Context(), cfg)
+		_, err := newGenerator(t, cfg).Run(t.Context())
 
 		assert.ErrorContains(t, err, "cpu time of pid 1073741824")
 	})
@@ -313,9 +297,9 @@ func TestLoadKeepsLatencyOfProcessedTransactionsApart(t *testing.T) {
 		return "0000"
 	}})
 	cfg := testLoadConfig(t, f.Addr)
-	m, err := parseMix("CORE=1,CLAIM=1")
+	m, err := ParseMix("CORE=1,CLAIM=1")
 	require.NoError(t, err)
-	cfg.Mix, cfg.Payloads, cfg.Requests = m, []template{cfg.Payloads[0], cfg.Payloads[0]}, 1000
+	cfg.Mix, cfg.Payloads, cfg.Requests = m, []Template{cfg.Payloads[0], cfg.Payloads[0]}, 1000
 
 	res := runTestLoad(t, cfg)
 
@@ -323,6 +307,6 @@ func TestLoadKeepsLatencyOfProcessedTransactionsApart(t *testing.T) {
 	assert.Equal(t, int64(1000), res.Hist.TotalCount())
 	assert.Equal(t, res.Codes[0]["0000"], res.OKHist.TotalCount())
 	assert.Positive(t, res.Codes[1]["E905"])
-	sum := newLoadSummary(cfg, res)
+	sum := newGenerator(t, cfg).Summary(res)
 	assert.Equal(t, res.Codes[0]["0000"], sum.OKAnswered)
 }
