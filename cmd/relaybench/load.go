@@ -21,12 +21,13 @@ type loadCmd struct {
 
 // Validate checks what the tags cannot.
 func (c *loadCmd) Validate() error {
-	_, err := c.config()
+	_, err := c.Config()
 	return err
 }
 
-// config turns the flags into a loadgen.Config.
-func (c *loadCmd) config() (loadgen.Config, error) {
+// Config turns the flags into a loadgen.Config: those of every hub load,
+// then the protocol and the servers to measure.
+func (c *loadCmd) Config() (loadgen.Config, error) {
 	cfg, err := c.Flags.Config()
 	if err != nil {
 		return loadgen.Config{}, err
@@ -47,7 +48,7 @@ func (c *loadCmd) config() (loadgen.Config, error) {
 // when no connection could be opened and with status 1 when any answer was
 // unmatched or missing or any connection failed.
 func (c *loadCmd) Run(ctx context.Context, s *streams) error {
-	cfg, err := c.config()
+	cfg, err := c.Config()
 	if err != nil {
 		return err
 	}

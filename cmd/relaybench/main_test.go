@@ -59,7 +59,7 @@ func exitCode(err error) int {
 func TestParseLoadBenchmarkFlags(t *testing.T) {
 	c, _, err := parse(t, "load", "--protocol", "redis-ping", "--server-pid", "12", "--server-pid", "34")
 	require.NoError(t, err)
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, loadgen.ProtocolRedisPing, cfg.Protocol)
 	assert.Equal(t, []int{12, 34}, cfg.ServerPIDs)
@@ -79,7 +79,7 @@ func TestParseFromEnvironment(t *testing.T) {
 	t.Setenv("RELAYBENCH_SERVER_PID", "12")
 	c, _, err := parse(t, "load")
 	require.NoError(t, err)
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:16379", cfg.Addr)
 	assert.Equal(t, 3, cfg.Conns)

@@ -29,7 +29,7 @@ func TestParseLoadDefaults(t *testing.T) {
 	c, kctx, err := parse(t, "load")
 	require.NoError(t, err)
 	assert.Equal(t, "load", kctx.Command())
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9200", cfg.Addr)
 	assert.Equal(t, 16, cfg.Conns)
@@ -45,7 +45,7 @@ func TestParseLoadFlags(t *testing.T) {
 	c, _, err := parse(t, "load", "--mix", "core=70,claim=30", "--requests", "1000", "--duration", "1s",
 		"--rate", "5000", "--payload", "BAL {n}", "--target-payload", "claim=SUBMIT P{conn} 100")
 	require.NoError(t, err)
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1000), cfg.Requests)
 	assert.Zero(t, cfg.Duration, "--requests takes precedence")
@@ -80,6 +80,9 @@ func TestParseRejects(t *testing.T) {
 		{"bad txid", []string{"send", "--txid", "a|b", "CORE", "BAL A"}, "--txid"},
 		{"send without target", []string{"send"}, "expected \"<target>\""},
 		{"status with zero timeout", []string{"status", "--timeout", "0s"}, "--timeout"},
+		{"load speaks only the hub's protocol", []string{"load", "--protocol", "http"}, "unknown flag --protocol"},
+		{"load measures no server", []string{"load", "--server-pid", "1"}, "unknown flag --server-pid"},
+		{"idle is relaybench's", []string{"idle"}, `unexpected argument idle`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +119,8 @@ func TestRunLoadCommandEndToEnd(t *testing.T) {
 			assert.Equal(t, int64(100), sum.Answered)
 			assert.Equal(t, int64(100), sum.Codes["0000"])
 			assert.Len(t, sum.TargetCodes, 2)
+			assert.Equal(t, "relay", sum.Protocol)
+			assert.Empty(t, sum.ServerCPU)
 		})
 	}
 }
@@ -131,47 +136,4 @@ func TestRunLoadCommandCannotConnect(t *testing.T) {
 	assert.Equal(t, 2, exitCode(err))
 	assert.ErrorIs(t, err, loadgen.ErrDialAll)
 	assert.Empty(t, out.String())
-}
-
-func TestParseLoadBenchmarkFlags(t *testing.T) {
-	c, _, err := parse(t, "load", "--protocol", "redis-ping", "--server-pid", "12", "--server-pid", "34")
-	require.NoError(t, err)
-	cfg, err := c.Load.config()
-	require.NoError(t, err)
-	assert.Equal(t, loadgen.ProtocolRedisPing, cfg.Protocol)
-	assert.Equal(t, []int{12, 34}, cfg.ServerPIDs)
-
-	_, _, err = parse(t, "load", "--protocol", "smtp")
-	assert.ErrorContains(t, err, "--protocol")
-	_, _, err = parse(t, "load", "--server-pid=-1")
-	assert.ErrorContains(t, err, "--server-pid -1")
-	_, _, err = parse(t, "idle", "--conns", "0")
-	assert.ErrorContains(t, err, "--conns 0")
-}
-
-func TestIdleCommandEndToEnd(t *testing.T) {
-	tests := []struct {
-		name     string
-		relay    fakerelay.Config
-		wantCode int
-	}{
-		{"every connection held", fakerelay.Config{}, 0},
-		{"connections lost", fakerelay.Config{Silent: true}, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := fakerelay.New(t, tt.relay)
-			_, kctx, err := parse(t, "idle", "--addr", f.Addr, "--conns", "3", "--hold", "1ms", "--timeout", "200ms", "--json")
-			require.NoError(t, err)
-			var out bytes.Buffer
-			kctx.BindTo(t.Context(), (*context.Context)(nil))
-			err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
-
-			assert.Equal(t, tt.wantCode, exitCode(err))
-			var sum loadgen.IdleSummary
-			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
-			assert.Equal(t, 3, sum.Opened)
-			assert.Equal(t, 3-sum.Answered, sum.Lost)
-		})
-	}
 }
