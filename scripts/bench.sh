@@ -2,7 +2,7 @@
 # Runs the end-to-end benchmarks of docs/BENCHMARKS.md against the real
 # binaries, on free loopback ports, and prints a table of medians with
 # min–max over RUNS runs, then the targets of the performance record with
-# MET or NOT MET. Every load is driven by the same tool, relayctl load, so
+# MET or NOT MET. Every load is driven by the same tool, relaybench load, so
 # the hub and its references (redis-server answering inline PING, a fixture
 # spoken to straight over HTTP keep-alive) share one load generator and one
 # histogram. Runs of the two sides of a comparison alternate, so a noisy
@@ -162,14 +162,14 @@ start_redis() {
   die "redis-server did not start: $(tail -n 5 "$out/redis.log")"
 }
 
-# load NAME ARGS...: one relayctl load run, its JSON summary kept as
+# load NAME ARGS...: one relaybench load run, its JSON summary kept as
 # NAME.json. A run with unmatched or missing answers still counts; its
 # errors show in the table.
 load() {
   local name=$1
   shift
-  bin/relayctl load --quiet --json --duration "${DURATION}s" --drain 2s "$@" >"$out/$name.json" ||
-    echo "bench: $name: relayctl load exited $? (see $out/$name.json)" >&2
+  bin/relaybench load --quiet --json --duration "${DURATION}s" --drain 2s "$@" >"$out/$name.json" ||
+    echo "bench: $name: relaybench load exited $? (see $out/$name.json)" >&2
 }
 
 # ------------------------------------------------------------ aggregation --
@@ -299,13 +299,13 @@ claim_load() {
 storm() {
   local name=$1
   shift
-  bin/relayctl load --quiet --json --addr "$is_addr" --conns "$STORM_CONNS" --mix CORE=100 \
+  bin/relaybench load --quiet --json --addr "$is_addr" --conns "$STORM_CONNS" --mix CORE=100 \
     --duration "$((DURATION + 2))s" --drain 2s --server-pid "$is_relay" "$@" >"$out/s3-storm-$name.json" &
   local storm=$!
   pids+=("$storm")
   sleep 1
   claim_load "s3-during-$name"
-  wait "$storm" || echo "bench: storm $name: relayctl load exited $?" >&2
+  wait "$storm" || echo "bench: storm $name: relaybench load exited $?" >&2
   forget "$storm"
 }
 for run in $(seq "$RUNS"); do
@@ -328,9 +328,9 @@ for run in $(seq "$RUNS"); do
     start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed"
     warm=()
     [[ $mode == warm ]] && warm=(--warm)
-    bin/relayctl idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+    bin/relaybench idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
       --server-pid "$RELAY_PID" >"$out/s4-$mode-$run.json" ||
-      echo "bench: idle $mode run $run: relayctl idle exited $?" >&2
+      echo "bench: idle $mode run $run: relaybench idle exited $?" >&2
     stop "$RELAY_PID"
   done
 done

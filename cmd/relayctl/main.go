@@ -8,28 +8,23 @@
 //	relayctl load --conns 16 --duration 10s --mix CORE=70,CLAIM=30
 //	relayctl load --rate 20000 --requests 200000 --json
 //	relayctl status
-//	relayctl idle --conns 10000 --hold 10s --server-pid "$(pidof relay)"
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
 // cannot be reached or does not answer in time. load exits 1 when any answer
 // was unmatched or missing or a connection failed, 2 when it could not
-// connect at all.
+// connect at all. status exits 1 when the admin endpoint's answer is not a
+// status, 2 when it cannot be reached.
 //
-// load sends request lines TXID|TARGET|PAYLOAD with TXIDs L<conn>-<seq>
-// and matches answers by TXID, since the hub may answer out of order. By
-// default it runs a closed loop: each connection keeps --depth requests in
-// flight. With --rate it follows a fixed schedule instead and measures each
-// latency from the time the request was due, not from when it was written,
-// so a stalled hub shows up in the percentiles rather than slowing the
-// tool down with it (coordinated omission). Only the tool's own timer
-// lateness (Go timers fire up to about 1ms late) is left out: a request
-// that fell due while its sender slept is measured from the wake-up.
+// load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
+// TXID, since the hub may answer out of order. By default it runs a closed
+// loop: each connection keeps --depth requests in flight. With --rate it
+// follows a fixed schedule instead and measures each latency from the time
+// the request was due, so a stalled hub shows up in the percentiles rather
+// than slowing the tool down with it. The engine is internal/loadgen; the
+// benchmark harness, cmd/relaybench, drives reference servers with it too.
 //
-// For benchmarks, load can also speak to reference servers with the same
-// connections, pacing and histogram (--protocol redis-ping, or http straight
-// to a target), and report the CPU time of given processes per answer
-// (--server-pid). idle holds many silent connections open and reports the
-// hub's resident memory per connection.
+// Every flag also has an environment variable, RELAYCTL_ and the flag in
+// upper snake case (--addr is RELAYCTL_ADDR).
 package main
 
 import (
@@ -43,6 +38,8 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/mattn/go-isatty"
+
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -54,7 +51,6 @@ type cli struct {
 	Send    sendCmd          `cmd:"" help:"Send one transaction and print its answer."`
 	Load    loadCmd          `cmd:"" help:"Load-test the hub and report throughput and latency percentiles."`
 	Status  statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
-	Idle    idleCmd          `cmd:"" help:"Hold many silent connections open and report the hub's memory per connection."`
 }
 
 // streams are where a command writes. The summary goes to Out, progress
@@ -89,8 +85,8 @@ func (e *exitError) ExitCode() int { return e.code }
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relayctl"),
-		kong.Description("Operator's client for the relay hub: send, load, status, idle."),
-		kong.Vars{"version": version, "rate_depth": strconv.Itoa(rateDepth)},
+		kong.Description("Operator's client for the relay hub: send, load, status."),
+		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
 	}, opts...)...)
 }
 

@@ -10,6 +10,9 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // parse runs the command line through kong as main does, without exiting.
@@ -26,7 +29,7 @@ func TestParseLoadDefaults(t *testing.T) {
 	c, kctx, err := parse(t, "load")
 	require.NoError(t, err)
 	assert.Equal(t, "load", kctx.Command())
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9200", cfg.Addr)
 	assert.Equal(t, 16, cfg.Conns)
@@ -42,14 +45,14 @@ func TestParseLoadFlags(t *testing.T) {
 	c, _, err := parse(t, "load", "--mix", "core=70,claim=30", "--requests", "1000", "--duration", "1s",
 		"--rate", "5000", "--payload", "BAL {n}", "--target-payload", "claim=SUBMIT P{conn} 100")
 	require.NoError(t, err)
-	cfg, err := c.Load.config()
+	cfg, err := c.Load.Config()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1000), cfg.Requests)
 	assert.Zero(t, cfg.Duration, "--requests takes precedence")
-	assert.Equal(t, rateDepth, cfg.Depth, "with --rate the depth is only a cap")
+	assert.Equal(t, loadgen.RateDepth, cfg.Depth, "with --rate the depth is only a cap")
 	require.Len(t, cfg.Payloads, 2)
-	assert.Equal(t, "BAL 7", string(cfg.Payloads[0].appendTo(nil, 7, 2)))
-	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].appendTo(nil, 7, 2)))
+	assert.Equal(t, "BAL 7", string(cfg.Payloads[0].AppendTo(nil, 7, 2)))
+	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].AppendTo(nil, 7, 2)))
 }
 
 func TestParseFromEnvironment(t *testing.T) {
@@ -77,6 +80,9 @@ func TestParseRejects(t *testing.T) {
 		{"bad txid", []string{"send", "--txid", "a|b", "CORE", "BAL A"}, "--txid"},
 		{"send without target", []string{"send"}, "expected \"<target>\""},
 		{"status with zero timeout", []string{"status", "--timeout", "0s"}, "--timeout"},
+		{"load speaks only the hub's protocol", []string{"load", "--protocol", "http"}, "unknown flag --protocol"},
+		{"load measures no server", []string{"load", "--server-pid", "1"}, "unknown flag --server-pid"},
+		{"idle is relaybench's", []string{"idle"}, `unexpected argument idle`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,16 +95,16 @@ func TestParseRejects(t *testing.T) {
 func TestRunLoadCommandEndToEnd(t *testing.T) {
 	tests := []struct {
 		name     string
-		relay    fakeConfig
+		relay    fakerelay.Config
 		wantCode int
 	}{
-		{"clean run", fakeConfig{}, 0},
-		{"bogus answer fails the run", fakeConfig{BogusAfterNth: 3}, 1},
+		{"clean run", fakerelay.Config{}, 0},
+		{"bogus answer fails the run", fakerelay.Config{BogusAfterNth: 3}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeRelay(t, tt.relay)
-			_, kctx, err := parse(t, "load", "--addr", f.addr, "--conns", "2", "--requests", "100",
+			f := fakerelay.New(t, tt.relay)
+			_, kctx, err := parse(t, "load", "--addr", f.Addr, "--conns", "2", "--requests", "100",
 				"--mix", "CORE=1,CLAIM=1", "--json", "--quiet", "--drain", "200ms")
 			require.NoError(t, err)
 			var out, errOut bytes.Buffer
@@ -107,25 +113,27 @@ func TestRunLoadCommandEndToEnd(t *testing.T) {
 
 			assert.Equal(t, tt.wantCode, exitCode(err))
 			assert.Empty(t, errOut.String(), "--quiet prints no progress")
-			var sum loadSummary
+			var sum loadgen.Summary
 			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
 			assert.Equal(t, int64(100), sum.Sent)
 			assert.Equal(t, int64(100), sum.Answered)
 			assert.Equal(t, int64(100), sum.Codes["0000"])
 			assert.Len(t, sum.TargetCodes, 2)
+			assert.Equal(t, "relay", sum.Protocol)
+			assert.Empty(t, sum.ServerCPU)
 		})
 	}
 }
 
 func TestRunLoadCommandCannotConnect(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{})
-	f.close()
-	_, kctx, err := parse(t, "load", "--addr", f.addr, "--requests", "10", "--quiet")
+	f := fakerelay.New(t, fakerelay.Config{})
+	f.Close()
+	_, kctx, err := parse(t, "load", "--addr", f.Addr, "--requests", "10", "--quiet")
 	require.NoError(t, err)
 	kctx.BindTo(t.Context(), (*context.Context)(nil))
 	var out bytes.Buffer
 	err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
 	assert.Equal(t, 2, exitCode(err))
-	assert.ErrorIs(t, err, errDialAll)
+	assert.ErrorIs(t, err, loadgen.ErrDialAll)
 	assert.Empty(t, out.String())
 }

@@ -3,13 +3,22 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
+
+// answerBufferSize bounds the answer line send accepts: the hub's own
+// lines are far shorter.
+const answerBufferSize = 64 << 10
 
 // sendCmd is `relayctl send`: its flags, filled by kong. Not for
 // concurrent use.
@@ -24,11 +33,11 @@ type sendCmd struct {
 // Validate checks what the tags cannot.
 func (c *sendCmd) Validate() error {
 	switch {
-	case c.TxID != "" && !validTxID(c.TxID):
-		return fmt.Errorf("--txid %q: want 1 to %d characters of A-Z a-z 0-9 . _ : -", c.TxID, maxTxIDLen)
-	case c.Target != "" && !validTarget(c.Target): // kong reports a missing one
+	case c.TxID != "" && !loadgen.ValidTxID(c.TxID):
+		return fmt.Errorf("--txid %q: want 1 to %d characters of A-Z a-z 0-9 . _ : -", c.TxID, loadgen.MaxTxIDLen)
+	case c.Target != "" && !loadgen.ValidTarget(c.Target): // kong reports a missing one
 		return fmt.Errorf("target %q: want a name without '|', spaces or control characters", c.Target)
-	case !validPayload(c.Payload):
+	case !loadgen.ValidPayload(c.Payload):
 		return errors.New("payload: must not contain a line break")
 	case c.Timeout <= 0:
 		return fmt.Errorf("--timeout %s: want more than 0", c.Timeout)
@@ -51,16 +60,25 @@ func (c *sendCmd) Run(ctx context.Context, s *streams) error {
 		return &exitError{code: 2, err: err}
 	}
 	fmt.Fprintln(s.Out, answer)
-	gotTxID, code, _, ok := parseAnswer([]byte(answer))
+	gotTxID, code, _, ok := loadgen.ParseAnswer([]byte(answer))
 	switch {
 	case !ok:
 		return &exitError{code: 1, err: fmt.Errorf("malformed answer %q", answer)}
 	case string(gotTxID) != txid && string(gotTxID) != "-":
 		return &exitError{code: 1, err: fmt.Errorf("answer is for TXID %q, not %q", gotTxID, txid)}
-	case !codeSucceeded(code):
+	case !loadgen.CodeSucceeded(code):
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// newTxID returns a TXID for a single send: the time in milliseconds (base
+// 36) and 32 random bits, so two operators sending in the same millisecond
+// still get distinct ids in the hub's logs.
+func newTxID(now time.Time) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails on supported platforms.
+	return "ctl-" + strconv.FormatInt(now.UnixMilli(), 36) + "-" + hex.EncodeToString(r[:])
 }
 
 // sendOne writes one request line to the hub at addr and returns the first
@@ -88,7 +106,7 @@ func sendOne(ctx context.Context, addr, txid, target, payload string) (string, e
 	if _, err := io.WriteString(nc, line); err != nil {
 		return "", exchangeError(ctx, addr, "send to", err)
 	}
-	answer, err := bufio.NewReaderSize(nc, readBufferSize).ReadString('\n')
+	answer, err := bufio.NewReaderSize(nc, answerBufferSize).ReadString('\n')
 	if err != nil {
 		if errors.Is(err, io.EOF) && answer == "" {
 			return "", fmt.Errorf("read from %s: connection closed without an answer", addr)

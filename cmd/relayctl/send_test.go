@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // exitCode is the status main exits with for a command's error.
@@ -36,7 +39,7 @@ func runSend(t *testing.T, c sendCmd) (stdout string, code int, err error) {
 }
 
 func TestSendExitStatus(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{Code: func(target string) string {
+	f := fakerelay.New(t, fakerelay.Config{Code: func(target string) string {
 		switch target {
 		case "BIZ":
 			return "B201"
@@ -62,7 +65,7 @@ func TestSendExitStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.target, func(t *testing.T) {
-			out, code, _ := runSend(t, sendCmd{Addr: f.addr, TxID: "T-1", Target: tt.target, Payload: "BAL ACC1"})
+			out, code, _ := runSend(t, sendCmd{Addr: f.Addr, TxID: "T-1", Target: tt.target, Payload: "BAL ACC1"})
 			assert.Equal(t, "T-1|"+tt.code+"|ok\n", out, "the answer line is printed as it came")
 			assert.Equal(t, tt.want, code)
 		})
@@ -93,14 +96,14 @@ func TestSendWritesOneRequestLine(t *testing.T) {
 	assert.Equal(t, 0, code)
 	line := <-got
 	txid, rest, _ := strings.Cut(line, "|")
-	assert.True(t, validTxID(txid), "generated TXID %q", txid)
+	assert.True(t, loadgen.ValidTxID(txid), "generated TXID %q", txid)
 	assert.Equal(t, "core|XFER A|B 10\n", rest, "target and payload go out byte for byte")
 	assert.Equal(t, txid+"|0000|balance=100000\n", out)
 }
 
 func TestSendAnswerForAnotherTxID(t *testing.T) {
-	f := newFakeRelay(t, fakeConfig{AnswerTxID: "OTHER"})
-	out, code, err := runSend(t, sendCmd{Addr: f.addr, TxID: "T-1", Target: "CORE"})
+	f := fakerelay.New(t, fakerelay.Config{AnswerTxID: "OTHER"})
+	out, code, err := runSend(t, sendCmd{Addr: f.Addr, TxID: "T-1", Target: "CORE"})
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, `"OTHER"`)
 	assert.Equal(t, "OTHER|0000|ok\n", out)
@@ -108,8 +111,8 @@ func TestSendAnswerForAnotherTxID(t *testing.T) {
 
 func TestSendDashAnswerIsOurs(t *testing.T) {
 	// The hub answers "-" when it refuses a connection before reading it.
-	f := newFakeRelay(t, fakeConfig{AnswerTxID: "-", Code: func(string) string { return "E906" }})
-	out, code, _ := runSend(t, sendCmd{Addr: f.addr, TxID: "T-1", Target: "CORE"})
+	f := fakerelay.New(t, fakerelay.Config{AnswerTxID: "-", Code: func(string) string { return "E906" }})
+	out, code, _ := runSend(t, sendCmd{Addr: f.Addr, TxID: "T-1", Target: "CORE"})
 	assert.Equal(t, 1, code)
 	assert.Equal(t, "-|E906|ok\n", out)
 }
@@ -119,7 +122,7 @@ func TestSendConnectionProblems(t *testing.T) {
 	require.NoError(t, err)
 	closedAddr := closed.Addr().String()
 	require.NoError(t, closed.Close())
-	silent := newFakeRelay(t, fakeConfig{Silent: true})
+	silent := fakerelay.New(t, fakerelay.Config{Silent: true})
 
 	tests := []struct {
 		name    string
@@ -128,7 +131,7 @@ func TestSendConnectionProblems(t *testing.T) {
 		wantErr string
 	}{
 		{"refused", closedAddr, 5 * time.Second, "connect " + closedAddr},
-		{"no answer in time", silent.addr, 100 * time.Millisecond, "no answer before the timeout"},
+		{"no answer in time", silent.Addr, 100 * time.Millisecond, "no answer before the timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,4 +179,11 @@ func TestSendValidate(t *testing.T) {
 			assert.ErrorContains(t, tt.cmd.Validate(), tt.wantErr)
 		})
 	}
+}
+
+func TestNewTxIDIsValidAndDistinct(t *testing.T) {
+	now := time.Date(2026, 11, 30, 5, 31, 19, 0, time.UTC)
+	a, b := newTxID(now), newTxID(now)
+	assert.True(t, loadgen.ValidTxID(a), a)
+	assert.NotEqual(t, a, b, "two ids in the same millisecond")
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,38 +34,58 @@ const (
 	// maxErrorSamples bounds the distinct connection errors kept for the
 	// report.
 	maxErrorSamples = 5
-	// writeBufferSize and readBufferSize are per connection. The read buffer
-	// also bounds the answer line the tool accepts: the hub's own lines are
-	// far shorter.
+	// writeBufferSize and readBufferSize are per connection. The read
+	// buffer also bounds the answer line the generator accepts: the hub's
+	// own lines are far shorter.
 	writeBufferSize = 32 << 10
 	readBufferSize  = 64 << 10
 )
 
-// errDialAll is returned by runLoad when not one connection could be opened.
-var errDialAll = errors.New("no connection could be opened")
+// Limits of a run, so a typo on a command line cannot exhaust the machine.
+const (
+	// MaxConns is the most connections one run opens.
+	MaxConns = 10000
+	// MaxDepth is the most requests outstanding on one connection.
+	MaxDepth = 65536
+	// MaxRate is the highest Rate, in requests per second.
+	MaxRate = 1e9
+	// RateDepth is the per-connection cap on outstanding requests a command
+	// line gets with a Rate and no depth: high enough that the schedule,
+	// not the cap, paces the run, small enough to bound memory when the hub
+	// stops answering.
+	RateDepth = 1024
+)
 
-// loadConfig describes one load run. It is a plain value; runLoad reads
-// its own copy.
-type loadConfig struct {
-	// Addr is the hub's client address, host:port.
+// ErrDialAll is returned by Run (wrapped with the address and the first
+// dial error) and by IdleProbe.Run when not one connection could be opened.
+var ErrDialAll = errors.New("no connection could be opened")
+
+// Config describes one load run. It is a plain value; New takes its own
+// copy.
+type Config struct {
+	// Addr is the server's address, host:port: the hub's client port, or a
+	// reference server's with another Protocol.
 	Addr string
-	// Conns is the number of connections; zero means 1.
+	// Conns is the number of connections, at most MaxConns; zero means 1.
 	Conns int
-	// Depth is the most requests outstanding on one connection; zero means 1.
-	// In a closed loop the writer keeps exactly Depth outstanding. With Rate
-	// it only caps a connection whose answers fall far behind.
+	// Depth is the most requests outstanding on one connection, at most
+	// MaxDepth; zero means 1. In a closed loop the writer keeps exactly
+	// Depth outstanding. With Rate it only caps a connection whose answers
+	// fall far behind.
 	Depth int
 	// Duration is how long requests are sent; ignored when Requests is set.
+	// One of the two is required.
 	Duration time.Duration
 	// Requests is the total number of requests; zero means send for Duration.
 	Requests uint64
-	// Rate is the total target rate in requests per second; zero means a
-	// closed loop (send as soon as an answer frees a slot).
+	// Rate is the total target rate in requests per second, at most
+	// MaxRate; zero means a closed loop (send as soon as an answer frees a
+	// slot).
 	Rate float64
 	// Mix picks the target of each request; it must hold at least one entry.
-	Mix mix
+	Mix Mix
 	// Payloads holds the payload template of each Mix entry, in order.
-	Payloads []template
+	Payloads []Template
 	// Drain is how long a connection waits for outstanding answers once it
 	// has stopped sending; zero means not at all.
 	Drain time.Duration
@@ -75,31 +96,86 @@ type loadConfig struct {
 	Seed uint64
 	// Progress, when not nil, is called about once a second from a single
 	// goroutine while the run lasts. It must not block for long.
-	Progress func(progressSnapshot)
+	Progress func(Progress)
 	// Protocol is what the connections speak; the zero value is the hub's
-	// line protocol. With wireHTTP the Mix only chooses payload templates:
-	// every request goes to Addr.
-	Protocol wireProtocol
+	// line protocol. With ProtocolHTTP the Mix only chooses payload
+	// templates: every request goes to Addr.
+	Protocol Protocol
 	// ServerPIDs are processes whose CPU time is measured over the run,
-	// from the first request to the last answer (Linux only).
+	// from the first request to the last answer (Linux only); none when
+	// empty.
 	ServerPIDs []int
 }
 
-// progressSnapshot is the state of a run at one progress tick, a plain
-// value.
-type progressSnapshot struct {
-	Elapsed    time.Duration
+// Generator runs load tests as its Config describes. It is read-only after
+// New, so it is safe for concurrent use; each Run keeps its state apart.
+type Generator struct {
+	cfg     Config
+	targets [][]byte // "|TARGET|" of each Mix entry, ready to append
+}
+
+// New checks cfg, fills in its defaults and returns a Generator for it.
+func New(cfg Config) (*Generator, error) {
+	if cfg.Conns == 0 {
+		cfg.Conns = 1
+	}
+	if cfg.Depth == 0 {
+		cfg.Depth = 1
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	switch {
+	case cfg.Conns < 0 || cfg.Conns > MaxConns:
+		return nil, fmt.Errorf("loadgen: Conns %d: want 1 to %d", cfg.Conns, MaxConns)
+	case cfg.Depth < 0 || cfg.Depth > MaxDepth:
+		return nil, fmt.Errorf("loadgen: Depth %d: want 1 to %d", cfg.Depth, MaxDepth)
+	case cfg.Requests == 0 && cfg.Duration <= 0:
+		return nil, fmt.Errorf("loadgen: Duration %s: want more than 0 (or set Requests)", cfg.Duration)
+	case !(cfg.Rate >= 0) || cfg.Rate > MaxRate:
+		return nil, fmt.Errorf("loadgen: Rate %v: want 0 to %g requests/s", cfg.Rate, float64(MaxRate))
+	case cfg.Drain < 0:
+		return nil, fmt.Errorf("loadgen: Drain %s: want 0 or more", cfg.Drain)
+	case cfg.DialTimeout < 0:
+		return nil, fmt.Errorf("loadgen: DialTimeout %s: want 0 or more", cfg.DialTimeout)
+	case int(cfg.Protocol) >= len(protocolNames):
+		return nil, fmt.Errorf("loadgen: Protocol %d: unknown", cfg.Protocol)
+	case len(cfg.Mix.entries) == 0 || len(cfg.Payloads) != len(cfg.Mix.entries):
+		return nil, errors.New("loadgen: a Mix with one payload template per target is required")
+	}
+	for _, pid := range cfg.ServerPIDs {
+		if pid <= 0 {
+			return nil, fmt.Errorf("loadgen: ServerPIDs: %d is not a process id", pid)
+		}
+	}
+	cfg.Payloads = slices.Clone(cfg.Payloads)
+	cfg.ServerPIDs = slices.Clone(cfg.ServerPIDs)
+	g := &Generator{cfg: cfg}
+	for _, e := range cfg.Mix.entries {
+		g.targets = append(g.targets, []byte("|"+e.Target+"|"))
+	}
+	return g, nil
+}
+
+// Summary returns the report of a run of this Generator.
+func (g *Generator) Summary(res *Result) Summary {
+	return newSummary(g.cfg, res)
+}
+
+// Progress is the state of a run at one progress tick, a plain value.
+type Progress struct {
+	Elapsed    time.Duration // since the first request
 	Sent       int64
 	Answered   int64
-	Rate       float64 // answers per second since the previous tick
-	P99        time.Duration
+	Rate       float64       // answers per second since the previous tick
+	P99        time.Duration // of every answer so far
 	Unmatched  int64
 	ConnErrors int64
 }
 
-// loadResult is the outcome of a run. It is not safe for concurrent use
-// (Hist has no lock of its own); runLoad hands it over complete.
-type loadResult struct {
+// Result is the outcome of a run. It is not safe for concurrent use
+// (Hist has no lock of its own); Run hands it over complete.
+type Result struct {
 	Sent       int64
 	Answered   int64
 	Unmatched  int64 // answers whose TXID matched no outstanding request
@@ -122,7 +198,7 @@ type loadResult struct {
 	// Codes counts answers per Mix entry (by index) and code.
 	Codes []map[string]int64
 	// ServerCPU is the CPU time each of ServerPIDs used during the run.
-	ServerCPU []processCPUUse
+	ServerCPU []ProcessCPU
 	// ClientCPU is the CPU time this process used during the run, so a
 	// benchmark can tell how much of the machine the load itself took.
 	ClientCPU time.Duration
@@ -137,7 +213,7 @@ type loadResult struct {
 // for concurrent use by them: fields set before the goroutines start are
 // read-only afterwards, the rest are atomics or guarded.
 type loadRun struct {
-	cfg      loadConfig
+	cfg      Config
 	start    time.Time
 	deadline int64   // ns since start when sending stops; 0 with Requests
 	interval float64 // ns between requests of the whole run with Rate
@@ -207,7 +283,7 @@ type loadConn struct {
 	line    []byte
 	body    []byte // payload of an HTTP request, built before its header
 
-	// Reader-owned; read by runLoad after both goroutines end.
+	// Reader-owned; read by Run after both goroutines end.
 	codes      []map[string]*int64
 	answered   int64
 	unmatched  int64
@@ -219,34 +295,22 @@ type loadConn struct {
 	answerBody []byte // body of an HTTP answer
 }
 
-// runLoad runs one load test and returns its result. It returns errDialAll
-// (wrapped with the first dial error) when no connection could be opened;
-// connection errors after that are counted in the result. Cancelling ctx
-// stops sending; the outstanding answers still get cfg.Drain.
-func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
-	if cfg.Conns <= 0 {
-		cfg.Conns = 1
-	}
-	if cfg.Depth <= 0 {
-		cfg.Depth = 1
-	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 5 * time.Second
-	}
-	if len(cfg.Mix.entries) == 0 || len(cfg.Payloads) != len(cfg.Mix.entries) {
-		return nil, errors.New("load: a mix with one payload template per target is required")
-	}
+// Run runs one load test and returns its result. It returns ErrDialAll
+// (wrapped with the first dial error) when no connection could be opened,
+// and an error when a server's CPU time cannot be read; connection errors
+// after that are counted in the result. Cancelling ctx stops sending; the
+// outstanding answers still get the Drain.
+func (g *Generator) Run(ctx context.Context) (*Result, error) {
+	cfg := g.cfg
 	r := &loadRun{
 		cfg:       cfg,
+		targets:   g.targets,
 		stop:      make(chan struct{}),
 		cancelled: make(chan struct{}),
 		exhausted: make(chan struct{}),
 		hist:      hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
 		okHist:    hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
 		errSeen:   make(map[string]bool),
-	}
-	for _, e := range cfg.Mix.entries {
-		r.targets = append(r.targets, []byte("|"+e.Target+"|"))
 	}
 	if cfg.Rate > 0 {
 		r.interval = float64(time.Second) / cfg.Rate
@@ -257,7 +321,7 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	if len(conns) == 0 {
 		r.errMu.Lock()
 		defer r.errMu.Unlock()
-		return nil, fmt.Errorf("%w to %s: %s", errDialAll, cfg.Addr, r.errList[0])
+		return nil, fmt.Errorf("%w to %s: %s", ErrDialAll, cfg.Addr, r.errList[0])
 	}
 
 	meters, err := startMeters(cfg.ServerPIDs)
@@ -290,7 +354,7 @@ func runLoad(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	close(progressDone)
 	pwg.Wait()
 
-	res := &loadResult{
+	res := &Result{
 		Sent:        r.sent.Load(),
 		ConnErrors:  r.connErrors.Load(),
 		Wall:        time.Since(wallStart),
@@ -400,8 +464,8 @@ func (r *loadRun) noteError(err error) {
 	}
 }
 
-// runMeters measures the CPU time of the servers, of the tool itself and
-// of the whole machine over a run. It is owned by runLoad's goroutine.
+// runMeters measures the CPU time of the servers, of the generator itself
+// and of the whole machine over a run. It is owned by Run's goroutine.
 type runMeters struct {
 	servers *cpuMeter // nil without ServerPIDs
 	self    *cpuMeter // nil where /proc cannot be read
@@ -412,14 +476,15 @@ type runMeters struct {
 
 // meterReading is what runMeters measured; a plain value.
 type meterReading struct {
-	servers []processCPUUse
+	servers []ProcessCPU
 	self    time.Duration
 	machine time.Duration
 	wall    time.Duration
 }
 
 // startMeters starts measuring. It fails when a server's CPU time cannot
-// be read, since the operator asked for it; the tool's own is best effort.
+// be read, since the operator asked for it; the generator's own is best
+// effort.
 func startMeters(pids []int) (runMeters, error) {
 	var m runMeters
 	if len(pids) > 0 {
@@ -436,8 +501,8 @@ func startMeters(pids []int) (runMeters, error) {
 	return m, nil
 }
 
-// stop returns the CPU time the servers, the tool and the machine used
-// since start. Only a server's is an error to miss.
+// stop returns the CPU time the servers, the generator and the machine
+// used since start. Only a server's is an error to miss.
 func (m runMeters) stop() (meterReading, error) {
 	var r meterReading
 	var err error
@@ -488,7 +553,7 @@ func (r *loadRun) progressLoop(done <-chan struct{}) {
 		r.histMu.Lock()
 		p99 := time.Duration(r.hist.ValueAtQuantile(99)) * time.Microsecond
 		r.histMu.Unlock()
-		r.cfg.Progress(progressSnapshot{
+		r.cfg.Progress(Progress{
 			Elapsed:    elapsed,
 			Sent:       r.sent.Load(),
 			Answered:   answered,
@@ -519,12 +584,12 @@ func (c *loadConn) fail(err error) {
 // it, and its latency is measured from that due time rather than from the
 // moment it was written. A hub that stalls (all Depth slots taken, or a
 // socket that does not drain) therefore shows the stall in the latency of
-// every request that should have gone out meanwhile, instead of the tool
-// quietly waiting with it (coordinated omission). Falling behind the
-// schedule makes the writer send the overdue requests at once.
+// every request that should have gone out meanwhile, instead of the
+// generator quietly waiting with it (coordinated omission). Falling behind
+// the schedule makes the writer send the overdue requests at once.
 //
-// One delay is the tool's own and is left out: Go timers fire up to about
-// a millisecond late, so a request that fell due while its writer was
+// One delay is the generator's own and is left out: Go timers fire up to
+// about a millisecond late, so a request that fell due while its writer was
 // asleep on the timer is measured from the moment the writer woke. Without
 // this, a sub-millisecond hub would look a millisecond slow at any rate.
 func (c *loadConn) writeLoop() {
@@ -575,16 +640,16 @@ func (c *loadConn) writeLoop() {
 func (c *loadConn) appendRequest(b []byte, seq uint64, target int, n uint64) []byte {
 	r := c.run
 	switch r.cfg.Protocol {
-	case wireRedisPing:
+	case ProtocolRedisPing:
 		return append(b, pingRequest...)
-	case wireHTTP:
-		c.body = r.cfg.Payloads[target].appendTo(c.body[:0], n+1, c.id)
+	case ProtocolHTTP:
+		c.body = r.cfg.Payloads[target].AppendTo(c.body[:0], n+1, c.id)
 		var txid [32]byte
 		return appendHTTPRequest(b, r.cfg.Addr, appendLoadTxID(txid[:0], c.id, seq), c.body)
 	}
 	b = appendLoadTxID(b, c.id, seq)
 	b = append(b, r.targets[target]...)
-	b = r.cfg.Payloads[target].appendTo(b, n+1, c.id)
+	b = r.cfg.Payloads[target].AppendTo(b, n+1, c.id)
 	return append(b, '\n')
 }
 
@@ -714,7 +779,7 @@ func (c *loadConn) finishWriting(bw *bufio.Writer) {
 func (c *loadConn) readLoop() {
 	defer c.flushLatencies()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
-	if c.run.cfg.Protocol == wireHTTP {
+	if c.run.cfg.Protocol == ProtocolHTTP {
 		c.readHTTP(br)
 		return
 	}
@@ -761,7 +826,7 @@ func (c *loadConn) endRead(err error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		err = errors.New("connection closed by the hub")
-	case errors.Is(err, io.ErrUnexpectedEOF) && c.run.cfg.Protocol == wireHTTP:
+	case errors.Is(err, io.ErrUnexpectedEOF) && c.run.cfg.Protocol == ProtocolHTTP:
 		// http.ReadResponse reports a close between answers this way.
 		err = errors.New("connection closed by the target")
 	}
@@ -828,7 +893,7 @@ func (c *loadConn) nextInOrder() uint64 {
 // handle processes one answer line and reports whether the reader is done.
 func (c *loadConn) handle(line []byte) bool {
 	r := c.run
-	if r.cfg.Protocol == wireRedisPing {
+	if r.cfg.Protocol == ProtocolRedisPing {
 		code, ok := parseRedisReply(line)
 		if !ok {
 			c.malformed++
@@ -836,7 +901,7 @@ func (c *loadConn) handle(line []byte) bool {
 		}
 		return c.complete(c.nextInOrder(), code)
 	}
-	txid, code, _, ok := parseAnswer(line)
+	txid, code, _, ok := ParseAnswer(line)
 	if !ok {
 		c.malformed++
 		return false
@@ -873,7 +938,7 @@ func (c *loadConn) complete(seq uint64, code []byte) bool {
 	now := r.now()
 	c.lastAnswer = now
 	c.latencies = append(c.latencies, now-at)
-	c.latencyOK = append(c.latencyOK, codeSucceeded(code))
+	c.latencyOK = append(c.latencyOK, CodeSucceeded(code))
 	if len(c.latencies) == latencyBatch {
 		c.flushLatencies()
 	}

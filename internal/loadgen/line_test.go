@@ -1,9 +1,8 @@
-package main
+package loadgen
 
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,27 +26,20 @@ func TestValidTxID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, validTxID(tt.in))
+			assert.Equal(t, tt.want, ValidTxID(tt.in))
 		})
 	}
 }
 
-func TestNewTxIDIsValidAndDistinct(t *testing.T) {
-	now := time.Date(2026, 11, 30, 5, 31, 19, 0, time.UTC)
-	a, b := newTxID(now), newTxID(now)
-	assert.True(t, validTxID(a), a)
-	assert.NotEqual(t, a, b, "two ids in the same millisecond")
-}
-
 func TestValidTargetAndPayload(t *testing.T) {
-	assert.True(t, validTarget("CORE"))
+	assert.True(t, ValidTarget("CORE"))
 	for _, bad := range []string{"", "CO|RE", "CO RE", "CORE\n", "\x7f"} {
-		assert.False(t, validTarget(bad), "%q", bad)
+		assert.False(t, ValidTarget(bad), "%q", bad)
 	}
-	assert.True(t, validPayload(""))
-	assert.True(t, validPayload("XFER A|B 10"), "a payload may hold '|'")
-	assert.False(t, validPayload("BAL A\nX|CORE|BAL B"))
-	assert.False(t, validPayload("BAL A\r"))
+	assert.True(t, ValidPayload(""))
+	assert.True(t, ValidPayload("XFER A|B 10"), "a payload may hold '|'")
+	assert.False(t, ValidPayload("BAL A\nX|CORE|BAL B"))
+	assert.False(t, ValidPayload("BAL A\r"))
 }
 
 func TestParseAnswer(t *testing.T) {
@@ -71,7 +63,7 @@ func TestParseAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			txid, code, msg, ok := parseAnswer([]byte(tt.line))
+			txid, code, msg, ok := ParseAnswer([]byte(tt.line))
 			require.Equal(t, tt.ok, ok)
 			assert.Equal(t, tt.txid, string(txid))
 			assert.Equal(t, tt.code, string(code))
@@ -99,7 +91,7 @@ func TestCodeSucceeded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
-			assert.Equal(t, tt.want, codeSucceeded([]byte(tt.code)))
+			assert.Equal(t, tt.want, CodeSucceeded([]byte(tt.code)))
 		})
 	}
 }
@@ -110,7 +102,7 @@ func TestLoadTxIDRoundTrip(t *testing.T) {
 		seq  uint64
 	}{{1, 1}, {16, 0}, {9999, 1 << 40}, {1, 18446744073709551} /* 17 digits */} {
 		b := appendLoadTxID(nil, tc.conn, tc.seq)
-		require.True(t, validTxID(string(b)), "%s", b)
+		require.True(t, ValidTxID(string(b)), "%s", b)
 		conn, seq, ok := parseLoadTxID(b)
 		require.True(t, ok, "%s", b)
 		assert.Equal(t, tc.conn, conn)
@@ -134,7 +126,7 @@ func TestParseLoadTxIDDoesNotAllocate(t *testing.T) {
 	txid := []byte("L12-345678")
 	allocs := testing.AllocsPerRun(100, func() {
 		_, _, _ = parseLoadTxID(txid)
-		_, _, _, _ = parseAnswer([]byte("L12-345678|0000|ok\n"))
+		_, _, _, _ = ParseAnswer([]byte("L12-345678|0000|ok\n"))
 	})
 	assert.Zero(t, allocs)
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"os"
@@ -111,5 +111,5 @@ func TestNewCPUSummary(t *testing.T) {
 	assert.InDelta(t, 5.0, s.PerAnswer, 1e-9, "1.5s over 300000 answers is 5µs each")
 	assert.InDelta(t, 0.3, s.Utilisation, 1e-9)
 
-	assert.Equal(t, cpuSummary{PID: 1}, newCPUSummary(1, 0, 0, 0), "no answers, no division by zero")
+	assert.Equal(t, CPUSummary{PID: 1}, newCPUSummary(1, 0, 0, 0), "no answers, no division by zero")
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 // Placeholders of a payload template.
 const (
 	placeholderN    = "{n}"    // the request number, 1, 2, 3, ... over the whole run
-	placeholderConn = "{conn}" // the connection number, 1 to --conns
+	placeholderConn = "{conn}" // the connection number, 1 to Config.Conns
 )
 
 type segmentKind uint8
@@ -25,20 +25,20 @@ type segment struct {
 	lit  string
 }
 
-// template is a parsed payload template. It is read-only after
-// parseTemplate, so it is safe for concurrent use.
-type template struct {
+// Template is a parsed payload template. It is read-only after
+// ParseTemplate, so it is safe for concurrent use.
+type Template struct {
 	segs []segment
 }
 
-// parseTemplate parses a payload template in which {n} stands for the
+// ParseTemplate parses a payload template in which {n} stands for the
 // request number and {conn} for the connection number. Any other brace is
 // literal text. A line break is refused: it would end the request line.
-func parseTemplate(s string) (template, error) {
-	if !validPayload(s) {
-		return template{}, fmt.Errorf("payload template %q: holds a line break", s)
+func ParseTemplate(s string) (Template, error) {
+	if !ValidPayload(s) {
+		return Template{}, fmt.Errorf("payload template %q: holds a line break", s)
 	}
-	var t template
+	var t Template
 	for s != "" {
 		i := strings.IndexByte(s, '{')
 		if i < 0 {
@@ -63,7 +63,7 @@ func parseTemplate(s string) (template, error) {
 }
 
 // literal appends lit, merging it with a literal segment before it.
-func (t template) literal(lit string) template {
+func (t Template) literal(lit string) Template {
 	if lit == "" {
 		return t
 	}
@@ -75,8 +75,8 @@ func (t template) literal(lit string) template {
 	return t
 }
 
-// appendTo appends the payload of request n on connection conn to b.
-func (t template) appendTo(b []byte, n uint64, conn int) []byte {
+// AppendTo appends the payload of request n on connection conn to b.
+func (t Template) AppendTo(b []byte, n uint64, conn int) []byte {
 	for _, s := range t.segs {
 		switch s.kind {
 		case segLiteral:

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bytes"
@@ -8,46 +8,49 @@ import (
 	"strings"
 )
 
-// wireProtocol is what a load run speaks on its connections. Besides the
-// hub's own line protocol, load can drive two reference servers with the
-// same connections, depth, pacing and histogram, so a benchmark compares
-// servers rather than load generators: redis answering inline PING, and a
-// target (a fixture) spoken to directly over HTTP/1.1 keep-alive.
-type wireProtocol uint8
+// Protocol is what a load run speaks on its connections. Besides the
+// hub's own line protocol, a Generator can drive two reference servers with
+// the same connections, depth, pacing and histogram, so a benchmark
+// compares servers rather than load generators: redis answering inline
+// PING, and a target (a fixture) spoken to directly over HTTP/1.1
+// keep-alive.
+type Protocol uint8
 
 const (
-	// wireRelay is the hub's line protocol; answers are matched by TXID and
-	// may come back in any order.
-	wireRelay wireProtocol = iota
-	// wireRedisPing sends the inline command PING; redis answers in order,
-	// +PONG, so answers are matched to requests by position.
-	wireRedisPing
-	// wireHTTP posts each payload to /tx as the hub does (SPEC §4), with
+	// ProtocolRelay is the hub's line protocol; answers are matched by TXID
+	// and may come back in any order.
+	ProtocolRelay Protocol = iota
+	// ProtocolRedisPing sends the inline command PING; redis answers in
+	// order, +PONG, so answers are matched to requests by position.
+	ProtocolRedisPing
+	// ProtocolHTTP posts each payload to /tx as the hub does (SPEC §4), with
 	// requests pipelined when the depth is above 1; HTTP/1.1 answers in
 	// order, so they are matched by position.
-	wireHTTP
+	ProtocolHTTP
 )
 
-// wireNames are the --protocol values, in wireProtocol order.
-var wireNames = [...]string{"relay", "redis-ping", "http"}
+// protocolNames are the names of the protocols, in Protocol order.
+var protocolNames = [...]string{"relay", "redis-ping", "http"}
 
-func (p wireProtocol) String() string { return wireNames[p] }
+// String returns the protocol's name, as ParseProtocol reads it.
+func (p Protocol) String() string { return protocolNames[p] }
 
-// parseWire reads a --protocol value.
-func parseWire(s string) (wireProtocol, error) {
-	for i, n := range wireNames {
+// ParseProtocol reads a protocol's name: relay, redis-ping or http, in any
+// case.
+func ParseProtocol(s string) (Protocol, error) {
+	for i, n := range protocolNames {
 		if strings.EqualFold(s, n) {
-			return wireProtocol(i), nil
+			return Protocol(i), nil
 		}
 	}
-	return 0, fmt.Errorf("protocol %q: want one of %s", s, strings.Join(wireNames[:], ", "))
+	return 0, fmt.Errorf("protocol %q: want one of %s", s, strings.Join(protocolNames[:], ", "))
 }
 
 // inOrder reports whether the server answers requests in the order they
 // were sent, which is how its answers are matched.
-func (p wireProtocol) inOrder() bool { return p != wireRelay }
+func (p Protocol) inOrder() bool { return p != ProtocolRelay }
 
-// pingRequest is the whole request of wireRedisPing: an inline command.
+// pingRequest is the whole request of ProtocolRedisPing: an inline command.
 const pingRequest = "PING\r\n"
 
 // parseRedisReply reads the answer code of a one-line redis reply: the word
@@ -84,7 +87,7 @@ func appendHTTPRequest(b []byte, host string, txid, payload []byte) []byte {
 // 200 the "code" of its JSON body when it is four characters long, as a
 // healthy target sends (SPEC §4); otherwise "HTTP" and the status, such as
 // HTTP500, or HTTP200 for a body without a code. It scans for the field
-// rather than decoding the body, so the load tool spends little of the
+// rather than decoding the body, so the generator spends little of the
 // machine on it.
 func httpAnswerCode(status int, body []byte) []byte {
 	if status == http.StatusOK {

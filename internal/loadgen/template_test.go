@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"testing"
@@ -26,32 +26,32 @@ func TestTemplate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tmpl, err := parseTemplate(tt.tmpl)
+			tmpl, err := ParseTemplate(tt.tmpl)
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, string(tmpl.appendTo([]byte(nil), tt.n, tt.conn)))
+			assert.Equal(t, tt.want, string(tmpl.AppendTo([]byte(nil), tt.n, tt.conn)))
 		})
 	}
 }
 
 func TestTemplateAppendsToExistingBytes(t *testing.T) {
-	tmpl, err := parseTemplate("BAL {n}")
+	tmpl, err := ParseTemplate("BAL {n}")
 	require.NoError(t, err)
-	assert.Equal(t, "L1-1|CORE|BAL 9", string(tmpl.appendTo([]byte("L1-1|CORE|"), 9, 1)))
+	assert.Equal(t, "L1-1|CORE|BAL 9", string(tmpl.AppendTo([]byte("L1-1|CORE|"), 9, 1)))
 }
 
 func TestTemplateRejectsLineBreak(t *testing.T) {
 	for _, bad := range []string{"BAL\n{n}", "BAL {n}\r"} {
-		_, err := parseTemplate(bad)
+		_, err := ParseTemplate(bad)
 		assert.ErrorContains(t, err, "line break")
 	}
 }
 
 func TestTemplateAppendDoesNotAllocate(t *testing.T) {
-	tmpl, err := parseTemplate("XFER A{conn} B{n} 100")
+	tmpl, err := ParseTemplate("XFER A{conn} B{n} 100")
 	require.NoError(t, err)
 	buf := make([]byte, 0, 128)
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = tmpl.appendTo(buf[:0], 123456, 7)
+		buf = tmpl.AppendTo(buf[:0], 123456, 7)
 	})
 	assert.Zero(t, allocs)
 }

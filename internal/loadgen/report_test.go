@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bytes"
@@ -33,18 +33,18 @@ func TestLatencyPercentiles(t *testing.T) {
 }
 
 func TestLatencyPercentilesEmpty(t *testing.T) {
-	assert.Equal(t, latencySummary{}, latencyPercentiles(newHist()))
+	assert.Equal(t, LatencySummary{}, latencyPercentiles(newHist()))
 }
 
-func sampleSummary(t *testing.T) loadSummary {
+func sampleSummary(t *testing.T) Summary {
 	t.Helper()
-	m, err := parseMix("CORE=70,CLAIM=30")
+	m, err := ParseMix("CORE=70,CLAIM=30")
 	require.NoError(t, err)
 	h := newHist()
 	for _, us := range []int64{100, 200, 300, 400, 1500} {
 		require.NoError(t, h.RecordValue(us))
 	}
-	return newLoadSummary(loadConfig{Addr: "127.0.0.1:9200", Conns: 16, Depth: 1, Mix: m}, &loadResult{
+	return newSummary(Config{Addr: "127.0.0.1:9200", Conns: 16, Depth: 1, Mix: m}, &Result{
 		Sent:      7,
 		Answered:  5,
 		Missing:   2,
@@ -60,7 +60,7 @@ func sampleSummary(t *testing.T) loadSummary {
 
 func TestSummaryText(t *testing.T) {
 	var buf bytes.Buffer
-	require.NoError(t, sampleSummary(t).writeText(&buf))
+	require.NoError(t, sampleSummary(t).WriteText(&buf))
 	want := "" +
 		"target      127.0.0.1:9200, 16 conns, depth 1, closed loop, mix CORE=70,CLAIM=30\n" +
 		"requests    sent 7, answered 5 in 2.000s\n" +
@@ -88,22 +88,22 @@ func TestSummaryJSON(t *testing.T) {
 }
 
 func TestSummaryProblems(t *testing.T) {
-	assert.Equal(t, "1 unmatched answers, 2 missing answers", sampleSummary(t).problems())
-	assert.Empty(t, loadSummary{Sent: 5, Answered: 5}.problems())
+	assert.Equal(t, "1 unmatched answers, 2 missing answers", sampleSummary(t).Problems())
+	assert.Empty(t, Summary{Sent: 5, Answered: 5}.Problems())
 	assert.Equal(t, "1 malformed answer lines, 3 connection errors",
-		loadSummary{Malformed: 1, ConnErrors: 3}.problems())
+		Summary{Malformed: 1, ConnErrors: 3}.Problems())
 }
 
 func TestRateModeShownInSummary(t *testing.T) {
 	s := sampleSummary(t)
 	s.Rate = 2500
 	var buf bytes.Buffer
-	require.NoError(t, s.writeText(&buf))
+	require.NoError(t, s.WriteText(&buf))
 	assert.Contains(t, buf.String(), "depth 1, rate 2500/s, mix")
 }
 
 func TestProgressPrinter(t *testing.T) {
-	snap := progressSnapshot{Elapsed: 2 * time.Second, Sent: 2000, Answered: 1990, Rate: 1000, P99: 1500 * time.Microsecond}
+	snap := Progress{Elapsed: 2 * time.Second, Sent: 2000, Answered: 1990, Rate: 1000, P99: 1500 * time.Microsecond}
 	line := "  2.0s  sent 2000  answered 1990  1000/s  p99 1.5ms"
 	tests := []struct {
 		name string
@@ -116,17 +116,17 @@ func TestProgressPrinter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			p := &progressPrinter{w: &buf, tty: tt.tty}
-			p.print(snap)
-			p.print(snap)
-			p.finish()
+			p := &ProgressPrinter{W: &buf, TTY: tt.tty}
+			p.Print(snap)
+			p.Print(snap)
+			p.Finish()
 			assert.Equal(t, tt.want, buf.String())
 		})
 	}
 }
 
 func TestProgressShowsErrorsOnlyWhenThereAreSome(t *testing.T) {
-	s := progressSnapshot{Elapsed: time.Second, Unmatched: 2, ConnErrors: 1}
+	s := Progress{Elapsed: time.Second, Unmatched: 2, ConnErrors: 1}
 	assert.Contains(t, formatProgress(s), "unmatched 2  conn errors 1")
-	assert.NotContains(t, formatProgress(progressSnapshot{}), "unmatched")
+	assert.NotContains(t, formatProgress(Progress{}), "unmatched")
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bufio"
@@ -18,30 +18,31 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
+	"github.com/relayhub/relayhub/internal/fakerelay"
 )
 
 func TestParseWire(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    wireProtocol
+		want    Protocol
 		wantErr bool
 	}{
-		{"relay", wireRelay, false},
-		{"redis-ping", wireRedisPing, false},
-		{"HTTP", wireHTTP, false},
+		{"relay", ProtocolRelay, false},
+		{"redis-ping", ProtocolRedisPing, false},
+		{"HTTP", ProtocolHTTP, false},
 		{"redis", 0, true},
 		{"", 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseWire(tt.in)
+			got, err := ParseProtocol(tt.in)
 			if tt.wantErr {
 				assert.ErrorContains(t, err, "want one of relay, redis-ping, http")
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, tt.want != wireRelay, got.inOrder())
+			assert.Equal(t, tt.want != ProtocolRelay, got.inOrder())
 		})
 	}
 }
@@ -166,7 +167,7 @@ func TestLoadRedisPing(t *testing.T) {
 		t.Run("depth "+strconv.Itoa(depth), func(t *testing.T) {
 			f := newFakeRedis(t)
 			cfg := testLoadConfig(t, f.ln.Addr().String())
-			cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireRedisPing, 4, depth, 1000
+			cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolRedisPing, 4, depth, 1000
 
 			res := runTestLoad(t, cfg)
 
@@ -191,16 +192,16 @@ func TestLoadHTTPStraightToFixture(t *testing.T) {
 	}
 	ts.Start()
 	t.Cleanup(ts.Close)
-	m, err := parseMix("CORE=1,BAD=1")
+	m, err := ParseMix("CORE=1,BAD=1")
 	require.NoError(t, err)
-	good, err := parseTemplate("BAL ACC{conn}")
+	good, err := ParseTemplate("BAL ACC{conn}")
 	require.NoError(t, err)
-	bad, err := parseTemplate("NOPE {n}")
+	bad, err := ParseTemplate("NOPE {n}")
 	require.NoError(t, err)
 
 	cfg := testLoadConfig(t, strings.TrimPrefix(ts.URL, "http://"))
-	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireHTTP, 4, 2, 600
-	cfg.Mix, cfg.Payloads = m, []template{good, bad}
+	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolHTTP, 4, 2, 600
+	cfg.Mix, cfg.Payloads = m, []Template{good, bad}
 
 	res := runTestLoad(t, cfg)
 
@@ -221,7 +222,7 @@ func TestLoadHTTPCountsConnectionClosedByTarget(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	cfg := testLoadConfig(t, strings.TrimPrefix(ts.URL, "http://"))
-	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = wireHTTP, 1, 1, 5
+	cfg.Protocol, cfg.Conns, cfg.Depth, cfg.Requests = ProtocolHTTP, 1, 1, 5
 
 	res := runTestLoad(t, cfg)
 
@@ -259,31 +260,15 @@ func keys(m map[string]int64) []string {
 	return out
 }
 
-func TestParseLoadBenchmarkFlags(t *testing.T) {
-	c, _, err := parse(t, "load", "--protocol", "redis-ping", "--server-pid", "12", "--server-pid", "34")
-	require.NoError(t, err)
-	cfg, err := c.Load.config()
-	require.NoError(t, err)
-	assert.Equal(t, wireRedisPing, cfg.Protocol)
-	assert.Equal(t, []int{12, 34}, cfg.ServerPIDs)
-
-	_, _, err = parse(t, "load", "--protocol", "smtp")
-	assert.ErrorContains(t, err, "--protocol")
-	_, _, err = parse(t, "load", "--server-pid=-1")
-	assert.ErrorContains(t, err, "--server-pid -1")
-	_, _, err = parse(t, "idle", "--conns", "0")
-	assert.ErrorContains(t, err, "--conns 0")
-}
-
 func TestLoadMeasuresServerCPU(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc on this system")
 	}
-	f := newFakeRelay(t, fakeConfig{})
+	f := fakerelay.New(t, fakerelay.Config{})
 
 	t.Run("a running server", func(t *testing.T) {
 		// The fake relay runs in this process, so its pid is ours.
-		cfg := testLoadConfig(t, f.addr)
+		cfg := testLoadConfig(t, f.Addr)
 		cfg.ServerPIDs = []int{os.Getpid()}
 
 		res := runTestLoad(t, cfg)
@@ -294,10 +279,10 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 		assert.Positive(t, res.MeterWall, "the machine's CPU time was read too")
 	})
 	t.Run("a server that does not exist", func(t *testing.T) {
-		cfg := testLoadConfig(t, f.addr)
+		cfg := testLoadConfig(t, f.Addr)
 		cfg.ServerPIDs = []int{1 << 30}
 
-		_, err := runLoad(t.Context(), cfg)
+		_, err := newGenerator(t, cfg).Run(t.Context())
 
 		assert.ErrorContains(t, err, "cpu time of pid 1073741824")
 	})
@@ -305,16 +290,16 @@ func TestLoadMeasuresServerCPU(t *testing.T) {
 
 func TestLoadKeepsLatencyOfProcessedTransactionsApart(t *testing.T) {
 	// Given a hub that processes CORE (0000) and refuses CLAIM (E905)
-	f := newFakeRelay(t, fakeConfig{Code: func(target string) string {
+	f := fakerelay.New(t, fakerelay.Config{Code: func(target string) string {
 		if target == "CLAIM" {
 			return "E905"
 		}
 		return "0000"
 	}})
-	cfg := testLoadConfig(t, f.addr)
-	m, err := parseMix("CORE=1,CLAIM=1")
+	cfg := testLoadConfig(t, f.Addr)
+	m, err := ParseMix("CORE=1,CLAIM=1")
 	require.NoError(t, err)
-	cfg.Mix, cfg.Payloads, cfg.Requests = m, []template{cfg.Payloads[0], cfg.Payloads[0]}, 1000
+	cfg.Mix, cfg.Payloads, cfg.Requests = m, []Template{cfg.Payloads[0], cfg.Payloads[0]}, 1000
 
 	res := runTestLoad(t, cfg)
 
@@ -322,6 +307,6 @@ func TestLoadKeepsLatencyOfProcessedTransactionsApart(t *testing.T) {
 	assert.Equal(t, int64(1000), res.Hist.TotalCount())
 	assert.Equal(t, res.Codes[0]["0000"], res.OKHist.TotalCount())
 	assert.Positive(t, res.Codes[1]["E905"])
-	sum := newLoadSummary(cfg, res)
+	sum := newGenerator(t, cfg).Summary(res)
 	assert.Equal(t, res.Codes[0]["0000"], sum.OKAnswered)
 }

@@ -1,20 +1,17 @@
-package main
+package loadgen
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"strconv"
-	"time"
 )
 
-// maxTxIDLen is the longest TXID the hub accepts (SPEC §2).
-const maxTxIDLen = 64
+// MaxTxIDLen is the longest TXID the hub accepts (SPEC §2).
+const MaxTxIDLen = 64
 
-// validTxID reports whether s is a TXID the hub accepts: 1 to 64 characters
+// ValidTxID reports whether s is a TXID the hub accepts: 1 to 64 characters
 // of A-Z a-z 0-9 . _ : -.
-func validTxID(s string) bool {
-	if len(s) == 0 || len(s) > maxTxIDLen {
+func ValidTxID(s string) bool {
+	if len(s) == 0 || len(s) > MaxTxIDLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -29,19 +26,10 @@ func validTxID(s string) bool {
 	return true
 }
 
-// newTxID returns a TXID for a single send: the time in milliseconds (base
-// 36) and 32 random bits, so two operators sending in the same millisecond
-// still get distinct ids in the hub's logs.
-func newTxID(now time.Time) string {
-	var r [4]byte
-	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails on supported platforms.
-	return "ctl-" + strconv.FormatInt(now.UnixMilli(), 36) + "-" + hex.EncodeToString(r[:])
-}
-
-// validTarget reports whether s can travel as the TARGET field of a request
+// ValidTarget reports whether s can travel as the TARGET field of a request
 // line: not empty, and free of the field separator, spaces and control
 // characters. Whether the hub knows the target is for the hub to answer.
-func validTarget(s string) bool {
+func ValidTarget(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -53,9 +41,9 @@ func validTarget(s string) bool {
 	return true
 }
 
-// validPayload reports whether s can travel as the PAYLOAD field: anything
+// ValidPayload reports whether s can travel as the PAYLOAD field: anything
 // but a line break, which would end the request line early.
-func validPayload(s string) bool {
+func ValidPayload(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\n' || s[i] == '\r' {
 			return false
@@ -64,11 +52,11 @@ func validPayload(s string) bool {
 	return true
 }
 
-// parseAnswer splits a response line TXID|CODE|MESSAGE, with or without its
+// ParseAnswer splits a response line TXID|CODE|MESSAGE, with or without its
 // line ending, into its fields. The message is everything after the second
 // '|'. The returned slices alias line. ok is false when the line does not
 // have that shape (fewer than two separators, or an empty TXID or CODE).
-func parseAnswer(line []byte) (txid, code, msg []byte, ok bool) {
+func ParseAnswer(line []byte) (txid, code, msg []byte, ok bool) {
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	i := bytes.IndexByte(line, '|')
@@ -83,10 +71,10 @@ func parseAnswer(line []byte) (txid, code, msg []byte, ok bool) {
 	return line[:i], rest[:j], rest[j+1:], true
 }
 
-// codeSucceeded reports whether an answer code means the target processed
+// CodeSucceeded reports whether an answer code means the target processed
 // the transaction: 0000, or a business rejection Bnnn relayed from a healthy
 // target.
-func codeSucceeded(code []byte) bool {
+func CodeSucceeded(code []byte) bool {
 	if string(code) == "0000" {
 		return true
 	}

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"math/rand/v2"
@@ -23,7 +23,7 @@ func TestParseMix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := parseMix(tt.in)
+			m, err := ParseMix(tt.in)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, m.entries)
 		})
@@ -46,7 +46,7 @@ func TestParseMixRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseMix(tt.in)
+			_, err := ParseMix(tt.in)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.wantErr)
 		})
@@ -54,7 +54,7 @@ func TestParseMixRejects(t *testing.T) {
 }
 
 func TestMixPickBoundaries(t *testing.T) {
-	m, err := parseMix("A=2,B=0,C=3")
+	m, err := ParseMix("A=2,B=0,C=3")
 	require.NoError(t, err)
 	require.Equal(t, 5, m.total())
 	// The numbers 0..4 fall on A, A, C, C, C: a zero weight is never picked.
@@ -65,7 +65,7 @@ func TestMixPickBoundaries(t *testing.T) {
 }
 
 func TestMixPickFollowsWeights(t *testing.T) {
-	m, err := parseMix("CORE=70,CLAIM=30")
+	m, err := ParseMix("CORE=70,CLAIM=30")
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 100000
@@ -80,7 +80,7 @@ func TestMixPickFollowsWeights(t *testing.T) {
 }
 
 func TestMixString(t *testing.T) {
-	m, err := parseMix("core,claim=3")
+	m, err := ParseMix("core,claim=3")
 	require.NoError(t, err)
 	assert.Equal(t, "CORE=1,CLAIM=3", m.String())
 }

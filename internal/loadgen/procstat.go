@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bytes"
@@ -105,9 +105,9 @@ func startCPUMeter(pids []int) (*cpuMeter, error) {
 	return m, nil
 }
 
-// processCPUUse is the CPU time one process used during a run; a plain
+// ProcessCPU is the CPU time one process used during a run; a plain
 // value.
-type processCPUUse struct {
+type ProcessCPU struct {
 	PID int
 	CPU time.Duration
 }
@@ -115,8 +115,8 @@ type processCPUUse struct {
 // stop returns the CPU time each process used since startCPUMeter. A
 // process that has gone away meanwhile is reported with the error and no
 // time.
-func (m *cpuMeter) stop() ([]processCPUUse, error) {
-	out := make([]processCPUUse, len(m.pids))
+func (m *cpuMeter) stop() ([]ProcessCPU, error) {
+	out := make([]ProcessCPU, len(m.pids))
 	var errs []error
 	for i, pid := range m.pids {
 		out[i].PID = pid

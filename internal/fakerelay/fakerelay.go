@@ -1,4 +1,14 @@
-package main
+// Package fakerelay is a tiny stand-in for the hub's client port, for
+// tests of the tools that drive it: it speaks the line protocol over
+// loopback and misbehaves as its Config says (answers out of order, drops,
+// stray and garbage lines, hang-ups, silence).
+//
+// Typical use:
+//
+//	f := fakerelay.New(t, fakerelay.Config{DropNth: 10})
+//	// ... send 50 requests to f.Addr ...
+//	assert.Equal(t, int64(50), f.Lines())
+package fakerelay
 
 import (
 	"bufio"
@@ -13,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fakeConfig sets how a fakeRelay misbehaves. The zero value answers every
-// line at once, in order, with TXID|0000|ok.
-type fakeConfig struct {
+// Config sets how a Relay misbehaves. The zero value answers every line at
+// once, in order, with TXID|0000|ok.
+type Config struct {
 	// Code returns the answer code for a target; nil answers 0000.
 	Code func(target string) string
 	// Hold keeps answers back until this many are pending on a connection,
@@ -40,12 +50,13 @@ type fakeConfig struct {
 	AnswerTxID string
 }
 
-// fakeRelay is a tiny stand-in for the hub's client port, speaking the
-// line protocol over loopback. It is safe for concurrent use.
-type fakeRelay struct {
-	cfg  fakeConfig
-	ln   net.Listener
-	addr string
+// Relay is a running fake hub. It is safe for concurrent use.
+type Relay struct {
+	// Addr is the address it listens on, host:port.
+	Addr string
+
+	cfg Config
+	ln  net.Listener
 
 	lines     atomic.Int64 // request lines read over all connections
 	reordered atomic.Int64 // batches answered newest first
@@ -55,17 +66,29 @@ type fakeRelay struct {
 	wg    conc.WaitGroup
 }
 
-func newFakeRelay(t testing.TB, cfg fakeConfig) *fakeRelay {
+// New starts a fake hub on an ephemeral loopback port. It is closed when
+// the test ends.
+func New(t testing.TB, cfg Config) *Relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	f := &fakeRelay{cfg: cfg, ln: ln, addr: ln.Addr().String(), conns: make(map[net.Conn]bool)}
+	f := &Relay{cfg: cfg, ln: ln, Addr: ln.Addr().String(), conns: make(map[net.Conn]bool)}
 	f.wg.Go(f.acceptLoop)
-	t.Cleanup(f.close)
+	t.Cleanup(f.Close)
 	return f
 }
 
-func (f *fakeRelay) close() {
+// Lines returns the number of request lines read over all connections.
+func (f *Relay) Lines() int64 { return f.lines.Load() }
+
+// Reordered returns the number of batches answered newest first (see
+// Config.Hold).
+func (f *Relay) Reordered() int64 { return f.reordered.Load() }
+
+// Close stops listening, closes every connection and waits for their
+// goroutines. Calling it more than once is harmless, so a test can close
+// the hub early to get an address nobody listens on.
+func (f *Relay) Close() {
 	_ = f.ln.Close()
 	f.mu.Lock()
 	for c := range f.conns {
@@ -75,7 +98,7 @@ func (f *fakeRelay) close() {
 	f.wg.Wait()
 }
 
-func (f *fakeRelay) acceptLoop() {
+func (f *Relay) acceptLoop() {
 	for {
 		c, err := f.ln.Accept()
 		if err != nil {
@@ -88,7 +111,7 @@ func (f *fakeRelay) acceptLoop() {
 	}
 }
 
-func (f *fakeRelay) serveConn(c net.Conn) {
+func (f *Relay) serveConn(c net.Conn) {
 	defer func() {
 		f.mu.Lock()
 		delete(f.conns, c)
@@ -147,7 +170,7 @@ func (f *fakeRelay) serveConn(c net.Conn) {
 }
 
 // appendAnswer appends the answer line to one request line to b.
-func (f *fakeRelay) appendAnswer(b, line []byte) []byte {
+func (f *Relay) appendAnswer(b, line []byte) []byte {
 	txid, rest, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte{'|'})
 	target, _, _ := bytes.Cut(rest, []byte{'|'})
 	if f.cfg.AnswerTxID != "" {

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"errors"
@@ -17,33 +17,33 @@ type mixEntry struct {
 	Weight int
 }
 
-// mix picks a target for each load request in proportion to the weights.
-// It is read-only after parseMix, so it is safe for concurrent use; the
+// Mix picks a target for each load request in proportion to the weights.
+// It is read-only after ParseMix, so it is safe for concurrent use; the
 // random numbers come from each caller's own source.
-type mix struct {
+type Mix struct {
 	entries []mixEntry
 	cum     []int // cum[i] is the sum of the weights of entries[0..i]
 }
 
-// parseMix parses a mix such as "CORE=70,CLAIM=30". Target names are
+// ParseMix parses a mix such as "CORE=70,CLAIM=30". Target names are
 // upper-cased (the hub's canonical form); a name without "=WEIGHT" weighs 1;
 // a weight of 0 keeps the target in the report but never picks it.
-func parseMix(s string) (mix, error) {
-	var m mix
+func ParseMix(s string) (Mix, error) {
+	var m Mix
 	seen := make(map[string]bool)
 	total := 0
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return mix{}, fmt.Errorf("mix %q: empty item", s)
+			return Mix{}, fmt.Errorf("mix %q: empty item", s)
 		}
 		name, weight, hasWeight := strings.Cut(item, "=")
 		name = strings.ToUpper(strings.TrimSpace(name))
-		if !validTarget(name) {
-			return mix{}, fmt.Errorf("mix %q: bad target name %q", s, name)
+		if !ValidTarget(name) {
+			return Mix{}, fmt.Errorf("mix %q: bad target name %q", s, name)
 		}
 		if seen[name] {
-			return mix{}, fmt.Errorf("mix %q: target %s given twice", s, name)
+			return Mix{}, fmt.Errorf("mix %q: target %s given twice", s, name)
 		}
 		seen[name] = true
 		w := 1
@@ -51,7 +51,7 @@ func parseMix(s string) (mix, error) {
 			var err error
 			w, err = strconv.Atoi(strings.TrimSpace(weight))
 			if err != nil || w < 0 || w > maxMixWeight {
-				return mix{}, fmt.Errorf("mix %q: weight of %s must be an integer from 0 to %d", s, name, maxMixWeight)
+				return Mix{}, fmt.Errorf("mix %q: weight of %s must be an integer from 0 to %d", s, name, maxMixWeight)
 			}
 		}
 		total += w
@@ -59,18 +59,18 @@ func parseMix(s string) (mix, error) {
 		m.cum = append(m.cum, total)
 	}
 	if total == 0 {
-		return mix{}, errors.New("mix " + strconv.Quote(s) + ": weights add up to 0")
+		return Mix{}, errors.New("mix " + strconv.Quote(s) + ": weights add up to 0")
 	}
 	return m, nil
 }
 
 // total returns the sum of the weights; pick takes a number below it.
-func (m mix) total() int { return m.cum[len(m.cum)-1] }
+func (m Mix) total() int { return m.cum[len(m.cum)-1] }
 
 // pick returns the index of the target that the uniform random number r,
 // 0 <= r < m.total(), falls on. A linear scan beats a binary search for the
 // handful of targets a hub has.
-func (m mix) pick(r int) int {
+func (m Mix) pick(r int) int {
 	for i, c := range m.cum {
 		if r < c {
 			return i
@@ -79,8 +79,19 @@ func (m mix) pick(r int) int {
 	return len(m.cum) - 1
 }
 
-// String returns the mix in the form parseMix reads.
-func (m mix) String() string {
+// index returns the position of the entry for target, or -1 when the mix
+// has none.
+func (m Mix) index(target string) int {
+	for i, e := range m.entries {
+		if e.Target == target {
+			return i
+		}
+	}
+	return -1
+}
+
+// String returns the mix in the form ParseMix reads.
+func (m Mix) String() string {
 	parts := make([]string, len(m.entries))
 	for i, e := range m.entries {
 		parts[i] = e.Target + "=" + strconv.Itoa(e.Weight)

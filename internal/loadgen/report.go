@@ -1,6 +1,7 @@
-package main
+package loadgen
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -14,8 +15,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// latencySummary holds latency percentiles in microseconds; a plain value.
-type latencySummary struct {
+// LatencySummary holds latency percentiles in microseconds; a plain value.
+type LatencySummary struct {
 	P50  int64   `json:"p50"`
 	P90  int64   `json:"p90"`
 	P99  int64   `json:"p99"`
@@ -26,11 +27,11 @@ type latencySummary struct {
 
 // latencyPercentiles reads the percentiles of a histogram of microseconds.
 // An empty histogram gives zeros.
-func latencyPercentiles(h *hdrhistogram.Histogram) latencySummary {
+func latencyPercentiles(h *hdrhistogram.Histogram) LatencySummary {
 	if h.TotalCount() == 0 {
-		return latencySummary{}
+		return LatencySummary{}
 	}
-	return latencySummary{
+	return LatencySummary{
 		P50:  h.ValueAtQuantile(50),
 		P90:  h.ValueAtQuantile(90),
 		P99:  h.ValueAtQuantile(99),
@@ -40,9 +41,9 @@ func latencyPercentiles(h *hdrhistogram.Histogram) latencySummary {
 	}
 }
 
-// loadSummary is the report of a load run, as printed and as JSON. It is
-// not changed after newLoadSummary, so concurrent reads are safe.
-type loadSummary struct {
+// Summary is the report of a load run, as printed and as JSON; a plain
+// value, built by Generator.Summary.
+type Summary struct {
 	Addr           string         `json:"addr"`
 	Protocol       string         `json:"protocol"`
 	Conns          int            `json:"conns"`
@@ -53,10 +54,10 @@ type loadSummary struct {
 	Answered       int64          `json:"answered"`
 	ElapsedSeconds float64        `json:"elapsed_seconds"`
 	Throughput     float64        `json:"throughput"`
-	LatencyUS      latencySummary `json:"latency_us"`
+	LatencyUS      LatencySummary `json:"latency_us"`
 	// LatencyOKUS covers only the answers that say the target processed
 	// the transaction (0000 or Bnnn); OKAnswered counts them.
-	LatencyOKUS  latencySummary              `json:"latency_ok_us"`
+	LatencyOKUS  LatencySummary              `json:"latency_ok_us"`
 	OKAnswered   int64                       `json:"ok_answered"`
 	Codes        map[string]int64            `json:"codes"`
 	TargetCodes  map[string]map[string]int64 `json:"target_codes"`
@@ -65,16 +66,16 @@ type loadSummary struct {
 	Missing      int64                       `json:"missing"`
 	ConnErrors   int64                       `json:"conn_errors"`
 	ErrorSamples []string                    `json:"error_samples,omitempty"`
-	ServerCPU    []cpuSummary                `json:"server_cpu,omitempty"`
-	ClientCPU    cpuSummary                  `json:"client_cpu"`
+	ServerCPU    []CPUSummary                `json:"server_cpu,omitempty"`
+	ClientCPU    CPUSummary                  `json:"client_cpu"`
 	// MachineBusyCores is how many CPUs the whole machine kept busy on
 	// average during the run: the servers, this tool, and anything else.
 	MachineBusyCores float64 `json:"machine_busy_cores"`
 }
 
-// cpuSummary is the CPU time one process used during a run; a plain value.
+// CPUSummary is the CPU time one process used during a run; a plain value.
 // The times have the 10ms resolution of /proc/PID/stat.
-type cpuSummary struct {
+type CPUSummary struct {
 	PID         int     `json:"pid"`
 	Seconds     float64 `json:"seconds"`
 	PerAnswer   float64 `json:"us_per_answer"` // µs of CPU per answer
@@ -82,8 +83,8 @@ type cpuSummary struct {
 }
 
 // newCPUSummary relates a CPU time to a run's answers and elapsed time.
-func newCPUSummary(pid int, cpu time.Duration, answered int64, elapsed time.Duration) cpuSummary {
-	s := cpuSummary{PID: pid, Seconds: cpu.Seconds()}
+func newCPUSummary(pid int, cpu time.Duration, answered int64, elapsed time.Duration) CPUSummary {
+	s := CPUSummary{PID: pid, Seconds: cpu.Seconds()}
 	if answered > 0 {
 		s.PerAnswer = cpu.Seconds() * 1e6 / float64(answered)
 	}
@@ -93,9 +94,9 @@ func newCPUSummary(pid int, cpu time.Duration, answered int64, elapsed time.Dura
 	return s
 }
 
-// newLoadSummary builds the report of a run.
-func newLoadSummary(cfg loadConfig, res *loadResult) loadSummary {
-	s := loadSummary{
+// newSummary builds the report of a run.
+func newSummary(cfg Config, res *Result) Summary {
+	s := Summary{
 		Addr:           cfg.Addr,
 		Protocol:       cfg.Protocol.String(),
 		Conns:          cfg.Conns,
@@ -142,7 +143,7 @@ func newLoadSummary(cfg loadConfig, res *loadResult) loadSummary {
 // problems returns a one-line account of what makes the run fail (unmatched
 // or missing answers, malformed lines, connection errors), or "" when
 // there is nothing.
-func (s loadSummary) problems() string {
+func (s Summary) Problems() string {
 	var p []string
 	add := func(n int64, what string) {
 		if n > 0 {
@@ -156,14 +157,26 @@ func (s loadSummary) problems() string {
 	return strings.Join(p, ", ")
 }
 
-// writeText prints the report for a person.
-func (s loadSummary) writeText(w io.Writer) error {
+// WriteJSON prints the report as one indented JSON object, for scripts.
+func (s Summary) WriteJSON(w io.Writer) error {
+	return writeJSON(w, s)
+}
+
+// writeJSON prints v as one indented JSON object.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// WriteText prints the report for a person.
+func (s Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	mode := "closed loop"
 	if s.Rate > 0 {
 		mode = "rate " + strconv.FormatFloat(s.Rate, 'f', -1, 64) + "/s"
 	}
-	if s.Protocol != "" && s.Protocol != wireRelay.String() {
+	if s.Protocol != "" && s.Protocol != ProtocolRelay.String() {
 		mode += ", protocol " + s.Protocol
 	}
 	fmt.Fprintf(tw, "target\t%s, %d conns, depth %d, %s, mix %s\n", s.Addr, s.Conns, s.Depth, mode, s.Mix)
@@ -219,39 +232,43 @@ func formatUS(us int64) string {
 	return (time.Duration(us) * time.Microsecond).String()
 }
 
-// progressPrinter prints the live progress line. On a terminal it rewrites
-// one line in place; elsewhere (a log file, CI) it prints one line per
-// tick. It is called from one goroutine at a time, which is all it
-// supports.
-type progressPrinter struct {
-	w       io.Writer
-	tty     bool
+// ProgressPrinter prints the live progress line of a run; its Print is
+// what Config.Progress wants. On a terminal it rewrites one line in place;
+// elsewhere (a log file, CI) it prints one line per tick. It is called
+// from one goroutine at a time, which is all it supports.
+type ProgressPrinter struct {
+	// W is where the lines go: the diagnostics stream, so a summary on
+	// the output stream stays clean.
+	W io.Writer
+	// TTY says W is a terminal.
+	TTY bool
+
 	printed bool
 }
 
-// print writes one progress line.
-func (p *progressPrinter) print(s progressSnapshot) {
+// Print writes one progress line.
+func (p *ProgressPrinter) Print(s Progress) {
 	line := formatProgress(s)
-	if p.tty {
+	if p.TTY {
 		// \r returns to the start of the line and \x1b[K clears what a
 		// longer previous line left behind.
-		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+		fmt.Fprintf(p.W, "\r%s\x1b[K", line)
 	} else {
-		fmt.Fprintln(p.w, line)
+		fmt.Fprintln(p.W, line)
 	}
 	p.printed = true
 }
 
-// finish ends the progress line on a terminal, so the summary starts on a
+// Finish ends the progress line on a terminal, so the summary starts on a
 // fresh line.
-func (p *progressPrinter) finish() {
-	if p.tty && p.printed {
-		fmt.Fprintln(p.w)
+func (p *ProgressPrinter) Finish() {
+	if p.TTY && p.printed {
+		fmt.Fprintln(p.W)
 	}
 }
 
 // formatProgress renders one progress line.
-func formatProgress(s progressSnapshot) string {
+func formatProgress(s Progress) string {
 	line := fmt.Sprintf("%5.1fs  sent %d  answered %d  %.0f/s  p99 %s",
 		s.Elapsed.Seconds(), s.Sent, s.Answered, s.Rate, s.P99)
 	if s.Unmatched > 0 || s.ConnErrors > 0 {

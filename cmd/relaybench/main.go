@@ -1,0 +1,105 @@
+// Command relaybench is the benchmark harness of the relay hub: it drives
+// the hub, or a reference server, with the load generator of `relayctl
+// load`, measures the CPU time the servers spend per answer, and measures
+// what idle connections cost the hub in memory. scripts/bench.sh runs it
+// for the performance record in docs/BENCHMARKS.md.
+//
+// Typical use:
+//
+//	relaybench load --conns 64 --depth 16 --duration 5s --server-pid "$(pidof relay)"
+//	relaybench load --addr 127.0.0.1:6379 --protocol redis-ping --conns 64 --duration 5s
+//	relaybench load --addr 127.0.0.1:9201 --protocol http --conns 16 --payload 'BAL ACC{conn}'
+//	relaybench idle --conns 10000 --hold 10s --server-pid "$(pidof relay)"
+//
+// load takes every flag of `relayctl load`, and its output and exit status
+// are the same, plus --protocol (relay, the hub's line protocol; redis-ping,
+// inline PING to a redis server; http, POST /tx straight to a target, as
+// the hub does) and --server-pid (repeatable: report the CPU time of that
+// process per answer). idle exits 1 when a connection could not be opened
+// or did not survive the hold, 2 when none could be opened. Every flag also
+// has an environment variable, RELAYBENCH_ and the flag in upper snake case.
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+	"github.com/mattn/go-isatty"
+
+	"github.com/relayhub/relayhub/internal/loadgen"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// cli is the command line, filled by kong. Not for concurrent use.
+type cli struct {
+	Version kong.VersionFlag `help:"Print the version and exit."`
+	Load    loadCmd          `cmd:"" help:"Load-test the hub, or a reference server, and report throughput, latency percentiles and server CPU."`
+	Idle    idleCmd          `cmd:"" help:"Hold many silent connections open and report the hub's memory per connection."`
+}
+
+// streams are where a command writes. The summary goes to Out, progress
+// and diagnostics to Err, so Out stays clean for --json. Each writer is
+// used by one goroutine at a time.
+type streams struct {
+	Out    io.Writer
+	Err    io.Writer
+	ErrTTY bool // Err is a terminal: progress rewrites one line
+}
+
+// exitError ends the program with a given status; an immutable value.
+// Without err nothing more is printed.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return "exit status " + strconv.Itoa(e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode makes kong exit with the command's status.
+func (e *exitError) ExitCode() int { return e.code }
+
+func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(c, append([]kong.Option{
+		kong.Name("relaybench"),
+		kong.Description("Benchmark harness for the relay hub: load (also against reference servers), idle."),
+		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
+	}, opts...)...)
+}
+
+func main() {
+	var c cli
+	parser, err := newParser(&c)
+	if err != nil {
+		panic(err) // the cli struct's tags are wrong: a build defect
+	}
+	kctx, err := parser.Parse(os.Args[1:])
+	parser.FatalIfErrorf(err)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// A second Ctrl-C should kill a run that is draining, so the handler
+	// is dropped after the first.
+	context.AfterFunc(ctx, stop)
+
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	err = kctx.Run(&streams{Out: os.Stdout, Err: os.Stderr, ErrTTY: isatty.IsTerminal(os.Stderr.Fd())})
+	if ee, ok := errors.AsType[*exitError](err); ok && ee.err == nil {
+		os.Exit(ee.code)
+	}
+	kctx.FatalIfErrorf(err)
+}
