@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// MaxTxIDLen is the longest TXID the hub accepts (SPEC §2).
+// MaxTxIDLen is the longest TXID the hub accepts (docs/PROTOCOL.md, "Client protocol").
 const MaxTxIDLen = 64
 
 // ValidTxID reports whether s is a TXID the hub accepts: 1 to 64 characters

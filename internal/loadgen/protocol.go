@@ -23,7 +23,7 @@ const (
 	// ProtocolRedisPing sends the inline command PING; redis answers in
 	// order, +PONG, so answers are matched to requests by position.
 	ProtocolRedisPing
-	// ProtocolHTTP posts each payload to /tx as the hub does (SPEC §4), with
+	// ProtocolHTTP posts each payload to /tx as the hub does (docs/PROTOCOL.md, "Target protocol"), with
 	// requests pipelined when the depth is above 1; HTTP/1.1 answers in
 	// order, so they are matched by position.
 	ProtocolHTTP
@@ -71,7 +71,7 @@ func parseRedisReply(line []byte) (code []byte, ok bool) {
 }
 
 // appendHTTPRequest appends a keep-alive POST of payload to /tx on host, in
-// the shape the hub sends its targets (SPEC §4), to b.
+// the shape the hub sends its targets (docs/PROTOCOL.md, "Target protocol"), to b.
 func appendHTTPRequest(b []byte, host string, txid, payload []byte) []byte {
 	b = append(b, "POST /tx HTTP/1.1\r\nHost: "...)
 	b = append(b, host...)
@@ -85,7 +85,7 @@ func appendHTTPRequest(b []byte, host string, txid, payload []byte) []byte {
 
 // httpAnswerCode returns the code a target's HTTP answer stands for: for a
 // 200 the "code" of its JSON body when it is four characters long, as a
-// healthy target sends (SPEC §4); otherwise "HTTP" and the status, such as
+// healthy target sends (docs/PROTOCOL.md, "Target protocol"); otherwise "HTTP" and the status, such as
 // HTTP500, or HTTP200 for a body without a code. It scans for the field
 // rather than decoding the body, so the generator spends little of the
 // machine on it.
