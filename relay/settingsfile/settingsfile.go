@@ -118,7 +118,9 @@ func (e *Error) Unwrap() error { return e.Err }
 //     TargetSettings takes them; zero fields select the defaults that
 //     TargetSettings documents) and the keys of its table, if it has one,
 //     replace those settings one by one;
-//   - a table for a target not in base adds that target and must give url.
+//   - a table for a target not in base adds that target and must give url;
+//     when it does not and its name is within two edits of a target of
+//     base (case aside), the error asks whether that target was meant.
 //
 // The file is strict: an unknown key (keys are case-sensitive), a value of
 // the wrong type or out of range (a limit below 1, a rate or jitter outside
@@ -350,7 +352,11 @@ type keyError struct {
 func (ft *fileTarget) finish(md *toml.MetaData, order []*fileTarget, byName map[string]*fileTarget) *keyError {
 	set := func(key string) bool { return ft.table != "" && md.IsDefined(ft.table, key) }
 	if ft.added && !set(keyURL) {
-		return &keyError{keyURL, fmt.Errorf("missing: %s is a target only this file names, so its table must give its url", ft.name)}
+		hint := ""
+		if near, ok := nearestBase(ft.name, order); ok {
+			hint = " (did you mean [" + near + "]?)"
+		}
+		return &keyError{keyURL, fmt.Errorf("missing: %s is a target only this file names, so its table must give its url%s", ft.name, hint)}
 	}
 	if fb := ft.target.Fallback; fb != "" {
 		other := byName[fb]
@@ -377,6 +383,54 @@ func (ft *fileTarget) finish(md *toml.MetaData, order []*fileTarget, byName map[
 		}
 	}
 	return nil
+}
+
+// suggestDistance is the most edits between the name of a table for a new
+// target without a url and a target of base for the error to suggest that
+// target: two catch a swapped pair of letters, one more or one less.
+const suggestDistance = 2
+
+// nearestBase returns the name of the target of base (those the file does
+// not add) nearest to name, when it is at most suggestDistance edits away:
+// the target a table for a new target without a url most likely meant.
+// Names are compared in their canonical upper case; of two as near, the
+// first in base wins.
+func nearestBase(name string, order []*fileTarget) (string, bool) {
+	best, bestDist := "", suggestDistance+1
+	for _, o := range order {
+		if o.added {
+			continue
+		}
+		if d := editDistance(name, o.name); d < bestDist {
+			best, bestDist = o.name, d
+		}
+	}
+	return best, best != ""
+}
+
+// editDistance returns the Levenshtein distance between a and b: the
+// fewest single-byte insertions, deletions and substitutions that turn a
+// into b. Target names are ASCII, so bytes are characters.
+func editDistance(a, b string) int {
+	// prev[j] is the distance between the first i-1 bytes of a and the
+	// first j of b; cur the same for the first i bytes of a.
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			substitute := prev[j-1]
+			if a[i-1] != b[j-1] {
+				substitute++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, substitute)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // checked is a value of the file as its field type's UnmarshalTOML read

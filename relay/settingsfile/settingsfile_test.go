@@ -130,6 +130,7 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		{name: "key that folds to a key", body: "[CORE]\n\"\u017flow_call\" = \"1s\"\n", table: "CORE", key: "\u017flow_call", want: "unknown key (did you mean slow_call?"},
 		{name: "unknown key in an inline table", body: "CORE = { max_inflite = 4 }\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key (want url, max_inflight, fail_threshold,"},
 		{name: "nested table under a key", body: "[CORE.url]\nhost = \"h\"\n", table: "CORE", key: "url", want: "[CORE] url: want a string, got a table"},
+		{name: "misspelt target", body: "[COER]\nmax_inflight = 3\n", table: "COER", key: "url", want: "[COER] url: missing: COER is a target only this file names, so its table must give its url (did you mean [CORE]?)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,6 +327,44 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
+func TestLoadSuggestsTheNearestTarget(t *testing.T) {
+	base := []relay.Target{
+		{Name: "CORE", URL: "http://127.0.0.1:9201"},
+		{Name: "CLAIM", URL: "http://127.0.0.1:9202"},
+		{Name: "CARD", URL: "http://127.0.0.1:9204"},
+	}
+	tests := []struct {
+		name    string
+		before  string // the file before the table
+		table   string // a table for a new target, without url
+		suggest string // the target the error suggests, if any
+	}{
+		{name: "two letters swapped", table: "COER", suggest: "CORE"},
+		{name: "a letter more, in lower case", table: "claims", suggest: "CLAIM"},
+		{name: "a letter less", table: "Cor", suggest: "CORE"},
+		{name: "the nearer of two", table: "CARDE", suggest: "CARD"},
+		{name: "of two as near the first given", table: "CARE", suggest: "CORE"},
+		{name: "three edits away", table: "CORE_DR"},
+		{name: "near only a target the file adds", before: "[CORE_DR]\nurl = \"http://127.0.0.1:9203\"\n", table: "CORE_RD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.before+"["+tt.table+"]\nmax_inflight = 3\n")
+			_, err := Load(path, flagDefaults, base)
+			var ce *Error
+			require.True(t, errors.As(err, &ce), "want a *Error, got %T: %v", err, err)
+			assert.Equal(t, tt.table, ce.Table)
+			assert.Equal(t, "url", ce.Key)
+			want := "config " + path + ": [" + tt.table + "] url: missing: " + strings.ToUpper(tt.table) +
+				" is a target only this file names, so its table must give its url"
+			if tt.suggest != "" {
+				want += " (did you mean [" + tt.suggest + "]?)"
+			}
+			assert.Equal(t, want, err.Error())
+		})
+	}
+}
+
 func TestLoadReportsTheSameMistakeEveryTime(t *testing.T) {
 	tests := []struct {
 		name, body, want string
@@ -370,4 +409,21 @@ func TestLoadTakesInlineTables(t *testing.T) {
 	assert.Equal(t, 4, core.Settings.MaxInflight)
 	assert.Equal(t, []string{"E500"}, core.Settings.FailureCodes)
 	assert.Equal(t, "http://127.0.0.1:9203", byName(t, targets, "DR").URL)
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"", "CORE", 4}, {"CORE", "CORE", 0}, {"COER", "CORE", 2},
+		{"CLAIMS", "CLAIM", 1}, {"COR", "CORE", 1}, {"CARE", "CORE", 1}, {"CARDE", "CORE", 2},
+		{"CORE_DR", "CORE", 3}, {"KITTEN", "SITTING", 3}, {"FLAW", "LAWN", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.a+"~"+tt.b, func(t *testing.T) {
+			assert.Equal(t, tt.want, editDistance(tt.a, tt.b))
+			assert.Equal(t, tt.want, editDistance(tt.b, tt.a), "symmetric")
+		})
+	}
 }
