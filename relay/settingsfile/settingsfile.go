@@ -4,6 +4,11 @@
 // syntax is in docs/CONFIG.md; every mistake is refused with the file, the
 // table and the key in one line.
 //
+// Each table is decoded into a struct whose field types check their own
+// values as BurntSushi/toml reads them; the decoder's metadata tells which
+// keys a table sets (MetaData.IsDefined), in what order (MetaData.Keys),
+// and which fit no field (MetaData.Undecoded).
+//
 // Typical use:
 //
 //	targets, err := settingsfile.Load("relay.toml", flagDefaults, flagTargets)
@@ -18,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +50,14 @@ const (
 	keyResetJitter     = "reset_jitter"
 	keyFallback        = "fallback"
 )
+
+// keyNames are the keys a table may set, in the order an unknown key's
+// error lists them.
+var keyNames = []string{
+	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
+	keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
+	keyMaxResetTimeout, keyResetJitter, keyFallback,
+}
 
 // Error reports what is wrong with a per-target settings file: the
 // file, and where known the line, the table (the target's name as the file
@@ -95,8 +109,8 @@ func (e *Error) Error() string {
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Load reads the per-target settings file at path (TOML) and returns the targets the hub serves, each with its settings in
-// full and its fallback:
+// Load reads the per-target settings file at path (TOML) and returns the
+// targets the hub serves, each with its settings in full and its fallback:
 //
 //   - the targets are those of base (the --target list, or the default
 //     pair), in their order, then those the file adds, in file order;
@@ -104,16 +118,21 @@ func (e *Error) Unwrap() error { return e.Err }
 //     TargetSettings takes them; zero fields select the defaults that
 //     TargetSettings documents) and the keys of its table, if it has one,
 //     replace those settings one by one;
-//   - a table for a target not in base adds that target and must give url.
+//   - a table for a target not in base adds that target and must give url;
+//     when it does not and its name is within two edits of a target of
+//     base (case aside), the error asks whether that target was meant.
 //
-// The file is strict: an unknown key, a value of the wrong type or out of
-// range (a limit below 1, a rate or jitter outside 0 to 1, an unparsable
-// duration, URL or failure code), two tables for one target in different
-// case, and a fallback that names no target, the target itself, or a
-// target with a fallback of its own (one step only, so no cycles) are each
-// refused with a *Error naming the file, the table and the key. A
-// max_reset_timeout that is set but not above reset_timeout is refused
-// too: backoff could never apply.
+// The file is strict: an unknown key (keys are case-sensitive), a value of
+// the wrong type or out of range (a limit below 1, a rate or jitter outside
+// 0 to 1, an unparsable duration, URL or failure code), two tables for one
+// target in different case, and a fallback that names no target, the
+// target itself, or a target with a fallback of its own (one step only, so
+// no cycles) are each refused with a *Error naming the file, the table and
+// the key. A max_reset_timeout that is set but not above reset_timeout is
+// refused too: backoff could never apply. Of several mistakes, the one
+// reported is always the same: the first in file order among the tables
+// and keys, else the first bad value in file order, else the first target
+// that breaks a rule of the whole file.
 func Load(path string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -128,20 +147,58 @@ type fileTarget struct {
 	table    string // as the file writes it; empty when the file has no table for it
 	target   relay.Target
 	settings relay.TargetSettings
-	added    bool            // the file adds it: not in base
-	set      map[string]bool // keys its table set
+	added    bool // the file adds it: not in base
+}
+
+// table is one target's table as the decoder reads it. Only the fields of
+// the keys the table sets are filled (md.IsDefined tells which); each
+// field's type checks its value as it is decoded.
+type table struct {
+	URL             targetURL    `toml:"url"`
+	MaxInflight     count        `toml:"max_inflight"`
+	FailThreshold   count        `toml:"fail_threshold"`
+	ResetTimeout    duration     `toml:"reset_timeout"`
+	TargetTimeout   duration     `toml:"target_timeout"`
+	FailureCodes    failureCodes `toml:"failure_codes"`
+	FailureRate     share        `toml:"failure_rate"`
+	Window          duration     `toml:"window"`
+	MinSamples      count        `toml:"min_samples"`
+	SlowCall        offDuration  `toml:"slow_call"`
+	MaxResetTimeout offDuration  `toml:"max_reset_timeout"`
+	ResetJitter     share        `toml:"reset_jitter"`
+	Fallback        targetName   `toml:"fallback"`
 }
 
 // parse is Load on the file's contents.
+//
+// The file is checked in three passes, so that of several mistakes the
+// same one is always reported: first its shape (every table and key, in
+// file order), then its values (in file order), then what only the whole
+// file can tell (each target in turn).
 func parse(path, data string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
-	var raw map[string]any
-	md, err := toml.Decode(data, &raw)
+	var prims map[string]toml.Primitive
+	md, err := toml.Decode(data, &prims)
 	if err != nil {
 		if pe := (toml.ParseError{}); errors.As(err, &pe) {
 			return nil, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Err: errors.New(pe.Message)}
 		}
 		return nil, &Error{File: path, Err: err}
 	}
+	// Every table is decoded before md.Undecoded is read: until then it
+	// holds the keys of the tables not yet decoded too. A value that is no
+	// table fails to decode and is refused in file order below.
+	tables := make(map[string]*table, len(prims))
+	for name, prim := range prims {
+		var t table
+		if md.PrimitiveDecode(prim, &t) == nil {
+			tables[name] = &t
+		}
+	}
+	undecoded := make(map[string]bool)
+	for _, key := range md.Undecoded() {
+		undecoded[key.String()] = true
+	}
+
 	defaults = defaults.WithDefaults()
 	var (
 		order  []*fileTarget
@@ -163,8 +220,10 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 	// tableFor returns the target of a table, checking the table the first
 	// time it is met.
 	tableFor := func(table string) (*fileTarget, error) {
-		if _, ok := raw[table].(map[string]any); !ok {
-			return nil, fail("", table, "want a table [NAME] of settings for target NAME, got %s", describe(raw[table]))
+		if tables[table] == nil {
+			var v any
+			_ = md.PrimitiveDecode(prims[table], &v)
+			return nil, fail("", table, "want a table [NAME] of settings for target NAME, got %s", describe(v))
 		}
 		if !protocol.ValidTxID([]byte(table)) {
 			return nil, fail(table, "", "target name: want 1 to 64 of A-Z a-z 0-9 . _ : -")
@@ -180,35 +239,31 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 		case table:
 			return ft, nil
 		case "":
-			ft.table, ft.set = table, make(map[string]bool)
+			ft.table = table
 			return ft, nil
 		}
 		return nil, fail(table, "", "same target as [%s]: target names are case-insensitive", ft.table)
 	}
 
 	for _, key := range md.Keys() {
-		ft, err := tableFor(key[0])
-		if err != nil {
+		if _, err := tableFor(key[0]); err != nil {
 			return nil, err
 		}
-		if len(key) == 1 {
-			continue
+		if len(key) > 1 {
+			if err := checkKey(key[1:], undecoded[key.String()]); err != nil {
+				return nil, fail(key[0], strings.Join(key[1:], "."), "%w", err)
+			}
 		}
-		if len(key) > 2 {
-			// [CORE.sub] or CORE.a.b: the first part was refused already
-			// unless it is a key of its own.
-			return nil, fail(ft.table, strings.Join(key[1:], "."), "unknown key")
-		}
-		name := key[1]
-		value := raw[key[0]].(map[string]any)[name]
-		if err := ft.apply(name, value); err != nil {
-			return nil, fail(ft.table, name, "%w", err)
-		}
-		ft.set[name] = true
 	}
-
+	for _, key := range md.Keys() {
+		if len(key) == 2 {
+			if err := byName[strings.ToUpper(key[0])].apply(tables[key[0]], key[1]); err != nil {
+				return nil, fail(key[0], key[1], "%w", err)
+			}
+		}
+	}
 	for _, ft := range order {
-		if err := ft.finish(order, byName); err != nil {
+		if err := ft.finish(&md, order, byName); err != nil {
 			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
@@ -219,6 +274,63 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 		out[i].Settings = &s
 	}
 	return out, nil
+}
+
+// checkKey refuses a key of a table (path, below the table's name) that
+// sets nothing: one the decoder took for no field (undecoded: a misspelt
+// key, a nested table, a dotted key), or one it took for a field spelled
+// otherwise, as it matches field names case-insensitively while the file's
+// keys are case-sensitive. The keys inside a value the decoder handed to a
+// field as a whole (an inline table where a string belongs) are that
+// field's to refuse.
+func checkKey(path []string, undecoded bool) error {
+	if !undecoded {
+		if len(path) > 1 || slices.Contains(keyNames, path[0]) {
+			return nil
+		}
+		for _, name := range keyNames {
+			if strings.EqualFold(name, path[0]) {
+				return fmt.Errorf("unknown key (did you mean %s? keys are case-sensitive)", name)
+			}
+		}
+	}
+	last := len(keyNames) - 1
+	return fmt.Errorf("unknown key (want %s or %s)", strings.Join(keyNames[:last], ", "), keyNames[last])
+}
+
+// apply sets one key of ft's table, which the decoder read into t.
+func (ft *fileTarget) apply(t *table, key string) error {
+	s := &ft.settings
+	var err error
+	switch key {
+	case keyURL:
+		ft.target.URL, err = t.URL.get()
+	case keyMaxInflight:
+		s.MaxInflight, err = t.MaxInflight.get()
+	case keyFailThreshold:
+		s.FailThreshold, err = t.FailThreshold.get()
+	case keyMinSamples:
+		s.MinSamples, err = t.MinSamples.get()
+	case keyResetTimeout:
+		s.ResetTimeout, err = t.ResetTimeout.get()
+	case keyTargetTimeout:
+		s.TargetTimeout, err = t.TargetTimeout.get()
+	case keyWindow:
+		s.Window, err = t.Window.get()
+	case keySlowCall:
+		s.SlowCall, err = t.SlowCall.get()
+	case keyMaxResetTimeout:
+		s.MaxResetTimeout, err = t.MaxResetTimeout.get()
+	case keyFailureRate:
+		s.FailureRate, err = t.FailureRate.get()
+	case keyResetJitter:
+		s.ResetJitter, err = t.ResetJitter.get()
+	case keyFailureCodes:
+		s.FailureCodes, err = t.FailureCodes.get()
+	case keyFallback:
+		ft.target.Fallback, err = t.Fallback.get()
+	}
+	return err
 }
 
 // cloneSettings returns ts with a FailureCodes of its own.
@@ -237,9 +349,14 @@ type keyError struct {
 // finish checks what only the whole file can tell: a target the file adds
 // has a url, its fallback is a configured target with no fallback of its
 // own, and backoff can apply where its table sets it.
-func (ft *fileTarget) finish(order []*fileTarget, byName map[string]*fileTarget) *keyError {
-	if ft.added && !ft.set[keyURL] {
-		return &keyError{keyURL, fmt.Errorf("missing: %s is a target only this file names, so its table must give its url", ft.name)}
+func (ft *fileTarget) finish(md *toml.MetaData, order []*fileTarget, byName map[string]*fileTarget) *keyError {
+	set := func(key string) bool { return ft.table != "" && md.IsDefined(ft.table, key) }
+	if ft.added && !set(keyURL) {
+		hint := ""
+		if near, ok := nearestBase(ft.name, order); ok {
+			hint = " (did you mean [" + near + "]?)"
+		}
+		return &keyError{keyURL, fmt.Errorf("missing: %s is a target only this file names, so its table must give its url%s", ft.name, hint)}
 	}
 	if fb := ft.target.Fallback; fb != "" {
 		other := byName[fb]
@@ -259,62 +376,147 @@ func (ft *fileTarget) finish(order []*fileTarget, byName map[string]*fileTarget)
 	s := ft.settings
 	if s.MaxResetTimeout > 0 && s.MaxResetTimeout <= s.ResetTimeout {
 		switch {
-		case ft.set[keyMaxResetTimeout]:
+		case set(keyMaxResetTimeout):
 			return &keyError{keyMaxResetTimeout, fmt.Errorf("must be more than reset_timeout (%s) for backoff to apply, or 0 for none, got %s", s.ResetTimeout, s.MaxResetTimeout)}
-		case ft.set[keyResetTimeout]:
+		case set(keyResetTimeout):
 			return &keyError{keyResetTimeout, fmt.Errorf("%s leaves no room for backoff up to max_reset_timeout %s: set max_reset_timeout above it, or to 0 for none", s.ResetTimeout, s.MaxResetTimeout)}
 		}
 	}
 	return nil
 }
 
-// apply sets one key of ft's table from its TOML value.
-func (ft *fileTarget) apply(key string, v any) error {
-	s := &ft.settings
-	var err error
-	switch key {
-	case keyURL:
-		var raw string
-		if raw, err = asString(v); err == nil {
-			if _, err = relay.ParseTargetURL(raw); err == nil {
-				ft.target.URL = raw
-			}
+// suggestDistance is the most edits between the name of a table for a new
+// target without a url and a target of base for the error to suggest that
+// target: two catch a swapped pair of letters, one more or one less.
+const suggestDistance = 2
+
+// nearestBase returns the name of the target of base (those the file does
+// not add) nearest to name, when it is at most suggestDistance edits away:
+// the target a table for a new target without a url most likely meant.
+// Names are compared in their canonical upper case; of two as near, the
+// first in base wins.
+func nearestBase(name string, order []*fileTarget) (string, bool) {
+	best, bestDist := "", suggestDistance+1
+	for _, o := range order {
+		if o.added {
+			continue
 		}
-	case keyMaxInflight:
-		s.MaxInflight, err = asCount(v)
-	case keyFailThreshold:
-		s.FailThreshold, err = asCount(v)
-	case keyMinSamples:
-		s.MinSamples, err = asCount(v)
-	case keyResetTimeout:
-		s.ResetTimeout, err = asDuration(v, false)
-	case keyTargetTimeout:
-		s.TargetTimeout, err = asDuration(v, false)
-	case keyWindow:
-		s.Window, err = asDuration(v, false)
-	case keySlowCall:
-		s.SlowCall, err = asDuration(v, true)
-	case keyMaxResetTimeout:
-		s.MaxResetTimeout, err = asDuration(v, true)
-	case keyFailureRate:
-		s.FailureRate, err = asShare(v)
-	case keyResetJitter:
-		s.ResetJitter, err = asShare(v)
-	case keyFailureCodes:
-		s.FailureCodes, err = asFailureCodes(v)
-	case keyFallback:
-		var name string
-		if name, err = asString(v); err == nil {
-			if !protocol.ValidTxID([]byte(name)) {
-				err = fmt.Errorf("%q is no target name: want 1 to 64 of A-Z a-z 0-9 . _ : -", name)
-			} else {
-				ft.target.Fallback = strings.ToUpper(name)
-			}
+		if d := editDistance(name, o.name); d < bestDist {
+			best, bestDist = o.name, d
 		}
-	default:
-		return errors.New("unknown key (want url, max_inflight, fail_threshold, reset_timeout, target_timeout, failure_codes, failure_rate, window, min_samples, slow_call, max_reset_timeout, reset_jitter or fallback)")
 	}
-	return err
+	return best, best != ""
+}
+
+// editDistance returns the Levenshtein distance between a and b: the
+// fewest single-byte insertions, deletions and substitutions that turn a
+// into b. Target names are ASCII, so bytes are characters.
+func editDistance(a, b string) int {
+	// prev[j] is the distance between the first i-1 bytes of a and the
+	// first j of b; cur the same for the first i bytes of a.
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			substitute := prev[j-1]
+			if a[i-1] != b[j-1] {
+				substitute++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, substitute)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// checked is a value of the file as its field type's UnmarshalTOML read
+// it, or what is wrong with it. The error is kept rather than returned
+// because the decoder reads a table's keys in no fixed order and stops at
+// the first error it is given: which of two bad values is reported would
+// be left to chance. Kept, the values are judged in file order.
+type checked[T any] struct {
+	value T
+	err   error
+}
+
+// get returns the value, or what is wrong with it.
+func (c checked[T]) get() (T, error) { return c.value, c.err }
+
+// Field types of table, each checking its TOML value.
+type (
+	// targetURL is a target's base URL, as relay.ParseTargetURL takes it.
+	targetURL struct{ checked[string] }
+	// targetName is the canonical name of another target.
+	targetName struct{ checked[string] }
+	// count is a limit: a whole number, at least 1.
+	count struct{ checked[int] }
+	// duration is more than zero.
+	duration struct{ checked[time.Duration] }
+	// offDuration is a duration whose zero turns a policy off.
+	offDuration struct{ checked[time.Duration] }
+	// share is a failure rate or a jitter, from 0 (off) to 1.
+	share struct{ checked[float64] }
+	// failureCodes is a non-empty list of failure codes.
+	failureCodes struct{ checked[[]string] }
+)
+
+var (
+	_ toml.Unmarshaler = (*targetURL)(nil)
+	_ toml.Unmarshaler = (*targetName)(nil)
+	_ toml.Unmarshaler = (*count)(nil)
+	_ toml.Unmarshaler = (*duration)(nil)
+	_ toml.Unmarshaler = (*offDuration)(nil)
+	_ toml.Unmarshaler = (*share)(nil)
+	_ toml.Unmarshaler = (*failureCodes)(nil)
+)
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *targetURL) UnmarshalTOML(v any) error { f.value, f.err = asURL(v); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *targetName) UnmarshalTOML(v any) error { f.value, f.err = asTargetName(v); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *count) UnmarshalTOML(v any) error { f.value, f.err = asCount(v); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *duration) UnmarshalTOML(v any) error { f.value, f.err = asDuration(v, false); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *offDuration) UnmarshalTOML(v any) error { f.value, f.err = asDuration(v, true); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *share) UnmarshalTOML(v any) error { f.value, f.err = asShare(v); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *failureCodes) UnmarshalTOML(v any) error { f.value, f.err = asFailureCodes(v); return nil }
+
+// asURL reads a target's URL.
+func asURL(v any) (string, error) {
+	raw, err := asString(v)
+	if err != nil {
+		return "", err
+	}
+	if _, err := relay.ParseTargetURL(raw); err != nil {
+		return "", err
+	}
+	return raw, nil
+}
+
+// asTargetName reads the name of a target, returning it in upper case.
+func asTargetName(v any) (string, error) {
+	name, err := asString(v)
+	if err != nil {
+		return "", err
+	}
+	if !protocol.ValidTxID([]byte(name)) {
+		return "", fmt.Errorf("%q is no target name: want 1 to 64 of A-Z a-z 0-9 . _ : -", name)
+	}
+	return strings.ToUpper(name), nil
 }
 
 // asString reads a TOML string.

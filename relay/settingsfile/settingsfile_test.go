@@ -125,6 +125,12 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		{name: "dotted key", body: "[CORE]\nlimits.max_inflight = 4\n", table: "CORE", key: "limits.max_inflight", want: "[CORE] limits.max_inflight: unknown key"},
 		{name: "syntax error", body: "[CORE]\nmax_inflight = \n", key: "CORE.max_inflight", want: "line 2"},
 		{name: "duplicate key", body: "[CORE]\nmax_inflight = 4\nmax_inflight = 5\n", key: "CORE.max_inflight", want: "line 3 (after key CORE.max_inflight)"},
+		{name: "key in another case", body: "[CORE]\nMAX_INFLIGHT = 4\n", table: "CORE", key: "MAX_INFLIGHT", want: "[CORE] MAX_INFLIGHT: unknown key (did you mean max_inflight? keys are case-sensitive)"},
+		{name: "key in another case beside it", body: "[CORE]\nmax_inflight = 4\nMax_Inflight = 0\n", table: "CORE", key: "Max_Inflight", want: "[CORE] Max_Inflight: unknown key (did you mean max_inflight?"},
+		{name: "key that folds to a key", body: "[CORE]\n\"\u017flow_call\" = \"1s\"\n", table: "CORE", key: "\u017flow_call", want: "unknown key (did you mean slow_call?"},
+		{name: "unknown key in an inline table", body: "CORE = { max_inflite = 4 }\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key (want url, max_inflight, fail_threshold,"},
+		{name: "nested table under a key", body: "[CORE.url]\nhost = \"h\"\n", table: "CORE", key: "url", want: "[CORE] url: want a string, got a table"},
+		{name: "misspelt target", body: "[COER]\nmax_inflight = 3\n", table: "COER", key: "url", want: "[COER] url: missing: COER is a target only this file names, so its table must give its url (did you mean [CORE]?)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,6 +323,107 @@ func TestParseDuration(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestLoadSuggestsTheNearestTarget(t *testing.T) {
+	base := []relay.Target{
+		{Name: "CORE", URL: "http://127.0.0.1:9201"},
+		{Name: "CLAIM", URL: "http://127.0.0.1:9202"},
+		{Name: "CARD", URL: "http://127.0.0.1:9204"},
+	}
+	tests := []struct {
+		name    string
+		before  string // the file before the table
+		table   string // a table for a new target, without url
+		suggest string // the target the error suggests, if any
+	}{
+		{name: "two letters swapped", table: "COER", suggest: "CORE"},
+		{name: "a letter more, in lower case", table: "claims", suggest: "CLAIM"},
+		{name: "a letter less", table: "Cor", suggest: "CORE"},
+		{name: "the nearer of two", table: "CARDE", suggest: "CARD"},
+		{name: "of two as near the first given", table: "CARE", suggest: "CORE"},
+		{name: "three edits away", table: "CORE_DR"},
+		{name: "near only a target the file adds", before: "[CORE_DR]\nurl = \"http://127.0.0.1:9203\"\n", table: "CORE_RD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.before+"["+tt.table+"]\nmax_inflight = 3\n")
+			_, err := Load(path, flagDefaults, base)
+			var ce *Error
+			require.True(t, errors.As(err, &ce), "want a *Error, got %T: %v", err, err)
+			assert.Equal(t, tt.table, ce.Table)
+			assert.Equal(t, "url", ce.Key)
+			want := "config " + path + ": [" + tt.table + "] url: missing: " + strings.ToUpper(tt.table) +
+				" is a target only this file names, so its table must give its url"
+			if tt.suggest != "" {
+				want += " (did you mean [" + tt.suggest + "]?)"
+			}
+			assert.Equal(t, want, err.Error())
+		})
+	}
+}
+
+func TestLoadReportsTheSameMistakeEveryTime(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{
+			name: "the first bad value in file order",
+			body: "[CORE]\nfail_threshold = 0\nmax_inflight = 0\nreset_timeout = 0\nwindow = 0\n[CLAIM]\nmin_samples = 0\n",
+			want: "[CORE] fail_threshold: must be at least 1, got 0",
+		},
+		{
+			name: "an unknown key before a bad value",
+			body: "[CORE]\nmax_inflight = 0\nreset_timeout = 0\n[CLAIM]\nmax_inflite = 4\n",
+			want: "[CLAIM] max_inflite: unknown key",
+		},
+		{
+			name: "a bad value before a missing url",
+			body: "[DR]\nmax_inflight = 4\n[CLAIM]\nreset_jitter = 2\n",
+			want: "[CLAIM] reset_jitter: must be from 0 (off) to 1, got 2",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.body)
+			// The decoder reads a table's keys in map order, which differs
+			// from run to run: twenty runs all agree only if the order of
+			// the file decides.
+			for range 20 {
+				_, err := Load(path, flagDefaults, defaultPair)
+				require.Error(t, err)
+				require.Contains(t, err.Error(), tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadTakesInlineTables(t *testing.T) {
+	path := writeConfig(t, "CORE = { max_inflight = 4, failure_codes = [\"E500\"] }\nDR = { url = \"http://127.0.0.1:9203\" }\n")
+	targets, err := Load(path, flagDefaults, defaultPair)
+	require.NoError(t, err)
+	require.Len(t, targets, 3)
+	core := byName(t, targets, "CORE")
+	assert.Equal(t, 4, core.Settings.MaxInflight)
+	assert.Equal(t, []string{"E500"}, core.Settings.FailureCodes)
+	assert.Equal(t, "http://127.0.0.1:9203", byName(t, targets, "DR").URL)
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"", "CORE", 4}, {"CORE", "CORE", 0}, {"COER", "CORE", 2},
+		{"CLAIMS", "CLAIM", 1}, {"COR", "CORE", 1}, {"CARE", "CORE", 1}, {"CARDE", "CORE", 2},
+		{"CORE_DR", "CORE", 3}, {"KITTEN", "SITTING", 3}, {"FLAW", "LAWN", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.a+"~"+tt.b, func(t *testing.T) {
+			assert.Equal(t, tt.want, editDistance(tt.a, tt.b))
+			assert.Equal(t, tt.want, editDistance(tt.b, tt.a), "symmetric")
 		})
 	}
 }
