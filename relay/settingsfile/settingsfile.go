@@ -294,6 +294,11 @@ func checkKey(path []string, undecoded bool) error {
 			}
 		}
 	}
+	for _, name := range keyNames {
+		if editDistance(path[0], name) <= suggestDistance {
+			return fmt.Errorf("unknown key (did you mean %s?)", name)
+		}
+	}
 	last := len(keyNames) - 1
 	return fmt.Errorf("unknown key (want %s or %s)", strings.Join(keyNames[:last], ", "), keyNames[last])
 }
