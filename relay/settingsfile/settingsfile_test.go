@@ -66,8 +66,8 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		table, key string                // as Error reports them
 		want       string                // a substring of the message after "config FILE: "
 	}{
-		{name: "unknown key", body: "[CORE]\nmax_inflite = 4\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key (did you mean max_inflight?)"},
-		{name: "unknown key far from any", body: "[CORE]\ncolour = 4\n", table: "CORE", key: "colour", want: "[CORE] colour: unknown key (want url, "},
+		{name: "unknown key", body: "[CORE]\nmax_inflite = 4\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key (want url, "},
+		{name: "misspelt key", body: "[CORE]\nmax_inflght = 4\n", table: "CORE", key: "max_inflght", want: "[CORE] max_inflght: unknown key (did you mean max_inflight?)"},
 		{name: "zero max inflight", body: "[CORE]\nmax_inflight = 0\n", table: "CORE", key: "max_inflight", want: "[CORE] max_inflight: must be at least 1, got 0"},
 		{name: "negative max inflight", body: "[CORE]\nmax_inflight = -3\n", table: "CORE", key: "max_inflight", want: "must be at least 1, got -3"},
 		{name: "max inflight as string", body: "[CORE]\nmax_inflight = \"40\"\n", table: "CORE", key: "max_inflight", want: `want a whole number, got "40"`},
