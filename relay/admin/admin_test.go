@@ -1,11 +1,14 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,4 +244,45 @@ func TestAdminReadyzReportsTheDrain(t *testing.T) {
 	assert.Equal(t, "S1|0000|got x", c.Read())
 	c.Conn().Close()
 	require.NoError(t, <-done)
+}
+
+func TestAdminStatusPretty(t *testing.T) {
+	// Given a hub whose CORE has tripped, so /status holds more than zeros,
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: core.URL}, relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	cfg.FailThreshold = 1
+	srv, addr := startServer(t, cfg)
+	base := startAdmin(t, srv, nil)
+	hubtest.Dial(t, addr).RoundTrip("F1|CORE|x")
+	plain := statusJSON(t, base)
+	code, body, _ := get(t, http.MethodGet, base+"/status")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, 1, strings.Count(body, "\n"), "plain /status is one line: %s", body)
+
+	for _, query := range []string{"?pretty", "?pretty=1"} {
+		t.Run(query, func(t *testing.T) {
+			// when /status is asked for with ?pretty,
+			code, body, hdr := get(t, http.MethodGet, base+"/status"+query)
+			require.Equal(t, http.StatusOK, code, body)
+			assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+
+			// then it is indented by two spaces, one key a line,
+			var compact, indented bytes.Buffer
+			require.NoError(t, json.Compact(&compact, []byte(body)), body)
+			require.NoError(t, json.Indent(&indented, compact.Bytes(), "", "  "))
+			assert.Equal(t, indented.String()+"\n", body)
+			assert.Contains(t, body, "\n  \"targets\": [\n    {\n      \"name\": \"CORE\",\n")
+
+			// and says what /status says (but the goroutine count, which
+			// moves between two requests).
+			var pretty map[string]any
+			require.NoError(t, json.Unmarshal([]byte(body), &pretty), body)
+			assert.Greater(t, pretty["goroutines"], 1.0)
+			want := maps.Clone(plain)
+			delete(want, "goroutines")
+			delete(pretty, "goroutines")
+			assert.Equal(t, want, pretty)
+			assert.Equal(t, "OPEN", statusTarget(t, pretty, "CORE")["state"])
+		})
+	}
 }

@@ -155,6 +155,13 @@ func TestBreakerActionErrors(t *testing.T) {
 		want                     string // a substring of the JSON error
 	}{
 		{name: "unknown target", method: "POST", path: "/breakers/NOPE", body: `{"action":"open"}`, status: 404, want: `unknown target \"NOPE\"`},
+		// The target is looked up before the body is read, so an unknown
+		// target is 404 whatever the body.
+		{name: "unknown target, unknown action", method: "POST", path: "/breakers/NOPE", body: `{"action":"reboot"}`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, not JSON", method: "POST", path: "/breakers/NOPE", body: `action=open`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, empty body", method: "POST", path: "/breakers/NOPE", body: ``, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, two objects", method: "POST", path: "/breakers/NOPE", body: `{"action":"open"}{"action":"close"}`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, too large", method: "POST", path: "/breakers/NOPE", body: `{"action":"open","x":"` + strings.Repeat("a", 5000) + `"}`, status: 404, want: `unknown target \"NOPE\"`},
 		{name: "unknown action", method: "POST", path: "/breakers/CORE", body: `{"action":"reboot"}`, status: 400, want: `unknown action \"reboot\"`},
 		{name: "action not a string", method: "POST", path: "/breakers/CORE", body: `{"action":1}`, status: 400, want: "body"},
 		{name: "no action", method: "POST", path: "/breakers/CORE", body: `{}`, status: 400, want: `no \"action\"`},
