@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -64,18 +63,11 @@ func startAdmin(t *testing.T, srv *relay.Server, g prometheus.Gatherer) string {
 	return hs.URL
 }
 
-// get fetches url and returns the status and body.
+// get sends method url with no body and no Authorization header, and
+// returns the status, the body and the headers.
 func get(t *testing.T, method, url string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	require.NoError(t, err)
-	client := &http.Client{Timeout: hubtest.IOTimeout}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body), resp.Header
+	return adminDo(t, method, url, "", "")
 }
 
 // statusJSON fetches /status as a generic JSON object, so the test sees the
