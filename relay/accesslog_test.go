@@ -14,32 +14,33 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 func TestAccessLogRecordsEveryAnswer(t *testing.T) {
 	// Given an access log and a target that fails on "fail".
-	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
+	core := hubtest.NewTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
 		if string(p) == "fail" {
-			answerStatus(500)(w, r, p)
+			hubtest.AnswerStatus(500)(w, r, p)
 			return
 		}
-		echo(w, r, p)
+		hubtest.Echo(w, r, p)
 	})
 	var out logtest.Buffer
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.AccessLog = &out
 	cfg.FailThreshold = 1
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// When lines of every kind are answered,
 	for _, line := range []string{"T1|core|hello", "T2|NOPE|xy", "junk", "T3|CORE|fail", "T4|CORE|late"} {
-		c.roundTrip(line)
+		c.RoundTrip(line)
 	}
 	// then Shutdown writes out the whole log, one line per answer, in order.
-	c.nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	c.Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hubtest.IOTimeout)
 	defer cancel()
 	require.NoError(t, srv.Shutdown(ctx))
 
@@ -83,11 +84,11 @@ func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
 	cfg.AccessLog, cfg.AccessLogQueue = gate, 4
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	c.roundTrip("first|NOPE|x")
+	c := hubtest.Dial(t, addr)
+	c.RoundTrip("first|NOPE|x")
 	select {
 	case <-gate.entered:
-	case <-time.After(ioTimeout):
+	case <-time.After(hubtest.IOTimeout):
 		t.Fatal("the writer never wrote")
 	}
 
@@ -97,14 +98,14 @@ func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
 	for i := range lines {
 		lines[i] = fmt.Sprintf("D%d|NOPE|x", i)
 	}
-	c.send(lines...)
+	c.Send(lines...)
 	for range n {
-		c.read()
+		c.Read()
 	}
 
 	// then every answer came at once, 4 lines wait in the queue and the
 	// other 96 were dropped and counted;
-	assert.Equal(t, float64(n-4), metricValue(t, reg, metricAccessLogDropped))
+	assert.Equal(t, float64(n-4), hubtest.MetricValue(t, reg, metricAccessLogDropped))
 
 	// and once the writer is free, Close writes the rest.
 	close(gate.release)
@@ -134,18 +135,18 @@ func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
 	cfg.Logger = zerolog.New(&logs)
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// While the writer fails, lines are lost, counted, and logged once.
-	c.roundTrip("lost1|NOPE|x")
-	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 1 }, "first lost line not counted")
-	c.roundTrip("lost2|NOPE|x")
-	eventually(t, func() bool { return metricValue(t, reg, metricAccessLogDropped) == 2 }, "second lost line not counted")
+	c.RoundTrip("lost1|NOPE|x")
+	hubtest.Eventually(t, func() bool { return hubtest.MetricValue(t, reg, metricAccessLogDropped) == 1 }, "first lost line not counted")
+	c.RoundTrip("lost2|NOPE|x")
+	hubtest.Eventually(t, func() bool { return hubtest.MetricValue(t, reg, metricAccessLogDropped) == 2 }, "second lost line not counted")
 	assert.Len(t, withMessage(logs.Lines(t), "access log write failed; lines are dropped until a write succeeds"), 1)
 
 	// Once it works again, the log resumes.
 	w.failing.Store(false)
-	c.roundTrip("kept|NOPE|x")
+	c.RoundTrip("kept|NOPE|x")
 	require.NoError(t, srv.Close())
 	lines := w.out.Lines(t)
 	require.Len(t, lines, 1)

@@ -16,17 +16,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // waitConsumed polls the receive queue of the hub's end of a connection
 // until the read loop has read every byte that has arrived, or fails the
-// test after ioTimeout.
+// test after hubtest.IOTimeout.
 func waitConsumed(t *testing.T, nc net.Conn) {
 	t.Helper()
 	rc, err := nc.(syscall.Conn).SyscallConn()
 	require.NoError(t, err)
-	deadline := time.Now().Add(ioTimeout)
+	deadline := time.Now().Add(hubtest.IOTimeout)
 	for {
 		var queued int32
 		var errno syscall.Errno
@@ -82,7 +83,7 @@ func TestLinesWrittenInPiecesWithPauses(t *testing.T) {
 				client.Close()
 				<-ended
 			})
-			require.NoError(t, client.SetDeadline(time.Now().Add(ioTimeout)))
+			require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
 			r := bufio.NewReader(client)
 
 			// Given a line written in pieces, each read before the next.

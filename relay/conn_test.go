@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -109,10 +110,10 @@ func tcpPair(t *testing.T) (server, client net.Conn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	client, err = net.DialTimeout("tcp", ln.Addr().String(), ioTimeout)
+	client, err = net.DialTimeout("tcp", ln.Addr().String(), hubtest.IOTimeout)
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close() })
-	require.NoError(t, ln.(*net.TCPListener).SetDeadline(time.Now().Add(ioTimeout)))
+	require.NoError(t, ln.(*net.TCPListener).SetDeadline(time.Now().Add(hubtest.IOTimeout)))
 	server, err = ln.Accept()
 	require.NoError(t, err)
 	t.Cleanup(func() { server.Close() })
@@ -211,7 +212,7 @@ func TestReadLineKeepsLineSemantics(t *testing.T) {
 					}
 					written <- client.(*net.TCPConn).CloseWrite()
 				}()
-				require.NoError(t, nc.SetReadDeadline(time.Now().Add(ioTimeout)))
+				require.NoError(t, nc.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
 				assert.Equal(t, want, collectLines(t, c))
 				assert.NoError(t, <-written)
 			})
@@ -244,7 +245,7 @@ func waitForInput(t *testing.T, c *conn) {
 // readLines reads n lines from c and returns them.
 func readLines(t *testing.T, c *conn, n int) []string {
 	t.Helper()
-	require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(ioTimeout)))
+	require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
 	var got []string
 	for range n {
 		line, tooLong, err := c.readLine()
@@ -325,7 +326,7 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 		assert.Nil(t, c.wbuf)
 		c.wmu.Unlock()
 		r := bufio.NewReader(client)
-		require.NoError(t, client.SetReadDeadline(time.Now().Add(ioTimeout)))
+		require.NoError(t, client.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
 		for _, want := range []string{"A|E903|" + protocol.MsgUnknownTarget + "\n", "B|E903|" + protocol.MsgUnknownTarget + "\n"} {
 			got, err := r.ReadString('\n')
 			require.NoError(t, err)
@@ -348,7 +349,7 @@ func TestAnswersOverflowTheWriteBuffer(t *testing.T) {
 	}
 	done := make(chan []byte, 1)
 	go func() {
-		_ = client.SetReadDeadline(time.Now().Add(ioTimeout))
+		_ = client.SetReadDeadline(time.Now().Add(hubtest.IOTimeout))
 		b, _ := io.ReadAll(io.LimitReader(client, int64(want.Len())))
 		done <- b
 	}()
@@ -375,8 +376,8 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 	tooLong := func(txid string) string { return txid + "|E900|" + protocol.MsgLineTooLong }
 
 	t.Run("limit and one over, right after small lines", func(t *testing.T) {
-		c := dial(t, addr)
-		c.send("S1|NONE|a", "S2|NONE|b",
+		c := hubtest.Dial(t, addr)
+		c.Send("S1|NONE|a", "S2|NONE|b",
 			line("EX1", DefaultMaxLineBytes), line("EX2", DefaultMaxLineBytes)+"\r",
 			line("OV1", DefaultMaxLineBytes+1), line("OV2", DefaultMaxLineBytes+1)+"\r",
 			"S3|NONE|c")
@@ -385,11 +386,11 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 			"EX1": unknown("EX1"), "EX2": unknown("EX2"),
 			"OV1": tooLong("OV1"), "OV2": tooLong("OV2"),
 			"S3": unknown("S3"),
-		}, c.readByTxID(7))
+		}, c.ReadByTxID(7))
 	})
 
 	t.Run("pipelined lines of every length", func(t *testing.T) {
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		want := map[string]string{}
 		var lines []string
 		for i := range 300 {
@@ -403,24 +404,24 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 		}
 		sent := make(chan error, 1)
 		go func() {
-			_, err := io.WriteString(c.nc, strings.Join(lines, "\n")+"\n")
+			_, err := io.WriteString(c.Conn(), strings.Join(lines, "\n")+"\n")
 			sent <- err
 		}()
-		assert.Equal(t, want, c.readByTxID(len(want)))
+		assert.Equal(t, want, c.ReadByTxID(len(want)))
 		require.NoError(t, <-sent)
 	})
 
 	t.Run("a long line written in pieces", func(t *testing.T) {
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		full := line("PC", DefaultMaxLineBytes) + "\n"
 		for rest := full; len(rest) > 0; {
 			n := min(len(rest), 3000)
-			_, err := io.WriteString(c.nc, rest[:n])
+			_, err := io.WriteString(c.Conn(), rest[:n])
 			require.NoError(t, err)
 			rest = rest[n:]
 		}
-		assert.Equal(t, unknown("PC"), c.read())
-		assert.Equal(t, unknown("Z"), c.roundTrip("Z|NONE|x"))
+		assert.Equal(t, unknown("PC"), c.Read())
+		assert.Equal(t, unknown("Z"), c.RoundTrip("Z|NONE|x"))
 	})
 }
 
@@ -448,7 +449,7 @@ func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
 	want := "TX-000123|E904|circuit open; retry after 3600s\n"
 	got := make([]byte, len(want))
-	require.NoError(t, client.SetDeadline(time.Now().Add(ioTimeout)))
+	require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
 	var failed error
 	allocs := testing.AllocsPerRun(200, func() {
 		if _, err := client.Write(request); err != nil {
@@ -579,19 +580,19 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 		cfg.IdleTimeout = idle
 		_, addr := startServer(t, cfg)
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		// Given lines one after the other for a few slacks, so that the last
 		// one falls anywhere between two moves of the deadline.
 		var last time.Time
 		for i, start := 0, time.Now(); i < 100_000 && time.Since(start) < 3*deadlineSlack(idle); i++ {
 			last = time.Now()
-			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.roundTrip("B|NONE|x"))
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("B|NONE|x"))
 		}
 		// When the client then sends only the start of a line.
-		_, err := io.WriteString(c.nc, "C|NONE|partial")
+		_, err := io.WriteString(c.Conn(), "C|NONE|partial")
 		require.NoError(t, err)
 		// Then the hub closes, but not before IdleTimeout has passed.
-		c.expectEOF()
+		c.ExpectEOF()
 		assert.GreaterOrEqual(t, time.Since(last), idle)
 	})
 
@@ -600,12 +601,12 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 		cfg.IdleTimeout, cfg.WriteTimeout = timeout, timeout
 		_, addr := startServer(t, cfg)
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		n := 0
 		for start := time.Now(); n < 1_000_000 && time.Since(start) < 4*timeout; n++ {
-			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.roundTrip("B|NONE|x"), "after %d lines", n)
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("B|NONE|x"), "after %d lines", n)
 		}
-		c.expectEOF() // and the idle timeout still ends it once it is quiet
+		c.ExpectEOF() // and the idle timeout still ends it once it is quiet
 	})
 }
 
@@ -624,7 +625,7 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 		// Lines of every length, cut at a line's start, just before its
 		// "\n", between its "\r" and "\n", or anywhere; the client waits
 		// for the answers to each write before the next.
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		rnd := rand.New(rand.NewPCG(6, 1))
 		var lines []string // each with its "\n"
 		answers := map[string]string{}
@@ -654,15 +655,15 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 				cut := []int{0, 1, len(l) - 1, len(l) - 2, rnd.IntN(len(l))}[rnd.IntN(5)]
 				w, rest = w+l[:cut], l[cut:]
 			}
-			require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
-			_, err := io.WriteString(c.nc, w)
+			require.NoError(t, c.Conn().SetWriteDeadline(time.Now().Add(hubtest.IOTimeout)))
+			_, err := io.WriteString(c.Conn(), w)
 			require.NoError(t, err)
 			want := map[string]string{}
 			for _, l := range lines[sent:next] {
 				txid, _, _ := strings.Cut(l, "|")
 				want[txid] = answers[txid]
 			}
-			require.Equal(t, want, c.readByTxID(len(want)), "lines %d to %d", sent, next-1)
+			require.Equal(t, want, c.ReadByTxID(len(want)), "lines %d to %d", sent, next-1)
 			sent = next
 		}
 	})
@@ -671,18 +672,18 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 		// The second write arrives while the hub handles the burst of the
 		// first, and the client, waiting for answers, leaves its processor
 		// free to see the socket's readiness at once.
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		var burst strings.Builder
 		for j := range 40 {
 			fmt.Fprintf(&burst, "A%02d|NONE|x\n", j)
 		}
 		for i := range 1000 {
 			b := fmt.Sprintf("B%d", i)
-			require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
-			_, err := io.WriteString(c.nc, burst.String())
+			require.NoError(t, c.Conn().SetWriteDeadline(time.Now().Add(hubtest.IOTimeout)))
+			_, err := io.WriteString(c.Conn(), burst.String())
 			require.NoError(t, err)
-			c.send(b + "|NONE|x")
-			got := c.readByTxID(41)
+			c.Send(b + "|NONE|x")
+			got := c.ReadByTxID(41)
 			require.Len(t, got, 41)
 			require.Equal(t, unknown(b), got[b], "round %d", i)
 		}
@@ -739,7 +740,7 @@ func TestLastLinesAndCloseReadTogether(t *testing.T) {
 			select {
 			case end := <-ended:
 				assert.Equal(t, tt.wantEnd, end)
-			case <-time.After(ioTimeout):
+			case <-time.After(hubtest.IOTimeout):
 				nc.Close()
 				<-ended
 				t.Fatal("the read loop did not see the end of the input")
@@ -748,7 +749,7 @@ func TestLastLinesAndCloseReadTogether(t *testing.T) {
 				return
 			}
 			r := bufio.NewReader(client)
-			require.NoError(t, client.SetReadDeadline(time.Now().Add(ioTimeout)))
+			require.NoError(t, client.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
 			for _, want := range tt.want {
 				got, err := r.ReadString('\n')
 				require.NoError(t, err)
@@ -761,22 +762,22 @@ func TestLastLinesAndCloseReadTogether(t *testing.T) {
 func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	srv, addr := startServer(t, cfg) // idle timeout 5 min
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 	// Given a reader waiting with the start of a line longer than its read
 	// buffer, after a complete line.
 	partial := "P|NONE|" + strings.Repeat("p", 2*readBufSize)
-	require.NoError(t, c.nc.SetWriteDeadline(time.Now().Add(ioTimeout)))
-	_, err := io.WriteString(c.nc, "A|NONE|x\n"+partial)
+	require.NoError(t, c.Conn().SetWriteDeadline(time.Now().Add(hubtest.IOTimeout)))
+	_, err := io.WriteString(c.Conn(), "A|NONE|x\n"+partial)
 	require.NoError(t, err)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.read())
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.Read())
 
 	// When the hub shuts down, then it stops reading at once.
-	done := shutdownAsync(srv, ioTimeout)
-	c.expectEOF()
+	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
+	c.ExpectEOF()
 	select {
 	case err := <-done:
 		assert.NoError(t, err)
-	case <-time.After(ioTimeout):
+	case <-time.After(hubtest.IOTimeout):
 		t.Fatal("Shutdown did not return")
 	}
 }

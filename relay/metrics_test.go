@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/logtest"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
@@ -30,71 +30,6 @@ func withMetrics(t *testing.T, cfg *Config) *prometheus.Registry {
 	require.NoError(t, err)
 	cfg.Metrics = m
 	return reg
-}
-
-// metricValue returns the value of the series of the named family whose
-// labels include the given name/value pairs: a counter's or gauge's value,
-// a histogram's sample count. The test fails when there is no such series.
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if labelOf(m, labels[i]) != labels[i+1] {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
-}
-
-// metricSum adds up every series of the named family whose labels include
-// the given pairs.
-func metricSum(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if labelOf(m, labels[i]) != labels[i+1] {
-					continue next
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
-func labelOf(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // relayLabelValues returns, for each label name of the relay_ families in g,
@@ -124,24 +59,24 @@ func relayLabelValues(t *testing.T, g prometheus.Gatherer) map[string][]string {
 func byPayload(w http.ResponseWriter, r *http.Request, payload []byte) {
 	switch string(payload) {
 	case "b201":
-		answerCode("B201", "insufficient funds")(w, r, payload)
+		hubtest.AnswerCode("B201", "insufficient funds")(w, r, payload)
 	case "b202":
-		answerCode("B202", "invalid account")(w, r, payload)
+		hubtest.AnswerCode("B202", "invalid account")(w, r, payload)
 	case "e400":
-		answerStatus(404)(w, r, payload)
+		hubtest.AnswerStatus(404)(w, r, payload)
 	case "e500":
-		answerStatus(500)(w, r, payload)
+		hubtest.AnswerStatus(500)(w, r, payload)
 	case "e123":
-		answerCode("E123", "an error code of the target's own")(w, r, payload)
+		hubtest.AnswerCode("E123", "an error code of the target's own")(w, r, payload)
 	case "e904":
-		answerCode("E904", "a target that sends a hub code")(w, r, payload)
+		hubtest.AnswerCode("E904", "a target that sends a hub code")(w, r, payload)
 	default:
-		echo(w, r, payload)
+		hubtest.Echo(w, r, payload)
 	}
 }
 
 func TestMetricsCountAnswersByCode(t *testing.T) {
-	core := newFakeTarget(t, byPayload)
+	core := hubtest.NewTarget(t, byPayload)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: core.URL})
 	reg := withMetrics(t, &cfg)
 	_, addr := startServer(t, cfg)
@@ -149,10 +84,10 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 	// Every series of a configured target exists, at zero, before any
 	// traffic: the children are resolved when the Server is built.
 	for _, code := range codeLabelValues {
-		assert.Zero(t, metricValue(t, reg, metricRequests, "target", "CLAIM", "code", code), code)
+		assert.Zero(t, hubtest.MetricValue(t, reg, metricRequests, "target", "CLAIM", "code", code), code)
 	}
 
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 	for _, rt := range []struct{ line, code string }{
 		{"T1|CORE|ok", "0000"},
 		{"T2|core|b201", "B201"},
@@ -166,7 +101,7 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		{"garbage", "E900"},
 		{"T10|CORE", "E900"},
 	} {
-		got := c.roundTrip(rt.line)
+		got := c.RoundTrip(rt.line)
 		require.Contains(t, got, "|"+rt.code+"|", rt.line)
 	}
 
@@ -174,12 +109,12 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		"0000": 1, "Bnnn": 2, "E400": 1, "E500": 1, "Ennn": 2,
 		"E901": 0, "E902": 0, "E904": 0, "E905": 0, "E906": 0, "E907": 0,
 	} {
-		assert.Equal(t, want, metricValue(t, reg, metricRequests, "target", "CORE", "code", code), "code %s", code)
+		assert.Equal(t, want, hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", code), "code %s", code)
 	}
-	assert.Equal(t, 2.0, metricValue(t, reg, metricUnrouted, "code", "E903"))
-	assert.Equal(t, 2.0, metricValue(t, reg, metricUnrouted, "code", "E900"))
-	assert.Equal(t, 7.0, metricValue(t, reg, metricDuration, "target", "CORE"), "one observation per call")
-	assert.Zero(t, metricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricUnrouted, "code", "E903"))
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricUnrouted, "code", "E900"))
+	assert.Equal(t, 7.0, hubtest.MetricValue(t, reg, metricDuration, "target", "CORE"), "one observation per call")
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
 
 	// No label value comes from client or target input.
 	allowed := map[string][]string{
@@ -200,78 +135,78 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 
 func TestMetricsFollowTheBreaker(t *testing.T) {
 	// Given a closed breaker with threshold 2 and reset timeout 5 s.
-	core := newFakeTarget(t, answerStatus(503))
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.FailThreshold, cfg.ResetTimeout = 2, 5*time.Second
 	reg := withMetrics(t, &cfg)
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	state := func() float64 { return metricValue(t, reg, metricBreakerState, "target", "CORE") }
+	c := hubtest.Dial(t, addr)
+	state := func() float64 { return hubtest.MetricValue(t, reg, metricBreakerState, "target", "CORE") }
 	moves := func(from, to string) float64 {
-		return metricValue(t, reg, metricTransitions, "target", "CORE", "from", from, "to", to)
+		return hubtest.MetricValue(t, reg, metricTransitions, "target", "CORE", "from", from, "to", to)
 	}
 	assert.Equal(t, 0.0, state())
 
 	// When two calls fail, the state is 1 (open) and the trip is counted;
 	// a refusal counts as E904 and as a rejection for reason open.
-	c.roundTrip("F1|CORE|x")
-	c.roundTrip("F2|CORE|x")
+	c.RoundTrip("F1|CORE|x")
+	c.RoundTrip("F2|CORE|x")
 	assert.Equal(t, 1.0, state())
 	assert.Equal(t, 1.0, moves("CLOSED", "OPEN"))
-	assert.Contains(t, c.roundTrip("R1|CORE|x"), "|E904|")
-	assert.Equal(t, 1.0, metricValue(t, reg, metricRequests, "target", "CORE", "code", "E904"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
+	assert.Contains(t, c.RoundTrip("R1|CORE|x"), "|E904|")
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "E904"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
 
 	// When the reset timeout has passed and the probe is out, the state is
 	// 2 (half-open) and others are refused.
 	clk.Advance(5 * time.Second)
-	core.set(core.blockThen(echo))
-	c.send("P1|CORE|x")
-	core.waitEntered(t, 1)
+	core.Set(core.BlockThen(hubtest.Echo))
+	c.Send("P1|CORE|x")
+	core.WaitEntered(t, 1)
 	assert.Equal(t, 2.0, state())
 	assert.Equal(t, 1.0, moves("OPEN", "HALF_OPEN"))
-	assert.Contains(t, c.roundTrip("R2|CORE|x"), "|E904|")
-	assert.Equal(t, 2.0, metricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
+	assert.Contains(t, c.RoundTrip("R2|CORE|x"), "|E904|")
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
 
 	// Then the probe's success closes the breaker: state 0, and each of the
 	// three changes counted once.
-	core.unblockAll()
-	assert.Equal(t, "P1|0000|got x", c.read())
+	core.UnblockAll()
+	assert.Equal(t, "P1|0000|got x", c.Read())
 	assert.Equal(t, 0.0, state())
 	assert.Equal(t, 1.0, moves("HALF_OPEN", "CLOSED"))
 	assert.Zero(t, moves("HALF_OPEN", "OPEN"))
 	assert.Zero(t, moves("OPEN", "CLOSED"))
-	assert.Equal(t, 3.0, metricSum(t, reg, metricTransitions, "target", "CORE"))
+	assert.Equal(t, 3.0, hubtest.MetricSum(t, reg, metricTransitions, "target", "CORE"))
 }
 
 func TestMetricsLiveGauges(t *testing.T) {
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.MaxInflight = 2
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
 
-	c1 := dial(t, addr)
-	c1.send("A|CORE|a", "B|CORE|b")
-	core.waitEntered(t, 2)
-	assert.Equal(t, 2.0, metricValue(t, reg, metricInflight, "target", "CORE"))
-	assert.Equal(t, "C|E905|"+protocol.MsgBulkheadFull, c1.roundTrip("C|CORE|c"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricRejections, "target", "CORE", "reason", "full"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricRequests, "target", "CORE", "code", "E905"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricConnectionsOpen))
+	c1 := hubtest.Dial(t, addr)
+	c1.Send("A|CORE|a", "B|CORE|b")
+	core.WaitEntered(t, 2)
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricInflight, "target", "CORE"))
+	assert.Equal(t, "C|E905|"+protocol.MsgBulkheadFull, c1.RoundTrip("C|CORE|c"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "full"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "E905"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricConnectionsOpen))
 
-	c2 := dial(t, addr)
-	c2.roundTrip("Z|NOPE|z")
-	assert.Equal(t, 2.0, metricValue(t, reg, metricConnectionsOpen))
+	c2 := hubtest.Dial(t, addr)
+	c2.RoundTrip("Z|NOPE|z")
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricConnectionsOpen))
 	assert.Equal(t, 2, srv.ConnectionsOpen())
 
-	core.unblockAll()
-	c1.readByTxID(2)
-	assert.Zero(t, metricValue(t, reg, metricInflight, "target", "CORE"), "slots are released before the answer")
-	c2.nc.Close()
-	eventually(t, func() bool { return srv.ConnectionsOpen() == 1 }, "closed connection still counted")
-	assert.Equal(t, 1.0, metricValue(t, reg, metricConnectionsOpen))
+	core.UnblockAll()
+	c1.ReadByTxID(2)
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricInflight, "target", "CORE"), "slots are released before the answer")
+	c2.Conn().Close()
+	hubtest.Eventually(t, func() bool { return srv.ConnectionsOpen() == 1 }, "closed connection still counted")
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricConnectionsOpen))
 }
 
 func TestNewMetricsAndSharing(t *testing.T) {
@@ -327,17 +262,16 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := dial(t, addr)
+			c := hubtest.Dial(t, addr)
 			var b strings.Builder
 			for i := range perClient {
 				k := i % 3
 				sent[k].Add(1)
 				fmt.Fprintf(&b, "H%d-%d|%s|x\n", ci, i, [...]string{"CORE", "claim", "ELSEWHERE"}[k])
 			}
-			go func() { _, _ = c.nc.Write([]byte(b.String())) }()
+			go func() { _, _ = c.Conn().Write([]byte(b.String())) }()
 			for range perClient {
-				_ = c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
-				if _, err := c.r.ReadString('\n'); !assert.NoError(t, err) {
+				if _, err := c.ReadLine(); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -345,19 +279,19 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 
-	assert.Equal(t, float64(sent[0].Load()), metricSum(t, reg, metricRequests, "target", "CORE"))
-	assert.Equal(t, float64(sent[1].Load()), metricSum(t, reg, metricRequests, "target", "CLAIM"))
-	assert.Equal(t, float64(sent[2].Load()), metricValue(t, reg, metricUnrouted, "code", "E903"))
-	calls := metricValue(t, reg, metricRequests, "target", "CORE", "code", "0000") +
-		metricValue(t, reg, metricRequests, "target", "CORE", "code", "E500")
-	assert.Equal(t, calls, metricValue(t, reg, metricDuration, "target", "CORE"))
+	assert.Equal(t, float64(sent[0].Load()), hubtest.MetricSum(t, reg, metricRequests, "target", "CORE"))
+	assert.Equal(t, float64(sent[1].Load()), hubtest.MetricSum(t, reg, metricRequests, "target", "CLAIM"))
+	assert.Equal(t, float64(sent[2].Load()), hubtest.MetricValue(t, reg, metricUnrouted, "code", "E903"))
+	calls := hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "0000") +
+		hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "E500")
+	assert.Equal(t, calls, hubtest.MetricValue(t, reg, metricDuration, "target", "CORE"))
 
 	// Into a state minus out of it is 1 for the current state, 0 for the
 	// others (CLOSED counts its start as an entry).
-	state := breaker.State(metricValue(t, reg, metricBreakerState, "target", "CORE"))
+	state := breaker.State(hubtest.MetricValue(t, reg, metricBreakerState, "target", "CORE"))
 	for _, s := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen} {
-		in := metricSum(t, reg, metricTransitions, "target", "CORE", "to", s.String())
-		out := metricSum(t, reg, metricTransitions, "target", "CORE", "from", s.String())
+		in := hubtest.MetricSum(t, reg, metricTransitions, "target", "CORE", "to", s.String())
+		out := hubtest.MetricSum(t, reg, metricTransitions, "target", "CORE", "from", s.String())
 		if s == breaker.Closed {
 			in++
 		}
@@ -370,7 +304,7 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 
 	require.NoError(t, srv.Close())
 	assert.Len(t, access.Lines(t), clients*perClient, "one access log line per answer")
-	assert.Zero(t, metricValue(t, reg, metricAccessLogDropped))
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricAccessLogDropped))
 }
 
 func TestCallCodeLabel(t *testing.T) {
@@ -396,19 +330,19 @@ func withMessage(lines []map[string]any, msg string) []map[string]any {
 func TestBreakerTransitionsAreLogged(t *testing.T) {
 	// Given a logger that keeps its lines and a breaker with threshold 2.
 	var logs logtest.Buffer
-	core := newFakeTarget(t, answerStatus(503))
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
 	cfg.FailThreshold, cfg.ResetTimeout = 2, 5*time.Second
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// When it trips, then recovers through a probe,
-	c.roundTrip("F1|CORE|x")
-	c.roundTrip("F2|CORE|x")
+	c.RoundTrip("F1|CORE|x")
+	c.RoundTrip("F2|CORE|x")
 	clk.Advance(5 * time.Second)
-	core.set(echo)
-	assert.Equal(t, "P1|0000|got x", c.roundTrip("P1|CORE|x"))
+	core.Set(hubtest.Echo)
+	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
 
 	// then each change is one line, at warn when it opened, with the
 	// failure count and the retry hint of the moment.
@@ -428,20 +362,20 @@ func TestBreakerTransitionsAreLogged(t *testing.T) {
 
 func TestFailedCallsAreLoggedSparingly(t *testing.T) {
 	var logs logtest.Buffer
-	core := newFakeTarget(t, answerStatus(500))
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
 	cfg.FailThreshold = 1000
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 	const calls = 4 * failLogBurst
 	for i := range calls {
-		c.roundTrip(fmt.Sprintf("F%d|CORE|x", i))
+		c.RoundTrip(fmt.Sprintf("F%d|CORE|x", i))
 	}
 
 	// A call is logged after its answer is written.
 	var levels map[string]int
-	eventually(t, func() bool {
+	hubtest.Eventually(t, func() bool {
 		levels = map[string]int{}
 		for _, l := range withMessage(logs.Lines(t), "call done") {
 			levels[l["level"].(string)]++

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/logtest"
 )
 
@@ -27,25 +28,25 @@ func (h panicOn) Run(_ *zerolog.Event, _ zerolog.Level, msg string) {
 func TestPanicAfterTheAnswerSendsNoSecondAnswer(t *testing.T) {
 	// Given a hub that panics when it logs a finished call, after the
 	// call's answer is written,
-	core := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	var logs logtest.Buffer
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel).Hook(panicOn{"call done"})
 	reg := withMetrics(t, &cfg)
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// when a transaction is answered,
-	assert.Equal(t, "A1|0000|got x", c.roundTrip("A1|CORE|x"))
+	assert.Equal(t, "A1|0000|got x", c.RoundTrip("A1|CORE|x"))
 
 	// then the next answer on the connection is the next line's, not an
 	// E907 for the first,
-	assert.Equal(t, "A2|0000|got y", c.roundTrip("A2|CORE|y"))
+	assert.Equal(t, "A2|0000|got y", c.RoundTrip("A2|CORE|y"))
 
 	// the answer is counted once, and the panic is logged.
-	assert.Equal(t, 2.0, metricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "0000"))
-	assert.Equal(t, 0.0, metricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E907"))
-	eventually(t, func() bool {
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "0000"))
+	assert.Equal(t, 0.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E907"))
+	hubtest.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), "target call panicked after its answer")
 	}, "the panic after the answer was not logged")
 }
@@ -75,31 +76,31 @@ func (w *panickyWriter) String() string {
 
 func TestAccessLogWriterRestartsAfterAPanic(t *testing.T) {
 	// Given an access log whose first write panics,
-	core := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	out := &panickyWriter{}
 	cfg.AccessLog = out
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// when transactions go on after the panic,
-	assert.Equal(t, "P1|0000|got x", c.roundTrip("P1|CORE|x"))
-	eventually(t, func() bool {
-		return metricValue(t, reg, metricPanics, labelTask, "access_log") == 1
+	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	hubtest.Eventually(t, func() bool {
+		return hubtest.MetricValue(t, reg, metricPanics, labelTask, "access_log") == 1
 	}, "the access log writer's panic was not counted")
-	assert.Equal(t, "P2|0000|got y", c.roundTrip("P2|CORE|y"))
+	assert.Equal(t, "P2|0000|got y", c.RoundTrip("P2|CORE|y"))
 
 	// then the restarted writer logs them, the line lost in the panic is
 	// counted as dropped,
-	eventually(t, func() bool { return strings.Contains(out.String(), `"txid":"P2"`) },
+	hubtest.Eventually(t, func() bool { return strings.Contains(out.String(), `"txid":"P2"`) },
 		"the access log stopped after its writer panicked")
 	assert.NotContains(t, out.String(), `"txid":"P1"`)
-	assert.Equal(t, 1.0, metricValue(t, reg, metricAccessLogDropped))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricAccessLogDropped))
 
 	// and the hub shuts down cleanly: the panic is not held for Wait.
-	c.nc.Close()
-	assert.NoError(t, <-shutdownAsync(srv, ioTimeout))
+	c.Conn().Close()
+	assert.NoError(t, <-hubtest.ShutdownAsync(srv, hubtest.IOTimeout))
 }
 
 func TestPanicInAConnectionIsCaughtWhereItHappens(t *testing.T) {
@@ -110,25 +111,25 @@ func TestPanicInAConnectionIsCaughtWhereItHappens(t *testing.T) {
 	srv, addr := startServer(t, cfg)
 
 	// when a client comes and goes,
-	c := dial(t, addr)
-	assert.Equal(t, "U1|E903|unknown target", c.roundTrip("U1|NOPE|x"))
-	c.nc.Close()
+	c := hubtest.Dial(t, addr)
+	assert.Equal(t, "U1|E903|unknown target", c.RoundTrip("U1|NOPE|x"))
+	c.Conn().Close()
 
 	// then the panic is counted at once, the connection is forgotten, and
 	// the hub still serves and shuts down cleanly.
-	eventually(t, func() bool {
-		return metricValue(t, reg, metricPanics, labelTask, "conn") == 1
+	hubtest.Eventually(t, func() bool {
+		return hubtest.MetricValue(t, reg, metricPanics, labelTask, "conn") == 1
 	}, "the connection's panic was not counted when it happened")
-	eventually(t, func() bool { return srv.ConnectionsOpen() == 0 }, "the panicked connection is still tracked")
-	c2 := dial(t, addr)
-	assert.Equal(t, "U2|E903|unknown target", c2.roundTrip("U2|NOPE|x"))
-	c2.nc.Close()
-	done := shutdownAsync(srv, ioTimeout)
+	hubtest.Eventually(t, func() bool { return srv.ConnectionsOpen() == 0 }, "the panicked connection is still tracked")
+	c2 := hubtest.Dial(t, addr)
+	assert.Equal(t, "U2|E903|unknown target", c2.RoundTrip("U2|NOPE|x"))
+	c2.Conn().Close()
+	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
 	select {
 	case err := <-done:
 		assert.NoError(t, err)
-	case <-time.After(ioTimeout):
+	case <-time.After(hubtest.IOTimeout):
 		t.Fatal("Shutdown did not return")
 	}
-	require.Equal(t, 2.0, metricValue(t, reg, metricPanics, labelTask, "conn"))
+	require.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricPanics, labelTask, "conn"))
 }

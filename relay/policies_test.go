@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/logtest"
 )
 
@@ -21,7 +22,7 @@ func settings(maxInflight, threshold int, reset time.Duration) *TargetSettings {
 
 // fallbackPair returns a Config, on a fake clock, where CORE falls back to
 // CORE_DR, each with the given settings (nil for the Config's).
-func fallbackPair(t *testing.T, core, dr *fakeTarget, coreSettings, drSettings *TargetSettings) (Config, *fakeclock.Clock) {
+func fallbackPair(t *testing.T, core, dr *hubtest.Target, coreSettings, drSettings *TargetSettings) (Config, *fakeclock.Clock) {
 	t.Helper()
 	cfg, clk := testConfig(t,
 		Target{Name: "CORE", URL: core.URL, Settings: coreSettings, Fallback: "core_dr"},
@@ -33,50 +34,50 @@ func fallbackPair(t *testing.T, core, dr *fakeTarget, coreSettings, drSettings *
 func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 	// Given CORE (threshold 1, reset 10 s) failing, with CORE_DR (threshold
 	// 1, reset 1 min) as its fallback, an access log and metrics,
-	core := newFakeTarget(t, answerStatus(500))
-	dr := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
+	dr := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, clk := fallbackPair(t, core, dr, settings(0, 1, 10*time.Second), settings(0, 1, time.Minute))
 	reg := withMetrics(t, &cfg)
 	var access logtest.Buffer
 	cfg.AccessLog = &access
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// when CORE trips,
-	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.roundTrip("F1|CORE|x"))
+	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
 	require.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// then CORE_DR answers for it, saying so, and CORE is not called;
-	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.roundTrip("F2|core|x"))
-	assert.Equal(t, "F3|0000|via CORE_DR: got y", c.roundTrip("F3|CORE|y"))
-	assert.Equal(t, int32(1), core.calls.Load())
-	assert.Equal(t, int32(2), dr.calls.Load())
+	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.RoundTrip("F2|core|x"))
+	assert.Equal(t, "F3|0000|via CORE_DR: got y", c.RoundTrip("F3|CORE|y"))
+	assert.Equal(t, 1, core.Calls())
+	assert.Equal(t, 2, dr.Calls())
 
 	// a request for CORE_DR itself is answered without the prefix;
-	assert.Equal(t, "D1|0000|got z", c.roundTrip("D1|CORE_DR|z"))
+	assert.Equal(t, "D1|0000|got z", c.RoundTrip("D1|CORE_DR|z"))
 
 	// the answers count under CORE_DR, the refusals under CORE's fallbacks;
-	assert.Equal(t, 3.0, metricValue(t, reg, metricRequests, labelTarget, "CORE_DR", labelCode, "0000"))
-	assert.Equal(t, 0.0, metricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "0000"))
-	assert.Equal(t, 0.0, metricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E904"))
-	assert.Equal(t, 2.0, metricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
+	assert.Equal(t, 3.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE_DR", labelCode, "0000"))
+	assert.Equal(t, 0.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "0000"))
+	assert.Equal(t, 0.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E904"))
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
 
 	// when CORE_DR fails too, its failure reaches the client through it,
-	dr.set(answerStatus(503))
-	assert.Equal(t, "F4|E500|via CORE_DR: target failed: HTTP 503: injected", c.roundTrip("F4|CORE|x"))
+	dr.Set(hubtest.AnswerStatus(503))
+	assert.Equal(t, "F4|E500|via CORE_DR: target failed: HTTP 503: injected", c.RoundTrip("F4|CORE|x"))
 	require.Equal(t, breaker.Open, status(t, srv, "CORE_DR").State)
 
 	// and once both breakers refuse, the answer is E904 with CORE's own
 	// retry hint (CORE_DR's would be about a minute).
 	clk.Advance(3 * time.Second)
-	assert.Equal(t, "F5|E904|circuit open; retry after 7s", c.roundTrip("F5|CORE|x"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E904"))
-	assert.Equal(t, 3.0, metricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
-	assert.Equal(t, int32(1), core.calls.Load())
+	assert.Equal(t, "F5|E904|circuit open; retry after 7s", c.RoundTrip("F5|CORE|x"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E904"))
+	assert.Equal(t, 3.0, hubtest.MetricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
+	assert.Equal(t, 1, core.Calls())
 
 	// The access log names the target that answered, and whom for.
-	c.nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	c.Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hubtest.IOTimeout)
 	defer cancel()
 	require.NoError(t, srv.Shutdown(ctx))
 	lines := access.Lines(t)
@@ -93,101 +94,101 @@ func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 func TestFallbackBulkheadFullIsE905(t *testing.T) {
 	// Given CORE held open by an operator and CORE_DR with one slot, whose
 	// one call is in flight,
-	core := newFakeTarget(t, echo)
-	dr := newFakeTarget(t, nil)
-	dr.set(dr.blockThen(echo))
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	dr := hubtest.NewTarget(t, nil)
+	dr.Set(dr.BlockThen(hubtest.Echo))
 	cfg, _ := fallbackPair(t, core, dr, nil, settings(1, 0, 0))
 	srv, addr := startServer(t, cfg)
 	_, err := srv.ControlBreaker("CORE", ActionOpen)
 	require.NoError(t, err)
-	c := dial(t, addr)
-	c.send("B1|CORE|x")
-	dr.waitEntered(t, 1)
+	c := hubtest.Dial(t, addr)
+	c.Send("B1|CORE|x")
+	dr.WaitEntered(t, 1)
 
 	// when another request for CORE comes, it gets CORE_DR's E905 at once,
 	// naming CORE_DR,
-	assert.Equal(t, "B2|E905|via CORE_DR: target busy: too many calls in flight", c.roundTrip("B2|CORE|x"))
+	assert.Equal(t, "B2|E905|via CORE_DR: target busy: too many calls in flight", c.RoundTrip("B2|CORE|x"))
 
 	// and the call in flight is answered through CORE_DR as usual; CORE
 	// was never called.
-	dr.unblockAll()
-	assert.Equal(t, "B1|0000|via CORE_DR: got x", c.read())
-	assert.Zero(t, core.calls.Load())
+	dr.UnblockAll()
+	assert.Equal(t, "B1|0000|via CORE_DR: got x", c.Read())
+	assert.Zero(t, core.Calls())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE_DR").State, "E905 is no failure")
 }
 
 func TestFullPrimaryBulkheadDoesNotFallBack(t *testing.T) {
 	// Given CORE with one slot, closed, its one call in flight, and a
 	// fallback,
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
-	dr := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
+	dr := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := fallbackPair(t, core, dr, settings(1, 0, 0), nil)
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	c.send("P1|CORE|x")
-	core.waitEntered(t, 1)
+	c := hubtest.Dial(t, addr)
+	c.Send("P1|CORE|x")
+	core.WaitEntered(t, 1)
 
 	// when another request comes, it is CORE's E905, not a fallback.
-	assert.Equal(t, "P2|E905|target busy: too many calls in flight", c.roundTrip("P2|CORE|x"))
-	assert.Zero(t, dr.calls.Load())
-	core.unblockAll()
-	assert.Equal(t, "P1|0000|got x", c.read())
+	assert.Equal(t, "P2|E905|target busy: too many calls in flight", c.RoundTrip("P2|CORE|x"))
+	assert.Zero(t, dr.Calls())
+	core.UnblockAll()
+	assert.Equal(t, "P1|0000|got x", c.Read())
 }
 
 func TestHeldOpenMessage(t *testing.T) {
 	// Given CORE with no fallback and CLAIM falling back to DR,
-	core := newFakeTarget(t, echo)
-	claim := newFakeTarget(t, echo)
-	dr := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	claim := hubtest.NewTarget(t, hubtest.Echo)
+	dr := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t,
 		Target{Name: "CORE", URL: core.URL},
 		Target{Name: "CLAIM", URL: claim.URL, Fallback: "DR"},
 		Target{Name: "DR", URL: dr.URL},
 	)
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// when an operator holds CORE open, its requests are refused with no
 	// time to retry;
 	_, err := srv.ControlBreaker("core", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H1|E904|circuit open; held open by operator", c.roundTrip("H1|CORE|x"))
+	assert.Equal(t, "H1|E904|circuit open; held open by operator", c.RoundTrip("H1|CORE|x"))
 
 	// holding CLAIM open sends its requests to DR (an operator's failover),
 	_, err = srv.ControlBreaker("CLAIM", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H2|0000|via DR: got x", c.roundTrip("H2|CLAIM|x"))
+	assert.Equal(t, "H2|0000|via DR: got x", c.RoundTrip("H2|CLAIM|x"))
 
 	// and with DR held open too, the message is CLAIM's.
 	_, err = srv.ControlBreaker("DR", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H3|E904|circuit open; held open by operator", c.roundTrip("H3|CLAIM|x"))
-	assert.Zero(t, core.calls.Load()+claim.calls.Load())
+	assert.Equal(t, "H3|E904|circuit open; held open by operator", c.RoundTrip("H3|CLAIM|x"))
+	assert.Zero(t, core.Calls()+claim.Calls())
 
 	// Enable starts a normal open period: the hint is back.
 	_, err = srv.ControlBreaker("CORE", ActionEnable)
 	require.NoError(t, err)
-	assert.Equal(t, "H4|E904|circuit open; retry after 10s", c.roundTrip("H4|CORE|x"))
+	assert.Equal(t, "H4|E904|circuit open; retry after 10s", c.RoundTrip("H4|CORE|x"))
 }
 
 func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 	t.Run("backoff", func(t *testing.T) {
 		// Given threshold 1, reset 1 s and backoff up to 5 s, on a fake clock,
-		core := newFakeTarget(t, answerStatus(500))
+		core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
 		cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
 		cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxResetTimeout = 1, time.Second, 5*time.Second
 		srv, addr := startServer(t, cfg)
-		c := dial(t, addr)
-		require.Equal(t, "F0|E500|target failed: HTTP 500: injected", c.roundTrip("F0|CORE|x"))
-		assert.Equal(t, "R0|E904|circuit open; retry after 1s", c.roundTrip("R0|CORE|x"))
+		c := hubtest.Dial(t, addr)
+		require.Equal(t, "F0|E500|target failed: HTTP 500: injected", c.RoundTrip("F0|CORE|x"))
+		assert.Equal(t, "R0|E904|circuit open; retry after 1s", c.RoundTrip("R0|CORE|x"))
 
 		// when each probe fails, the hint doubles, up to the cap.
 		period := time.Second
 		for i, want := range []string{"2s", "4s", "5s", "5s"} {
 			clk.Advance(period)
-			require.Contains(t, c.roundTrip("P|CORE|x"), "|E500|", "probe %d", i)
-			assert.Equal(t, "R|E904|circuit open; retry after "+want, c.roundTrip("R|CORE|x"), "after failed probe %d", i+1)
+			require.Contains(t, c.RoundTrip("P|CORE|x"), "|E500|", "probe %d", i)
+			assert.Equal(t, "R|E904|circuit open; retry after "+want, c.RoundTrip("R|CORE|x"), "after failed probe %d", i+1)
 			period = min(2*period, 5*time.Second)
 			assert.Equal(t, period, status(t, srv, "CORE").RetryAfter)
 		}
@@ -195,29 +196,29 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 		// A successful probe brings the open period back to the reset
 		// timeout.
 		clk.Advance(period)
-		core.set(echo)
-		require.Equal(t, "P|0000|got x", c.roundTrip("P|CORE|x"))
-		core.set(answerStatus(500))
-		require.Contains(t, c.roundTrip("F|CORE|x"), "|E500|")
-		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.roundTrip("R|CORE|x"))
+		core.Set(hubtest.Echo)
+		require.Equal(t, "P|0000|got x", c.RoundTrip("P|CORE|x"))
+		core.Set(hubtest.AnswerStatus(500))
+		require.Contains(t, c.RoundTrip("F|CORE|x"), "|E500|")
+		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.RoundTrip("R|CORE|x"))
 	})
 	t.Run("jitter", func(t *testing.T) {
 		// Given a reset of 4 s with jitter 0.5 and a random source that
 		// always draws 0.5,
-		core := newFakeTarget(t, answerStatus(500))
+		core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
 		cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
 		cfg.FailThreshold, cfg.ResetTimeout, cfg.ResetJitter = 1, 4*time.Second, 0.5
 		cfg.Rand = func() float64 { return 0.5 }
 		srv, addr := startServer(t, cfg)
-		c := dial(t, addr)
+		c := hubtest.Dial(t, addr)
 
 		// when CORE opens, the open period is 4 s + 4 s × 0.5 × 0.5 = 5 s,
 		// and the hint and the status say so.
-		require.Contains(t, c.roundTrip("F|CORE|x"), "|E500|")
-		assert.Equal(t, "R|E904|circuit open; retry after 5s", c.roundTrip("R|CORE|x"))
+		require.Contains(t, c.RoundTrip("F|CORE|x"), "|E500|")
+		assert.Equal(t, "R|E904|circuit open; retry after 5s", c.RoundTrip("R|CORE|x"))
 		assert.Equal(t, 5*time.Second, status(t, srv, "CORE").RetryAfter)
 		clk.Advance(4500 * time.Millisecond)
-		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.roundTrip("R|CORE|x"))
+		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.RoundTrip("R|CORE|x"))
 		assert.Equal(t, 500*time.Millisecond, status(t, srv, "CORE").RetryAfter)
 	})
 }
@@ -225,9 +226,9 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 func TestPerTargetSettingsApplied(t *testing.T) {
 	// Given CORE with one slot, threshold 1 and a 150 ms target timeout, and
 	// CLAIM with two slots, threshold 3, counting E400 (only) as a failure,
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
-	claim := newFakeTarget(t, answerStatus(404))
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
+	claim := hubtest.NewTarget(t, hubtest.AnswerStatus(404))
 	cfg, _ := testConfig(t,
 		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond}},
 		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, Policy: breaker.Policy{FailThreshold: 3}, FailureCodes: []string{"e400"}}},
@@ -249,23 +250,23 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 
 	// When CORE's one call hangs, a second is E905 and the first times out
 	// after CORE's own timeout, opening CORE's breaker at threshold 1;
-	c := dial(t, addr)
-	c.send("C1|CORE|x")
-	core.waitEntered(t, 1)
-	assert.Equal(t, "C2|E905|target busy: too many calls in flight", c.roundTrip("C2|CORE|x"))
-	assert.Equal(t, "C1|E901|no answer within target timeout", c.read())
+	c := hubtest.Dial(t, addr)
+	c.Send("C1|CORE|x")
+	core.WaitEntered(t, 1)
+	assert.Equal(t, "C2|E905|target busy: too many calls in flight", c.RoundTrip("C2|CORE|x"))
+	assert.Equal(t, "C1|E901|no answer within target timeout", c.Read())
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// and CLAIM's 4xx count as failures there, opening it at its threshold 3.
 	for range 3 {
-		assert.Contains(t, c.roundTrip("L|CLAIM|x"), "|E400|")
+		assert.Contains(t, c.RoundTrip("L|CLAIM|x"), "|E400|")
 	}
-	assert.Contains(t, c.roundTrip("L|CLAIM|x"), "|E904|")
+	assert.Contains(t, c.RoundTrip("L|CLAIM|x"), "|E904|")
 }
 
 func TestFailureRatePolicyIsWired(t *testing.T) {
 	// Given a high threshold and a failure rate of 0.5 over 4 calls,
-	core := newFakeTarget(t, byPayload)
+	core := hubtest.NewTarget(t, byPayload)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.FailThreshold, cfg.FailureRate, cfg.MinSamples, cfg.Window = 100, 0.5, 4, time.Minute
 	srv, addr := startServer(t, cfg)
@@ -273,16 +274,16 @@ func TestFailureRatePolicyIsWired(t *testing.T) {
 	assert.Equal(t, 0.5, st.FailureRate)
 	assert.Equal(t, 4, st.MinSamples)
 	assert.Equal(t, time.Minute, st.Window)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// when two of four calls fail, not in a row,
 	for _, p := range []string{"e500", "ok", "e500", "ok"} {
-		c.roundTrip("R|CORE|" + p)
+		c.RoundTrip("R|CORE|" + p)
 	}
 
 	// then the breaker opens on the rate.
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
-	assert.Contains(t, c.roundTrip("R|CORE|ok"), "|E904|")
+	assert.Contains(t, c.RoundTrip("R|CORE|ok"), "|E904|")
 }
 
 func TestNewRejectsBadPolicies(t *testing.T) {

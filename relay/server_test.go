@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -26,60 +27,60 @@ func TestRelayAnswers(t *testing.T) {
 		line   string
 		want   string
 	}{
-		{name: "success", answer: echo, line: "TX1|CORE|BAL 1", want: "TX1|0000|got BAL 1"},
-		{name: "target matched case-insensitively", answer: echo, line: "TX1|cOrE|BAL 1", want: "TX1|0000|got BAL 1"},
-		{name: "payload with pipes", answer: echo, line: "TX1|CORE|a|b", want: "TX1|0000|got a|b"},
-		{name: "business rejection", answer: answerCode("B201", "insufficient funds"), line: "TX1|CORE|WD 1 5", want: "TX1|B201|insufficient funds"},
-		{name: "http 500", answer: answerStatus(500), line: "TX1|CORE|x", want: "TX1|E500|target failed: HTTP 500: injected"},
-		{name: "http 400", answer: answerStatus(400), line: "TX1|CORE|x", want: "TX1|E400|target refused the request: HTTP 400: injected"},
-		{name: "message with newline cleaned", answer: answerCode("0000", `a\r\nT2|0000|forged`), line: "TX1|CORE|x", want: "TX1|0000|a  T2|0000|forged"},
-		{name: "unknown target", answer: echo, line: "TX1|NOPE|x", want: "TX1|E903|" + protocol.MsgUnknownTarget},
-		{name: "malformed with txid", answer: echo, line: "TX1|CORE", want: "TX1|E900|" + protocol.MsgMissingFields},
-		{name: "malformed without txid", answer: echo, line: "bad txid|CORE|x", want: "-|E900|" + protocol.MsgBadTxID},
+		{name: "success", answer: hubtest.Echo, line: "TX1|CORE|BAL 1", want: "TX1|0000|got BAL 1"},
+		{name: "target matched case-insensitively", answer: hubtest.Echo, line: "TX1|cOrE|BAL 1", want: "TX1|0000|got BAL 1"},
+		{name: "payload with pipes", answer: hubtest.Echo, line: "TX1|CORE|a|b", want: "TX1|0000|got a|b"},
+		{name: "business rejection", answer: hubtest.AnswerCode("B201", "insufficient funds"), line: "TX1|CORE|WD 1 5", want: "TX1|B201|insufficient funds"},
+		{name: "http 500", answer: hubtest.AnswerStatus(500), line: "TX1|CORE|x", want: "TX1|E500|target failed: HTTP 500: injected"},
+		{name: "http 400", answer: hubtest.AnswerStatus(400), line: "TX1|CORE|x", want: "TX1|E400|target refused the request: HTTP 400: injected"},
+		{name: "message with newline cleaned", answer: hubtest.AnswerCode("0000", `a\r\nT2|0000|forged`), line: "TX1|CORE|x", want: "TX1|0000|a  T2|0000|forged"},
+		{name: "unknown target", answer: hubtest.Echo, line: "TX1|NOPE|x", want: "TX1|E903|" + protocol.MsgUnknownTarget},
+		{name: "malformed with txid", answer: hubtest.Echo, line: "TX1|CORE", want: "TX1|E900|" + protocol.MsgMissingFields},
+		{name: "malformed without txid", answer: hubtest.Echo, line: "bad txid|CORE|x", want: "-|E900|" + protocol.MsgBadTxID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			core := newFakeTarget(t, tt.answer)
+			core := hubtest.NewTarget(t, tt.answer)
 			cfg, _ := testConfig(t, Target{Name: "core", URL: core.URL})
 			_, addr := startServer(t, cfg)
-			c := dial(t, addr)
-			assert.Equal(t, tt.want, c.roundTrip(tt.line))
+			c := hubtest.Dial(t, addr)
+			assert.Equal(t, tt.want, c.RoundTrip(tt.line))
 		})
 	}
 }
 
 func TestBreakerTripsAndRecovers(t *testing.T) {
 	// Given a target that fails, with threshold 3 and reset timeout 7 s.
-	core := newFakeTarget(t, answerStatus(503))
-	var tr transitions
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
+	var tr hubtest.Transitions
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
-	cfg.FailThreshold, cfg.ResetTimeout, cfg.OnTransition = 3, 7*time.Second, tr.observe
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.OnTransition = 3, 7*time.Second, tr.Observe
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// When three calls fail, the breaker opens.
 	for i := range 3 {
-		assert.Equal(t, fmt.Sprintf("F%d|E500|target failed: HTTP 503: injected", i), c.roundTrip(fmt.Sprintf("F%d|CORE|x", i)))
+		assert.Equal(t, fmt.Sprintf("F%d|E500|target failed: HTTP 503: injected", i), c.RoundTrip(fmt.Sprintf("F%d|CORE|x", i)))
 	}
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// Then requests are refused at once with the retry hint, and the target
 	// is not called.
-	assert.Equal(t, "R1|E904|circuit open; retry after 7s", c.roundTrip("R1|CORE|x"))
+	assert.Equal(t, "R1|E904|circuit open; retry after 7s", c.RoundTrip("R1|CORE|x"))
 	clk.Advance(2500 * time.Millisecond)
-	assert.Equal(t, "R2|E904|circuit open; retry after 5s", c.roundTrip("R2|core|x"))
+	assert.Equal(t, "R2|E904|circuit open; retry after 5s", c.RoundTrip("R2|core|x"))
 	clk.Advance(4499 * time.Millisecond)
-	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.roundTrip("R3|CORE|x"))
-	assert.Equal(t, int32(3), core.calls.Load())
+	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.RoundTrip("R3|CORE|x"))
+	assert.Equal(t, 3, core.Calls())
 	assert.Equal(t, time.Millisecond, status(t, srv, "CORE").RetryAfter)
 
 	// When the reset timeout has passed and the target has recovered, the
 	// probe closes the breaker.
 	clk.Advance(time.Millisecond)
-	core.set(echo)
-	assert.Equal(t, "P1|0000|got x", c.roundTrip("P1|CORE|x"))
-	assert.Equal(t, "N1|0000|got y", c.roundTrip("N1|CORE|y"))
-	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->HALF_OPEN", "CORE:HALF_OPEN->CLOSED"}, tr.list())
+	core.Set(hubtest.Echo)
+	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "N1|0000|got y", c.RoundTrip("N1|CORE|y"))
+	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->HALF_OPEN", "CORE:HALF_OPEN->CLOSED"}, tr.List())
 	st := status(t, srv, "CORE")
 	assert.Equal(t, breaker.Closed, st.State)
 	assert.Zero(t, st.ConsecutiveFailures)
@@ -87,21 +88,21 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 
 func TestHealthyAnswersNeverTrip(t *testing.T) {
 	// Given threshold 1 and a target that only rejects.
-	core := newFakeTarget(t, answerCode("B201", "insufficient funds"))
+	core := hubtest.NewTarget(t, hubtest.AnswerCode("B201", "insufficient funds"))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.FailThreshold = 1
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	for i := range 4 {
-		assert.Equal(t, fmt.Sprintf("B%d|B201|insufficient funds", i), c.roundTrip(fmt.Sprintf("B%d|CORE|x", i)))
+		assert.Equal(t, fmt.Sprintf("B%d|B201|insufficient funds", i), c.RoundTrip(fmt.Sprintf("B%d|CORE|x", i)))
 	}
-	core.set(answerStatus(404))
+	core.Set(hubtest.AnswerStatus(404))
 	for i := range 4 {
-		assert.Contains(t, c.roundTrip(fmt.Sprintf("R%d|CORE|x", i)), "|E400|")
+		assert.Contains(t, c.RoundTrip(fmt.Sprintf("R%d|CORE|x", i)), "|E400|")
 	}
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
-	assert.Equal(t, int32(8), core.calls.Load())
+	assert.Equal(t, 8, core.Calls())
 }
 
 func TestFailureCodes(t *testing.T) {
@@ -119,13 +120,13 @@ func TestFailureCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			core := newFakeTarget(t, answerCode(tt.answer, "x"))
+			core := hubtest.NewTarget(t, hubtest.AnswerCode(tt.answer, "x"))
 			cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 			cfg.FailThreshold, cfg.FailureCodes = 1, tt.codes
 			srv, addr := startServer(t, cfg)
-			c := dial(t, addr)
+			c := hubtest.Dial(t, addr)
 
-			assert.Equal(t, "T1|"+tt.answer+"|x", c.roundTrip("T1|CORE|x"))
+			assert.Equal(t, "T1|"+tt.answer+"|x", c.RoundTrip("T1|CORE|x"))
 			want := breaker.Closed
 			if tt.wantTrip {
 				want = breaker.Open
@@ -137,31 +138,31 @@ func TestFailureCodes(t *testing.T) {
 
 func TestBulkheadFullAnswersAtOnce(t *testing.T) {
 	// Given CORE with two slots, both held by slow calls.
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
-	claim := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
+	claim := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
 	cfg.MaxInflight = 2
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	c.send("S1|CORE|a", "S2|CORE|b")
-	core.waitEntered(t, 2)
+	c := hubtest.Dial(t, addr)
+	c.Send("S1|CORE|a", "S2|CORE|b")
+	core.WaitEntered(t, 2)
 	assert.Equal(t, 2, status(t, srv, "CORE").InFlight)
 
 	// When more requests arrive on the same connection, they are answered
 	// at once, ahead of the slow calls; CLAIM is untouched.
-	assert.Equal(t, "S3|E905|"+protocol.MsgBulkheadFull, c.roundTrip("S3|CORE|c"))
-	assert.Equal(t, "C1|0000|got d", c.roundTrip("C1|CLAIM|d"))
-	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.roundTrip("U1|NOPE|e"))
-	assert.Equal(t, int32(2), core.calls.Load())
+	assert.Equal(t, "S3|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("S3|CORE|c"))
+	assert.Equal(t, "C1|0000|got d", c.RoundTrip("C1|CLAIM|d"))
+	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("U1|NOPE|e"))
+	assert.Equal(t, 2, core.Calls())
 
 	// Then the slow calls answer when the target does, and the slots free.
-	core.unblockAll()
-	got := c.readByTxID(2)
+	core.UnblockAll()
+	got := c.ReadByTxID(2)
 	assert.Equal(t, "S1|0000|got a", got["S1"])
 	assert.Equal(t, "S2|0000|got b", got["S2"])
-	eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "slots not released")
-	assert.Equal(t, "S4|0000|got f", c.roundTrip("S4|CORE|f"))
+	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "slots not released")
+	assert.Equal(t, "S4|0000|got f", c.RoundTrip("S4|CORE|f"))
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State, "E905 is not a failure")
 }
 
@@ -178,22 +179,22 @@ func TestFastAnswerNeverWaitsBehindSlowCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			core := newFakeTarget(t, nil)
-			core.set(core.blockThen(echo))
+			core := hubtest.NewTarget(t, nil)
+			core.Set(core.BlockThen(hubtest.Echo))
 			cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 			_, addr := startServer(t, cfg)
-			c := dial(t, addr)
-			_, err := c.nc.Write([]byte(tt.write))
+			c := hubtest.Dial(t, addr)
+			_, err := c.Conn().Write([]byte(tt.write))
 			require.NoError(t, err)
 			if tt.eof {
-				require.NoError(t, c.nc.(*net.TCPConn).CloseWrite())
+				require.NoError(t, c.Conn().(*net.TCPConn).CloseWrite())
 			}
-			core.waitEntered(t, 1)
+			core.WaitEntered(t, 1)
 
 			// The fast answer arrives while the slow call is still out.
-			assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.read())
-			core.unblockAll()
-			assert.Equal(t, "S1|0000|got slow", c.read())
+			assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.Read())
+			core.UnblockAll()
+			assert.Equal(t, "S1|0000|got slow", c.Read())
 		})
 	}
 }
@@ -201,13 +202,13 @@ func TestFastAnswerNeverWaitsBehindSlowCall(t *testing.T) {
 func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 	// Given an open breaker whose reset timeout has passed, and a bulkhead
 	// whose every slot is taken.
-	core := newFakeTarget(t, answerStatus(500))
-	var tr transitions
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
+	var tr hubtest.Transitions
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL})
-	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight, cfg.OnTransition = 1, time.Second, 2, tr.observe
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight, cfg.OnTransition = 1, time.Second, 2, tr.Observe
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.roundTrip("F1|CORE|x"))
+	c := hubtest.Dial(t, addr)
+	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
 	rt := srv.lookup([]byte("CORE"))
 	require.True(t, rt.bulkhead.TryAcquire())
 	require.True(t, rt.bulkhead.TryAcquire())
@@ -215,26 +216,26 @@ func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 
 	// When requests arrive, each is admitted as the probe, finds the bulkhead
 	// full, and hands the probe back: E905, never E904.
-	assert.Equal(t, "P1|E905|"+protocol.MsgBulkheadFull, c.roundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E905|"+protocol.MsgBulkheadFull, c.roundTrip("P2|CORE|x"))
+	assert.Equal(t, "P1|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("P2|CORE|x"))
 
 	// Then once a slot frees, the next request is the probe and decides.
 	rt.bulkhead.Release()
 	rt.bulkhead.Release()
-	core.set(echo)
-	assert.Equal(t, "P3|0000|got x", c.roundTrip("P3|CORE|x"))
+	core.Set(hubtest.Echo)
+	assert.Equal(t, "P3|0000|got x", c.RoundTrip("P3|CORE|x"))
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
-	assert.Equal(t, int32(2), core.calls.Load())
-	assert.Equal(t, "CORE:HALF_OPEN->CLOSED", tr.list()[len(tr.list())-1])
+	assert.Equal(t, 2, core.Calls())
+	assert.Equal(t, "CORE:HALF_OPEN->CLOSED", tr.List()[len(tr.List())-1])
 }
 
 func TestPipelinedLinesAnsweredOnce(t *testing.T) {
-	core := newFakeTarget(t, echo)
-	claim := newFakeTarget(t, answerCode("B211", "amount over limit"))
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	claim := hubtest.NewTarget(t, hubtest.AnswerCode("B211", "amount over limit"))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
 	cfg.MaxInflight = 1000
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// Given hundreds of lines of every kind in a single write.
 	want := map[string]string{}
@@ -261,23 +262,23 @@ func TestPipelinedLinesAnsweredOnce(t *testing.T) {
 	}
 	sent := make(chan error, 1)
 	go func() {
-		_, err := c.nc.Write([]byte(strings.Join(lines, "\n") + "\n"))
+		_, err := c.Conn().Write([]byte(strings.Join(lines, "\n") + "\n"))
 		sent <- err
 	}()
 
 	// Then every TXID is answered exactly once, and nothing else.
-	got := c.readByTxID(len(want))
+	got := c.ReadByTxID(len(want))
 	require.NoError(t, <-sent)
 	assert.Equal(t, want, got)
-	assert.Equal(t, "Z1|E903|"+protocol.MsgUnknownTarget, c.roundTrip("Z1|NONE|x"), "no stray answer may follow")
+	assert.Equal(t, "Z1|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("Z1|NONE|x"), "no stray answer may follow")
 }
 
 func TestOverlongLines(t *testing.T) {
-	core := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.MaxLineBytes = 32
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	exactly := "EX|CORE|" + strings.Repeat("p", 32-len("EX|CORE|"))
 	require.Len(t, exactly, 32)
@@ -297,41 +298,41 @@ func TestOverlongLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, c.roundTrip(tt.line))
+			assert.Equal(t, tt.want, c.RoundTrip(tt.line))
 		})
 	}
 }
 
 func TestBlankLinesAndLineEndings(t *testing.T) {
-	core := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
-	c.send("", "\r", "", "T1|CORE|abc\r", "  ", "T2|CORE|x")
-	got := c.readByTxID(3)
+	c.Send("", "\r", "", "T1|CORE|abc\r", "  ", "T2|CORE|x")
+	got := c.ReadByTxID(3)
 	assert.Equal(t, map[string]string{
 		"T1": "T1|0000|got abc",
 		"-":  "-|E900|" + protocol.MsgMissingFields,
 		"T2": "T2|0000|got x",
 	}, got)
-	assert.Equal(t, "Z|E903|"+protocol.MsgUnknownTarget, c.roundTrip("Z|NONE|"))
+	assert.Equal(t, "Z|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("Z|NONE|"))
 }
 
 func TestLastLineWithoutNewline(t *testing.T) {
-	core := newFakeTarget(t, echo)
+	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
-	_, err := c.nc.Write([]byte("T1|CORE|a\nT2|CORE|b"))
+	_, err := c.Conn().Write([]byte("T1|CORE|a\nT2|CORE|b"))
 	require.NoError(t, err)
-	require.NoError(t, c.nc.(*net.TCPConn).CloseWrite())
+	require.NoError(t, c.Conn().(*net.TCPConn).CloseWrite())
 
-	got := c.readByTxID(2)
+	got := c.ReadByTxID(2)
 	assert.Equal(t, "T1|0000|got a", got["T1"])
 	assert.Equal(t, "T2|0000|got b", got["T2"])
-	c.expectEOF()
+	c.ExpectEOF()
 }
 
 func TestMaxConns(t *testing.T) {
@@ -340,32 +341,32 @@ func TestMaxConns(t *testing.T) {
 	_, addr := startServer(t, cfg)
 
 	// Given one connection being served.
-	first := dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, first.roundTrip("A|NONE|x"))
+	first := hubtest.Dial(t, addr)
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, first.RoundTrip("A|NONE|x"))
 
 	// When more arrive, each gets one line and is closed, whether or not it
 	// has sent anything.
-	silent := dial(t, addr)
-	assert.Equal(t, "-|E906|too many connections", silent.read())
-	silent.expectEOF()
-	talker := dial(t, addr)
-	talker.send("B|CORE|x", "C|CORE|x")
-	assert.Equal(t, "-|E906|too many connections", talker.read())
-	talker.expectEOF()
+	silent := hubtest.Dial(t, addr)
+	assert.Equal(t, "-|E906|too many connections", silent.Read())
+	silent.ExpectEOF()
+	talker := hubtest.Dial(t, addr)
+	talker.Send("B|CORE|x", "C|CORE|x")
+	assert.Equal(t, "-|E906|too many connections", talker.Read())
+	talker.ExpectEOF()
 
 	// Then once the first leaves, a new connection is served.
-	first.nc.Close()
-	eventually(t, func() bool {
-		c := dial(t, addr)
-		c.send("D|NONE|x")
-		return c.read() == "D|E903|"+protocol.MsgUnknownTarget
+	first.Conn().Close()
+	hubtest.Eventually(t, func() bool {
+		c := hubtest.Dial(t, addr)
+		c.Send("D|NONE|x")
+		return c.Read() == "D|E903|"+protocol.MsgUnknownTarget
 	}, "a connection slot never freed")
 }
 
 func TestShutdownDrainsCallsInFlight(t *testing.T) {
 	// Given a call in flight.
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	srv, err := New(cfg)
 	require.NoError(t, err)
@@ -373,118 +374,118 @@ func TestShutdownDrainsCallsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	c := dial(t, ln.Addr().String())
-	c.send("S1|CORE|slow")
-	core.waitEntered(t, 1)
+	c := hubtest.Dial(t, ln.Addr().String())
+	c.Send("S1|CORE|slow")
+	core.WaitEntered(t, 1)
 
 	// When Shutdown starts, new lines get E906 and nothing new is accepted.
-	done := shutdownAsync(srv, ioTimeout)
+	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
 	for i := 0; ; i++ {
-		line := c.roundTrip(fmt.Sprintf("U%d|NONE|x", i))
+		line := c.RoundTrip(fmt.Sprintf("U%d|NONE|x", i))
 		if strings.HasSuffix(line, "|E906|shutting down") {
 			break
 		}
 		require.Equal(t, fmt.Sprintf("U%d|E903|%s", i, protocol.MsgUnknownTarget), line)
 		require.Less(t, i, 100000, "shutdown never began")
 	}
-	assert.Equal(t, "M1|E906|shutting down", c.roundTrip("M1|CORE|x"))
-	assert.Equal(t, "M2|E906|shutting down", c.roundTrip("M2|CORE"), "even malformed lines")
-	_, err = net.DialTimeout("tcp", ln.Addr().String(), ioTimeout)
+	assert.Equal(t, "M1|E906|shutting down", c.RoundTrip("M1|CORE|x"))
+	assert.Equal(t, "M2|E906|shutting down", c.RoundTrip("M2|CORE"), "even malformed lines")
+	_, err = net.DialTimeout("tcp", ln.Addr().String(), hubtest.IOTimeout)
 	assert.Error(t, err, "the listener must be closed")
 
 	// Then the call in flight is answered, and the connection closed.
-	core.unblockAll()
-	assert.Equal(t, "S1|0000|got slow", c.read())
-	c.expectEOF()
+	core.UnblockAll()
+	assert.Equal(t, "S1|0000|got slow", c.Read())
+	c.ExpectEOF()
 	require.NoError(t, <-done)
 	assert.ErrorIs(t, <-served, ErrServerClosed)
-	assert.Equal(t, int32(1), core.calls.Load())
+	assert.Equal(t, 1, core.Calls())
 	assert.ErrorIs(t, srv.Serve(ln), ErrServerClosed)
 }
 
 func TestShutdownDeadlineAbortsCalls(t *testing.T) {
 	// Given a call that would never end.
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.TargetTimeout = time.Minute
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	c.send("S1|CORE|slow")
-	core.waitEntered(t, 1)
+	c := hubtest.Dial(t, addr)
+	c.Send("S1|CORE|slow")
+	core.WaitEntered(t, 1)
 
 	// When the drain time runs out, the call is cancelled and answered.
-	err := <-shutdownAsync(srv, 30*time.Millisecond)
+	err := <-hubtest.ShutdownAsync(srv, 30*time.Millisecond)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, "S1|E901|no answer before shutdown", c.read())
-	c.expectEOF()
+	assert.Equal(t, "S1|E901|no answer before shutdown", c.Read())
+	c.ExpectEOF()
 	assert.Zero(t, status(t, srv, "CORE").InFlight)
 }
 
 func TestShutdownWithNothingInFlightClosesIdleConnections(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.roundTrip("A|NONE|x"))
+	c := hubtest.Dial(t, addr)
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("A|NONE|x"))
 
-	require.NoError(t, <-shutdownAsync(srv, ioTimeout))
-	c.expectEOF()
+	require.NoError(t, <-hubtest.ShutdownAsync(srv, hubtest.IOTimeout))
+	c.ExpectEOF()
 }
 
 func TestClientGoneMidCall(t *testing.T) {
 	// Given a failing call in flight, with threshold 1.
-	core := newFakeTarget(t, nil)
+	core := hubtest.NewTarget(t, nil)
 	ctxErr := make(chan error, 1)
-	core.set(core.blockThen(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+	core.Set(core.BlockThen(func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		ctxErr <- r.Context().Err()
 		w.WriteHeader(500)
 	}))
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
 	cfg.FailThreshold = 1
 	srv, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	c.send("S1|CORE|debit")
-	core.waitEntered(t, 1)
+	c := hubtest.Dial(t, addr)
+	c.Send("S1|CORE|debit")
+	core.WaitEntered(t, 1)
 
 	// When the client disconnects before the answer.
 	conns := srv.connsSnapshot()
 	require.Len(t, conns, 1)
-	require.NoError(t, c.nc.Close())
+	require.NoError(t, c.Conn().Close())
 	select {
 	case <-conns[0].readDone:
-	case <-time.After(ioTimeout):
+	case <-time.After(hubtest.IOTimeout):
 		t.Fatal("the hub did not notice the client leaving")
 	}
-	core.unblockAll()
+	core.UnblockAll()
 
 	// Then the call was not cancelled, and its failure still counts.
 	assert.NoError(t, <-ctxErr, "the target call must not be cancelled by the client leaving")
-	eventually(t, func() bool { return status(t, srv, "CORE").State == breaker.Open }, "the failure was not recorded")
-	eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "the slot was not released")
+	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").State == breaker.Open }, "the failure was not recorded")
+	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "the slot was not released")
 }
 
 func TestIdleTimeout(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	cfg.IdleTimeout = 30 * time.Millisecond
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.roundTrip("A|NONE|x"))
-	c.expectEOF()
+	c := hubtest.Dial(t, addr)
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("A|NONE|x"))
+	c.ExpectEOF()
 }
 
 func TestWriteTimeoutDisconnectsClientThatDoesNotRead(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	cfg.WriteTimeout = 30 * time.Millisecond
 	_, addr := startServer(t, cfg)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// Given a client that only writes: the hub's answers fill the socket
 	// buffers, the hub stops reading, then gives up on the client.
 	line := []byte(strings.Repeat("U|NONE|x\n", 4096))
 	var err error
 	for sent := 0; err == nil && sent < 512<<20; sent += len(line) {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(ioTimeout))
-		_, err = c.nc.Write(line)
+		_ = c.Conn().SetWriteDeadline(time.Now().Add(hubtest.IOTimeout))
+		_, err = c.Conn().Write(line)
 	}
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed), "want the hub to close, got %v", err)
@@ -501,10 +502,10 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 1, time.Second, 1
 	srv, addr := startServer(t, cfg)
 	rt := srv.lookup([]byte("CORE"))
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
-	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.roundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E907|"+protocol.MsgInternal, c.roundTrip("P2|CORE|x"), "the slot must have been released")
+	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P2|E907|"+protocol.MsgInternal, c.RoundTrip("P2|CORE|x"), "the slot must have been released")
 	st := status(t, srv, "CORE")
 	assert.Equal(t, breaker.Closed, st.State, "E907 is not a failure")
 	assert.Zero(t, st.InFlight)
@@ -515,8 +516,8 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true)
 	clk.Advance(time.Second)
-	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.roundTrip("P3|CORE|x"))
-	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.roundTrip("P4|CORE|x"))
+	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.RoundTrip("P3|CORE|x"))
+	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.RoundTrip("P4|CORE|x"))
 }
 
 func TestServeAfterCloseAndShutdownTwice(t *testing.T) {
@@ -608,14 +609,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func flakyCoreConfig(t *testing.T) Config {
 	t.Helper()
 	var n atomic.Int64
-	core := newFakeTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
+	core := hubtest.NewTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
 		if n.Add(1)%3 == 0 {
 			w.WriteHeader(500)
 			return
 		}
-		echo(w, r, p)
+		hubtest.Echo(w, r, p)
 	})
-	claim := newFakeTarget(t, echo)
+	claim := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
 	cfg.Clock = nil
 	return cfg
@@ -635,7 +636,7 @@ func TestHammer(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := dial(t, addr)
+			c := hubtest.Dial(t, addr)
 			var b strings.Builder
 			for i := range perClient {
 				target := "CORE"
@@ -644,11 +645,10 @@ func TestHammer(t *testing.T) {
 				}
 				fmt.Fprintf(&b, "H%d-%d|%s|x\n", ci, i, target)
 			}
-			go func() { _, _ = c.nc.Write([]byte(b.String())) }()
+			go func() { _, _ = c.Conn().Write([]byte(b.String())) }()
 			got := make(map[string]bool, perClient)
 			for range perClient {
-				_ = c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
-				line, err := c.r.ReadString('\n')
+				line, err := c.ReadLine()
 				if !assert.NoError(t, err) {
 					return
 				}

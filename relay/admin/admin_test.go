@@ -1,42 +1,73 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
-	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/relay"
 )
+
+// testConfig returns a relay.Config for the given targets with a fake
+// clock and a test logger.
+func testConfig(t *testing.T, targets ...relay.Target) (relay.Config, *fakeclock.Clock) {
+	clk := fakeclock.New(time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC))
+	return relay.Config{
+		Targets: targets,
+		Clock:   clk,
+		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel),
+	}, clk
+}
+
+// withMetrics adds relay.Metrics on a fresh registry to cfg and returns the
+// registry.
+func withMetrics(t *testing.T, cfg *relay.Config) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := relay.NewMetrics(reg)
+	require.NoError(t, err)
+	cfg.Metrics = m
+	return reg
+}
+
+// startServer serves cfg on a loopback listener until the test ends and
+// returns the Server and its address.
+func startServer(t *testing.T, cfg relay.Config) (*relay.Server, string) {
+	t.Helper()
+	srv, err := relay.New(cfg)
+	require.NoError(t, err)
+	return srv, hubtest.Serve(t, srv, relay.ErrServerClosed)
+}
 
 // startAdmin serves srv's admin handler, with g's metrics, on a loopback
 // httptest server until the test ends, and returns its base URL.
-func startAdmin(t *testing.T, srv *Server, g prometheus.Gatherer) string {
+func startAdmin(t *testing.T, srv *relay.Server, g prometheus.Gatherer) string {
 	t.Helper()
-	a, err := NewAdmin(AdminConfig{Server: srv, Gatherer: g})
+	a, err := New(Config{Hub: srv, Gatherer: g})
 	require.NoError(t, err)
 	hs := httptest.NewServer(a)
 	t.Cleanup(hs.Close)
 	return hs.URL
 }
 
-// get fetches url and returns the status and body.
+// get sends method url with no body and no Authorization header, and
+// returns the status, the body and the headers.
 func get(t *testing.T, method, url string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	require.NoError(t, err)
-	client := &http.Client{Timeout: ioTimeout}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body), resp.Header
+	return adminDo(t, method, url, "", "")
 }
 
 // statusJSON fetches /status as a generic JSON object, so the test sees the
@@ -75,7 +106,7 @@ func keys(m map[string]any) []string {
 }
 
 func TestAdminEndpoints(t *testing.T) {
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	reg := withMetrics(t, &cfg)
 	srv, _ := startServer(t, cfg)
 	base := startAdmin(t, srv, reg)
@@ -105,28 +136,28 @@ func TestAdminEndpoints(t *testing.T) {
 }
 
 func TestAdminWithoutGathererServesNoMetrics(t *testing.T) {
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	srv, _ := startServer(t, cfg)
 	base := startAdmin(t, srv, nil)
 	code, _, _ := get(t, http.MethodGet, base+"/metrics")
 	assert.Equal(t, http.StatusNotFound, code)
 
-	_, err := NewAdmin(AdminConfig{})
-	assert.ErrorContains(t, err, "no Server")
+	_, err := New(Config{})
+	assert.ErrorContains(t, err, "no Hub")
 }
 
 func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 	// Given CORE with threshold 2 and reset timeout 7 s, and CLAIM.
-	core := newFakeTarget(t, answerStatus(503))
-	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
+	cfg, clk := testConfig(t, relay.Target{Name: "CORE", URL: core.URL}, relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
 	cfg.FailThreshold, cfg.ResetTimeout = 2, 7*time.Second
 	srv, addr := startServer(t, cfg)
 	base := startAdmin(t, srv, nil)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 
 	// When CORE trips,
-	c.roundTrip("F1|CORE|x")
-	c.roundTrip("F2|CORE|x")
+	c.RoundTrip("F1|CORE|x")
+	c.RoundTrip("F2|CORE|x")
 
 	// then /status has the documented shape and CORE's open breaker.
 	st := statusJSON(t, base)
@@ -157,17 +188,17 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 	// When the reset timeout is over and the probe is out, CORE is half-open
 	// with its probe in flight and no retry hint.
 	clk.Advance(4500 * time.Millisecond)
-	core.set(core.blockThen(echo))
-	c.send("P1|CORE|x")
-	core.waitEntered(t, 1)
+	core.Set(core.BlockThen(hubtest.Echo))
+	c.Send("P1|CORE|x")
+	core.WaitEntered(t, 1)
 	tg = statusTarget(t, statusJSON(t, base), "CORE")
 	assert.Equal(t, "HALF_OPEN", tg["state"])
 	assert.Equal(t, 1.0, tg["inflight"])
 	assert.Equal(t, 0.0, tg["retry_after_seconds"])
 
 	// Then, the probe answered, CORE is closed with no failures.
-	core.unblockAll()
-	assert.Equal(t, "P1|0000|got x", c.read())
+	core.UnblockAll()
+	assert.Equal(t, "P1|0000|got x", c.Read())
 	tg = statusTarget(t, statusJSON(t, base), "CORE")
 	assert.Equal(t, "CLOSED", tg["state"])
 	assert.Equal(t, 0.0, tg["consecutive_failures"])
@@ -176,20 +207,20 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 
 func TestAdminReadyzReportsTheDrain(t *testing.T) {
 	// Given a call in flight,
-	core := newFakeTarget(t, nil)
-	core.set(core.blockThen(echo))
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	core := hubtest.NewTarget(t, nil)
+	core.Set(core.BlockThen(hubtest.Echo))
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: core.URL})
 	srv, addr := startServer(t, cfg)
 	base := startAdmin(t, srv, nil)
-	c := dial(t, addr)
-	c.send("S1|CORE|x")
-	core.waitEntered(t, 1)
+	c := hubtest.Dial(t, addr)
+	c.Send("S1|CORE|x")
+	core.WaitEntered(t, 1)
 	code, _, _ := get(t, http.MethodGet, base+"/readyz")
 	require.Equal(t, http.StatusOK, code)
 
 	// when Shutdown begins, /readyz answers 503 while /healthz stays 200,
-	done := shutdownAsync(srv, ioTimeout)
-	eventually(t, func() bool {
+	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
+	hubtest.Eventually(t, func() bool {
 		code, _, _ := get(t, http.MethodGet, base+"/readyz")
 		return code == http.StatusServiceUnavailable
 	}, "readyz still 200 during the drain")
@@ -201,8 +232,49 @@ func TestAdminReadyzReportsTheDrain(t *testing.T) {
 	assert.Equal(t, true, statusJSON(t, base)["draining"])
 
 	// and the call in flight is still answered.
-	core.unblockAll()
-	assert.Equal(t, "S1|0000|got x", c.read())
-	c.nc.Close()
+	core.UnblockAll()
+	assert.Equal(t, "S1|0000|got x", c.Read())
+	c.Conn().Close()
 	require.NoError(t, <-done)
+}
+
+func TestAdminStatusPretty(t *testing.T) {
+	// Given a hub whose CORE has tripped, so /status holds more than zeros,
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: core.URL}, relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	cfg.FailThreshold = 1
+	srv, addr := startServer(t, cfg)
+	base := startAdmin(t, srv, nil)
+	hubtest.Dial(t, addr).RoundTrip("F1|CORE|x")
+	plain := statusJSON(t, base)
+	code, body, _ := get(t, http.MethodGet, base+"/status")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, 1, strings.Count(body, "\n"), "plain /status is one line: %s", body)
+
+	for _, query := range []string{"?pretty", "?pretty=1"} {
+		t.Run(query, func(t *testing.T) {
+			// when /status is asked for with ?pretty,
+			code, body, hdr := get(t, http.MethodGet, base+"/status"+query)
+			require.Equal(t, http.StatusOK, code, body)
+			assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+
+			// then it is indented by two spaces, one key a line,
+			var compact, indented bytes.Buffer
+			require.NoError(t, json.Compact(&compact, []byte(body)), body)
+			require.NoError(t, json.Indent(&indented, compact.Bytes(), "", "  "))
+			assert.Equal(t, indented.String()+"\n", body)
+			assert.Contains(t, body, "\n  \"targets\": [\n    {\n      \"name\": \"CORE\",\n")
+
+			// and says what /status says (but the goroutine count, which
+			// moves between two requests).
+			var pretty map[string]any
+			require.NoError(t, json.Unmarshal([]byte(body), &pretty), body)
+			assert.Greater(t, pretty["goroutines"], 1.0)
+			want := maps.Clone(plain)
+			delete(want, "goroutines")
+			delete(pretty, "goroutines")
+			assert.Equal(t, want, pretty)
+			assert.Equal(t, "OPEN", statusTarget(t, pretty, "CORE")["state"])
+		})
+	}
 }

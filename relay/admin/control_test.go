@@ -16,14 +16,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/relay"
 )
 
 // controlAdmin serves srv's admin handler with token and a logger into logs,
 // and returns its base URL.
-func controlAdmin(t *testing.T, srv *Server, token string, logs io.Writer) string {
+func controlAdmin(t *testing.T, srv *relay.Server, token string, logs io.Writer) string {
 	t.Helper()
-	a, err := NewAdmin(AdminConfig{Server: srv, Token: token, Logger: zerolog.New(logs)})
+	a, err := New(Config{Hub: srv, Token: token, Logger: zerolog.New(logs)})
 	require.NoError(t, err)
 	hs := httptest.NewServer(a)
 	t.Cleanup(hs.Close)
@@ -39,7 +41,7 @@ func adminDo(t *testing.T, method, url, body, auth string) (int, string, http.He
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := (&http.Client{Timeout: ioTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: hubtest.IOTimeout}).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -59,17 +61,17 @@ func TestBreakerActions(t *testing.T) {
 	// Given CORE failing, with threshold 2 and reset 5 s, its breaker
 	// changes recorded as the breaker log would record them, metrics, and
 	// the logs kept,
-	core := newFakeTarget(t, answerStatus(500))
-	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
+	cfg, clk := testConfig(t, relay.Target{Name: "CORE", URL: core.URL}, relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
 	cfg.FailThreshold, cfg.ResetTimeout = 2, 5*time.Second
-	var tr transitions
-	cfg.OnTransition = tr.observe
+	var tr hubtest.Transitions
+	cfg.OnTransition = tr.Observe
 	reg := withMetrics(t, &cfg)
 	var logs logtest.Buffer
 	cfg.Logger = zerolog.New(&logs)
 	srv, addr := startServer(t, cfg)
 	base := controlAdmin(t, srv, "", &logs)
-	c := dial(t, addr)
+	c := hubtest.Dial(t, addr)
 	post := func(target, action string) map[string]any {
 		t.Helper()
 		code, body, hdr := adminDo(t, http.MethodPost, base+"/breakers/"+target, `{"action":"`+action+`"}`, "")
@@ -83,21 +85,21 @@ func TestBreakerActions(t *testing.T) {
 	st := post("core", "open")
 	assert.Equal(t, statusTarget(t, statusJSON(t, base), "CORE"), st, "the same shape as an entry of /status")
 	assert.Subset(t, st, map[string]any{"name": "CORE", "state": "OPEN", "held": true, "disabled": false, "retry_after_seconds": 0.0})
-	assert.Equal(t, "O1|E904|circuit open; held open by operator", c.roundTrip("O1|CORE|x"))
+	assert.Equal(t, "O1|E904|circuit open; held open by operator", c.RoundTrip("O1|CORE|x"))
 	clk.Advance(time.Hour)
-	assert.Equal(t, "O2|E904|circuit open; held open by operator", c.roundTrip("O2|CORE|x"), "a hold does not time out")
+	assert.Equal(t, "O2|E904|circuit open; held open by operator", c.RoundTrip("O2|CORE|x"), "a hold does not time out")
 
 	// enable starts a normal open period of the reset timeout;
 	st = post("CORE", "enable")
 	assert.Subset(t, st, map[string]any{"state": "OPEN", "held": false, "retry_after_seconds": 5.0})
-	assert.Equal(t, "E1|E904|circuit open; retry after 5s", c.roundTrip("E1|CORE|x"))
+	assert.Equal(t, "E1|E904|circuit open; retry after 5s", c.RoundTrip("E1|CORE|x"))
 
 	// disable closes it and lets every call through: failures never trip
 	// it, though they are still counted;
 	st = post("CORE", "disable")
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": true, "consecutive_failures": 0.0})
 	for range 4 {
-		assert.Contains(t, c.roundTrip("D|CORE|x"), "|E500|")
+		assert.Contains(t, c.RoundTrip("D|CORE|x"), "|E500|")
 	}
 	st = decodeTarget(t, mustJSON(t, statusTarget(t, statusJSON(t, base), "CORE")))
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": true, "consecutive_failures": 4.0})
@@ -105,16 +107,16 @@ func TestBreakerActions(t *testing.T) {
 	// close ends the disable and clears the count;
 	st = post("CORE", "close")
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": false, "held": false, "consecutive_failures": 0.0})
-	assert.Contains(t, c.roundTrip("C1|CORE|x"), "|E500|")
-	assert.Contains(t, c.roundTrip("C2|CORE|x"), "|E500|")
-	assert.Contains(t, c.roundTrip("C3|CORE|x"), "|E904|", "the threshold applies again")
+	assert.Contains(t, c.RoundTrip("C1|CORE|x"), "|E500|")
+	assert.Contains(t, c.RoundTrip("C2|CORE|x"), "|E500|")
+	assert.Contains(t, c.RoundTrip("C3|CORE|x"), "|E904|", "the threshold applies again")
 
 	// and every change went to the observer, the metrics and the log, after
 	// the action that caused it.
 	want := []string{"CORE:CLOSED->OPEN", "CORE:OPEN->CLOSED", "CORE:CLOSED->OPEN"}
-	assert.Equal(t, want, tr.list())
-	assert.Equal(t, 2.0, metricValue(t, reg, metricTransitions, labelTarget, "CORE", labelFrom, "CLOSED", labelTo, "OPEN"))
-	assert.Equal(t, 1.0, metricValue(t, reg, metricTransitions, labelTarget, "CORE", labelFrom, "OPEN", labelTo, "CLOSED"))
+	assert.Equal(t, want, tr.List())
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, "relay_breaker_transitions_total", "target", "CORE", "from", "CLOSED", "to", "OPEN"))
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, "relay_breaker_transitions_total", "target", "CORE", "from", "OPEN", "to", "CLOSED"))
 	var events []string
 	for _, l := range logs.Lines(t) {
 		switch l["message"] {
@@ -141,9 +143,9 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 func TestBreakerActionErrors(t *testing.T) {
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	var tr transitions
-	cfg.OnTransition = tr.observe
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	var tr hubtest.Transitions
+	cfg.OnTransition = tr.Observe
 	srv, _ := startServer(t, cfg)
 	base := controlAdmin(t, srv, "", io.Discard)
 
@@ -153,6 +155,13 @@ func TestBreakerActionErrors(t *testing.T) {
 		want                     string // a substring of the JSON error
 	}{
 		{name: "unknown target", method: "POST", path: "/breakers/NOPE", body: `{"action":"open"}`, status: 404, want: `unknown target \"NOPE\"`},
+		// The target is looked up before the body is read, so an unknown
+		// target is 404 whatever the body.
+		{name: "unknown target, unknown action", method: "POST", path: "/breakers/NOPE", body: `{"action":"reboot"}`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, not JSON", method: "POST", path: "/breakers/NOPE", body: `action=open`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, empty body", method: "POST", path: "/breakers/NOPE", body: ``, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, two objects", method: "POST", path: "/breakers/NOPE", body: `{"action":"open"}{"action":"close"}`, status: 404, want: `unknown target \"NOPE\"`},
+		{name: "unknown target, too large", method: "POST", path: "/breakers/NOPE", body: `{"action":"open","x":"` + strings.Repeat("a", 5000) + `"}`, status: 404, want: `unknown target \"NOPE\"`},
 		{name: "unknown action", method: "POST", path: "/breakers/CORE", body: `{"action":"reboot"}`, status: 400, want: `unknown action \"reboot\"`},
 		{name: "action not a string", method: "POST", path: "/breakers/CORE", body: `{"action":1}`, status: 400, want: "body"},
 		{name: "no action", method: "POST", path: "/breakers/CORE", body: `{}`, status: 400, want: `no \"action\"`},
@@ -178,15 +187,15 @@ func TestBreakerActionErrors(t *testing.T) {
 			}
 		})
 	}
-	assert.Empty(t, tr.list(), "no refused request changes a breaker")
+	assert.Empty(t, tr.List(), "no refused request changes a breaker")
 	assert.Equal(t, "CLOSED", statusTarget(t, statusJSON(t, base), "CORE")["state"])
 }
 
 func TestAdminTokenGuardsPosts(t *testing.T) {
 	// Given an admin port with a token,
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	var tr transitions
-	cfg.OnTransition = tr.observe
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	var tr hubtest.Transitions
+	cfg.OnTransition = tr.Observe
 	srv, _ := startServer(t, cfg)
 	var logs logtest.Buffer
 	const token = "s3cret-token"
@@ -208,7 +217,7 @@ func TestAdminTokenGuardsPosts(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, code, "no target names leak without the token")
 	code, _, _ = adminDo(t, http.MethodPut, base+"/status", "", "")
 	assert.Equal(t, http.StatusUnauthorized, code, "every method but GET and HEAD needs it")
-	assert.Empty(t, tr.list())
+	assert.Empty(t, tr.List())
 	assert.NotContains(t, logs.String(), "s3cret", "the token is never logged")
 	assert.Contains(t, logs.String(), "admin request refused")
 
@@ -225,7 +234,7 @@ func TestAdminTokenGuardsPosts(t *testing.T) {
 	code, body, _ = adminDo(t, http.MethodPost, base+"/breakers/core", `{"action":"close"}`, "bearer "+token)
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Equal(t, "CLOSED", decodeTarget(t, body)["state"])
-	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->CLOSED"}, tr.list())
+	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->CLOSED"}, tr.List())
 }
 
 // TestAdminTokenComparedInConstantTime holds authorized to its contract:
