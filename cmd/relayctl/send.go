@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // answerBufferSize bounds the answer line send accepts: the hub's own
@@ -33,8 +34,8 @@ type sendCmd struct {
 // Validate checks what the tags cannot.
 func (c *sendCmd) Validate() error {
 	switch {
-	case c.TxID != "" && !loadgen.ValidTxID(c.TxID):
-		return fmt.Errorf("--txid %q: want 1 to %d characters of A-Z a-z 0-9 . _ : -", c.TxID, loadgen.MaxTxIDLen)
+	case c.TxID != "" && !protocol.ValidTxID([]byte(c.TxID)):
+		return fmt.Errorf("--txid %q: want 1 to %d characters of A-Z a-z 0-9 . _ : -", c.TxID, protocol.MaxTxIDLen)
 	case c.Target != "" && !loadgen.ValidTarget(c.Target): // kong reports a missing one
 		return fmt.Errorf("target %q: want a name without '|', spaces or control characters", c.Target)
 	case !loadgen.ValidPayload(c.Payload):

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/fakerelay"
-	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // exitCode is the status main exits with for a command's error.
@@ -96,7 +96,7 @@ func TestSendWritesOneRequestLine(t *testing.T) {
 	assert.Equal(t, 0, code)
 	line := <-got
 	txid, rest, _ := strings.Cut(line, "|")
-	assert.True(t, loadgen.ValidTxID(txid), "generated TXID %q", txid)
+	assert.True(t, protocol.ValidTxID([]byte(txid)), "generated TXID %q", txid)
 	assert.Equal(t, "core|XFER A|B 10\n", rest, "target and payload go out byte for byte")
 	assert.Equal(t, txid+"|0000|balance=100000\n", out)
 }
@@ -184,6 +184,6 @@ func TestSendValidate(t *testing.T) {
 func TestNewTxIDIsValidAndDistinct(t *testing.T) {
 	now := time.Date(2026, 11, 30, 5, 31, 19, 0, time.UTC)
 	a, b := newTxID(now), newTxID(now)
-	assert.True(t, loadgen.ValidTxID(a), a)
+	assert.True(t, protocol.ValidTxID([]byte(a)), a)
 	assert.NotEqual(t, a, b, "two ids in the same millisecond")
 }

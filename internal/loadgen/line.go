@@ -5,27 +5,6 @@ import (
 	"strconv"
 )
 
-// MaxTxIDLen is the longest TXID the hub accepts (docs/PROTOCOL.md, "Client protocol").
-const MaxTxIDLen = 64
-
-// ValidTxID reports whether s is a TXID the hub accepts: 1 to 64 characters
-// of A-Z a-z 0-9 . _ : -.
-func ValidTxID(s string) bool {
-	if len(s) == 0 || len(s) > MaxTxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9',
-			c == '.', c == '_', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // ValidTarget reports whether s can travel as the TARGET field of a request
 // line: not empty, and free of the field separator, spaces and control
 // characters. Whether the hub knows the target is for the hub to answer.

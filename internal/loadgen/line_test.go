@@ -1,35 +1,13 @@
 package loadgen
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-func TestValidTxID(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want bool
-	}{
-		{"every allowed character", "Az09._:-", true},
-		{"one character", "x", true},
-		{"64 characters", strings.Repeat("a", 64), true},
-		{"empty", "", false},
-		{"65 characters", strings.Repeat("a", 65), false},
-		{"separator", "a|b", false},
-		{"space", "a b", false},
-		{"slash", "a/b", false},
-		{"non-ASCII", "é", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, ValidTxID(tt.in))
-		})
-	}
-}
+	"github.com/relayhub/relayhub/relay/protocol"
+)
 
 func TestValidTargetAndPayload(t *testing.T) {
 	assert.True(t, ValidTarget("CORE"))
@@ -102,7 +80,7 @@ func TestLoadTxIDRoundTrip(t *testing.T) {
 		seq  uint64
 	}{{1, 1}, {16, 0}, {9999, 1 << 40}, {1, 18446744073709551} /* 17 digits */} {
 		b := appendLoadTxID(nil, tc.conn, tc.seq)
-		require.True(t, ValidTxID(string(b)), "%s", b)
+		require.True(t, protocol.ValidTxID(b), "%s", b)
 		conn, seq, ok := parseLoadTxID(b)
 		require.True(t, ok, "%s", b)
 		assert.Equal(t, tc.conn, conn)
