@@ -2,6 +2,13 @@
 // failures, opens after a threshold, refuses calls while open, and after a
 // reset timeout admits exactly one probe whose result closes or reopens it.
 //
+// Several hubs can make their breakers for one target act as one: each
+// transition says what caused it (Transition.Cause) and how long the open
+// period it starts lasts, AdoptOpen and AdoptClose apply another hub's
+// change, and with Settings.ProbePermits only the hub given a permit sends
+// the probe. How that state travels between hubs is not the breaker's
+// business.
+//
 // Optional policies, all off in the zero Settings, extend that: a
 // failure-rate trip over a sliding window, slow successes counted as
 // failures, an open period that backs off after failed probes and is
@@ -142,6 +149,14 @@ type Settings struct {
 	// starts. It must be safe for concurrent use, as two goroutines may draw
 	// at once.
 	Rand func() float64
+
+	// ProbePermits, when set, makes the breaker wait for PermitProbe before
+	// it admits a probe: once its open period has passed it stays OPEN,
+	// refusing with no time to wait, until a permit comes. Several hubs
+	// that share a target's breaker state use it so that only the one that
+	// won the right to probe does. False means the first call after the
+	// open period is the probe.
+	ProbePermits bool
 
 	// ProbeTimeout, when above zero, keeps the breaker from hanging in
 	// HALF_OPEN: if the probe has not reported within ProbeTimeout of its
@@ -289,6 +304,7 @@ type Breaker struct {
 	jitter       float64
 	rand         func() float64
 	probeTimeout time.Duration
+	probePermits bool
 
 	// word is read without mu; it is changed under mu, except that failure
 	// counts in CLOSED are changed by compare-and-swap without it when
@@ -308,6 +324,7 @@ type Breaker struct {
 	redraw    bool          // guarded by mu; nextShare was used and a new one must be drawn
 	probeOut  bool          // guarded by mu; a half-open probe has been admitted and not reported
 	probeAt   time.Time     // guarded by mu; when the probe out was admitted
+	permitted bool          // guarded by mu; PermitProbe allowed a probe for this open or half-open period
 	held      bool          // guarded by mu; HoldOpen is in force
 	disabled  bool          // guarded by mu; Disable is in force
 	win       window        // guarded by mu; results of the current closed period
@@ -331,6 +348,7 @@ func New(s Settings) *Breaker {
 		jitter:       e.ResetJitter,
 		rand:         e.Rand,
 		probeTimeout: e.ProbeTimeout,
+		probePermits: e.ProbePermits,
 		period:       e.ResetTimeout,
 		openFor:      e.ResetTimeout,
 	}
@@ -374,8 +392,11 @@ func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
 	now := b.clock.Now()
 	if stateOf(w) == Open {
 		after := b.probeAfter.Load()
-		if after == heldOpen {
+		switch after {
+		case heldOpen:
 			return Ticket{}, 0, ErrHeld
+		case awaitPermit:
+			return Ticket{}, 0, ErrOpen
 		}
 		if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
 			return Ticket{}, wait, ErrOpen
@@ -386,6 +407,11 @@ func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
 
 // heldOpen is the probeAfter of a breaker held open: no probe, ever.
 const heldOpen = math.MaxInt64
+
+// awaitPermit is the probeAfter of an open breaker whose open period has
+// passed and which waits for PermitProbe (Settings.ProbePermits): refused
+// with no time to wait, without the lock.
+const awaitPermit = math.MaxInt64 - 1
 
 func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 	b.mu.Lock()
@@ -401,7 +427,15 @@ func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 		if wait := b.openedAt.Add(b.openFor).Sub(now); wait > 0 {
 			return Ticket{}, wait, ErrOpen
 		}
-		w = b.setStateLocked(w, HalfOpen, now)
+		if b.probePermits && !b.permitted {
+			b.probeAfter.Store(awaitPermit)
+			return Ticket{}, 0, ErrOpen
+		}
+		permitted := b.permitted
+		w = b.setStateLocked(w, HalfOpen, now, CauseProbe)
+		// The permit covers the half-open period it began, so this hub may
+		// replace a silent probe of its own.
+		b.permitted = permitted
 	default: // HalfOpen
 		if b.probeOut && (b.probeTimeout == 0 || now.Sub(b.probeAt) < b.probeTimeout) {
 			return Ticket{}, 0, ErrOpen
@@ -477,7 +511,7 @@ func (b *Breaker) failAtThreshold(t Ticket) {
 		}
 		n := failuresOf(w)
 		if n+1 >= b.threshold && !b.disabled {
-			b.setStateLocked(w+failureUnit, Open, now)
+			b.setStateLocked(w+failureUnit, Open, now, CauseResults)
 			return
 		}
 		if n >= maxFailures || b.word.CompareAndSwap(w, w+failureUnit) {
@@ -507,7 +541,7 @@ func (b *Breaker) doneInWindow(t Ticket, failed bool) {
 	nw := pack(generationOf(w), n, Closed)
 	total, failures := b.win.record(now, failed)
 	if !b.disabled && (n >= b.threshold || b.rateTripped(total, failures)) {
-		b.setStateLocked(nw, Open, now)
+		b.setStateLocked(nw, Open, now, CauseResults)
 		return
 	}
 	if nw != w {
@@ -544,10 +578,10 @@ func (b *Breaker) probeDone(t Ticket, failed bool) {
 				b.period *= 2
 			}
 		}
-		b.setStateLocked(w, Open, now)
+		b.setStateLocked(w, Open, now, CauseResults)
 		return
 	}
-	b.setStateLocked(w, Closed, now)
+	b.setStateLocked(w, Closed, now, CauseResults)
 }
 
 // Cancel gives back a ticket whose call was never made, as neither a
@@ -571,7 +605,15 @@ func (b *Breaker) Cancel(t Ticket) {
 // probe slot and clears the failure-rate window; closing also clears the
 // failure count and ends the backoff, and opening starts an open period
 // unless the breaker is held. It returns the new word. b.mu must be held.
-func (b *Breaker) setStateLocked(w uint64, to State, now time.Time) uint64 {
+func (b *Breaker) setStateLocked(w uint64, to State, now time.Time, cause Cause) uint64 {
+	return b.changeStateLocked(w, to, now, cause, 0)
+}
+
+// changeStateLocked is setStateLocked with the length of the open period
+// that begins when to is Open: openFor, or when zero the next one by the
+// policy (the base period lengthened by its jitter share). b.mu must be
+// held.
+func (b *Breaker) changeStateLocked(w uint64, to State, now time.Time, cause Cause, openFor time.Duration) uint64 {
 	from := stateOf(w)
 	fails := failuresOf(w)
 	switch to {
@@ -580,31 +622,46 @@ func (b *Breaker) setStateLocked(w uint64, to State, now time.Time) uint64 {
 		b.period = b.resetTimeout
 	case Open:
 		if !b.held {
-			b.startOpenPeriodLocked(now)
+			b.startOpenPeriodLocked(now, openFor)
 		}
 	}
 	b.probeOut = false
+	b.permitted = false
 	if b.rateOn {
 		b.win.clear()
 	}
 	nw := pack(generationOf(w)+1, fails, to)
 	b.word.Store(nw)
 	if b.onTransition != nil {
-		b.onTransition(Transition{Name: b.name, From: from, To: to, At: now})
+		t := Transition{Name: b.name, From: from, To: to, At: now, Cause: cause, Period: b.period}
+		if to == Open && !b.held {
+			t.OpenFor = b.openFor
+		}
+		b.onTransition(t)
 	}
 	return nw
 }
 
-// startOpenPeriodLocked starts an open period of the current base length,
-// lengthened by the jitter share drawn for it. b.mu must be held.
-func (b *Breaker) startOpenPeriodLocked(now time.Time) {
+// startOpenPeriodLocked starts an open period of length openFor or, when it
+// is zero, of the current base length lengthened by the jitter share drawn
+// for it. b.mu must be held.
+func (b *Breaker) startOpenPeriodLocked(now time.Time, openFor time.Duration) {
 	b.openedAt = now
-	b.openFor = b.period
-	if b.jitter > 0 {
-		b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*b.jitter)))
-		b.redraw = true
+	b.openFor = openFor
+	if openFor == 0 {
+		b.openFor = b.period
+		if b.jitter > 0 {
+			b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*b.jitter)))
+			b.redraw = true
+		}
 	}
-	b.probeAfter.Store(int64(min(addSaturating(now.Sub(b.epoch), b.openFor), heldOpen-1)))
+	b.storeProbeAfterLocked()
+}
+
+// storeProbeAfterLocked publishes the end of the current open period to the
+// lock-free path of Admit. b.mu must be held.
+func (b *Breaker) storeProbeAfterLocked() {
+	b.probeAfter.Store(int64(min(addSaturating(b.openedAt.Sub(b.epoch), b.openFor), awaitPermit-1)))
 }
 
 // addSaturating returns a+b for a non-negative b, or the longest Duration

@@ -196,12 +196,15 @@ func TestTransitions(t *testing.T) {
 		assert.Zero(t, b.RetryAfter())
 	})
 
-	t.Run("transitions carry the name and the clock's time", func(t *testing.T) {
+	t.Run("transitions carry the name, the clock's time, the cause and the open period", func(t *testing.T) {
 		b, clk, rec := newBreaker(t, 1, time.Second)
 		clk.Advance(time.Minute)
 		trip(t, b, 1)
 		require.Len(t, rec.transitions, 1)
-		assert.Equal(t, breaker.Transition{Name: "CORE", From: breaker.Closed, To: breaker.Open, At: start.Add(time.Minute)}, rec.transitions[0])
+		assert.Equal(t, breaker.Transition{
+			Name: "CORE", From: breaker.Closed, To: breaker.Open, At: start.Add(time.Minute),
+			Cause: breaker.CauseResults, OpenFor: time.Second, Period: time.Second,
+		}, rec.transitions[0])
 	})
 }
 

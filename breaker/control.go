@@ -20,7 +20,7 @@ func (b *Breaker) HoldOpen() {
 	b.held = true
 	b.probeAfter.Store(heldOpen)
 	if w := b.word.Load(); stateOf(w) != Open {
-		b.setStateLocked(w, Open, now)
+		b.setStateLocked(w, Open, now, CauseOperator)
 	}
 }
 
@@ -41,7 +41,7 @@ func (b *Breaker) ForceClose() {
 	}
 	w := b.word.Load()
 	if stateOf(w) != Closed {
-		b.setStateLocked(w, Closed, now)
+		b.setStateLocked(w, Closed, now, CauseOperator)
 		return
 	}
 	// The generation cannot change without mu, so only a concurrent
@@ -63,7 +63,7 @@ func (b *Breaker) Disable() {
 	b.held = false
 	b.disabled = true
 	if w := b.word.Load(); stateOf(w) != Closed {
-		b.setStateLocked(w, Closed, now)
+		b.setStateLocked(w, Closed, now, CauseOperator)
 	}
 }
 
@@ -84,5 +84,5 @@ func (b *Breaker) Enable() {
 	}
 	b.held = false
 	b.period = b.resetTimeout
-	b.startOpenPeriodLocked(now)
+	b.startOpenPeriodLocked(now, 0)
 }

@@ -324,12 +324,15 @@ func allPolicies(seed uint64) breaker.Settings {
 // results, slow calls, cancellations and manual control while the clock
 // moves, and checks that the observer saw an unbroken chain of changes.
 func TestHammerChainPolicies(t *testing.T) {
+	shared := allPolicies(1)
+	shared.ProbePermits = true
 	tests := []struct {
 		name     string
 		settings breaker.Settings
 	}{
 		{name: "plain with manual control", settings: breaker.Settings{Policy: breaker.Policy{FailThreshold: 3, ResetTimeout: 50 * time.Millisecond}}},
 		{name: "every policy", settings: allPolicies(1)},
+		{name: "every policy, shared state and probe permits", settings: shared},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -354,6 +357,16 @@ func TestHammerChainPolicies(t *testing.T) {
 							b.Disable()
 						case 3, 4, 5:
 							b.Enable()
+						}
+						if tt.settings.ProbePermits {
+							switch rng.IntN(200) {
+							case 0:
+								b.AdoptOpen(time.Duration(rng.IntN(60))*time.Millisecond, 0)
+							case 1:
+								b.AdoptClose()
+							case 2, 3, 4, 5, 6, 7, 8, 9:
+								b.PermitProbe()
+							}
 						}
 						tk, err := b.Allow()
 						if err != nil {

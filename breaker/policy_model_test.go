@@ -91,8 +91,15 @@ func (m *policyModel) startPeriod(now time.Time) {
 	}
 }
 
-func (m *policyModel) moveTo(to breaker.State, now time.Time) {
-	m.transitions = append(m.transitions, breaker.Transition{Name: "CORE", From: m.state, To: to, At: now})
+func (m *policyModel) moveTo(to breaker.State, now time.Time, cause breaker.Cause) {
+	from := m.state
+	defer func() {
+		t := breaker.Transition{Name: "CORE", From: from, To: to, At: now, Cause: cause, Period: m.period}
+		if to == breaker.Open && !m.held {
+			t.OpenFor = m.openFor
+		}
+		m.transitions = append(m.transitions, t)
+	}()
 	m.state = to
 	m.gen++
 	m.probeOut = false
@@ -116,7 +123,7 @@ func (m *policyModel) allow(now time.Time) (modelTicket, bool) {
 		if m.held || now.Sub(m.openedAt) < m.openFor {
 			return modelTicket{}, false
 		}
-		m.moveTo(breaker.HalfOpen, now)
+		m.moveTo(breaker.HalfOpen, now, breaker.CauseProbe)
 	default:
 		if m.probeOut && (m.probeTimeout == 0 || now.Sub(m.probeAt) < m.probeTimeout) {
 			return modelTicket{}, false
@@ -136,14 +143,14 @@ func (m *policyModel) done(t modelTicket, failed bool, took time.Duration, now t
 	}
 	if t.probe {
 		if !failed {
-			m.moveTo(breaker.Closed, now)
+			m.moveTo(breaker.Closed, now, breaker.CauseResults)
 			return
 		}
 		m.fails++
 		if m.maxReset > 0 {
 			m.period = min(2*m.period, m.maxReset)
 		}
-		m.moveTo(breaker.Open, now)
+		m.moveTo(breaker.Open, now, breaker.CauseResults)
 		return
 	}
 	if failed {
@@ -161,7 +168,7 @@ func (m *policyModel) done(t modelTicket, failed bool, took time.Duration, now t
 		tripped = tripped || total >= m.minSamples && float64(failures)/float64(total) >= m.rate
 	}
 	if tripped && !m.disabled {
-		m.moveTo(breaker.Open, now)
+		m.moveTo(breaker.Open, now, breaker.CauseResults)
 	}
 }
 
@@ -174,7 +181,7 @@ func (m *policyModel) cancel(t modelTicket) {
 func (m *policyModel) holdOpen(now time.Time) {
 	m.disabled, m.held = false, true
 	if m.state != breaker.Open {
-		m.moveTo(breaker.Open, now)
+		m.moveTo(breaker.Open, now, breaker.CauseOperator)
 	}
 }
 
@@ -183,7 +190,7 @@ func (m *policyModel) forceClose(now time.Time) {
 	m.period = m.reset
 	m.results = nil
 	if m.state != breaker.Closed {
-		m.moveTo(breaker.Closed, now)
+		m.moveTo(breaker.Closed, now, breaker.CauseOperator)
 	}
 	m.fails = 0
 }
@@ -191,7 +198,7 @@ func (m *policyModel) forceClose(now time.Time) {
 func (m *policyModel) disable(now time.Time) {
 	m.disabled, m.held = true, false
 	if m.state != breaker.Closed {
-		m.moveTo(breaker.Closed, now)
+		m.moveTo(breaker.Closed, now, breaker.CauseOperator)
 	}
 }
 

@@ -66,4 +66,46 @@ type Transition struct {
 	From, To State
 	// At is the breaker clock's time of the change.
 	At time.Time
+	// Cause says what made the change.
+	Cause Cause
+	// OpenFor is how long the open period that begins lasts, jitter
+	// included, when To is Open and the breaker is not held; else zero.
+	OpenFor time.Duration
+	// Period is the base length of the breaker's open periods after the
+	// change: ResetTimeout, or longer while backing off.
+	Period time.Duration
+}
+
+// Cause is what made a breaker change state.
+type Cause uint8
+
+const (
+	// CauseResults is the results of calls: failures that opened a closed
+	// breaker, or a probe's outcome.
+	CauseResults Cause = iota
+	// CauseProbe is a call admitted as the probe once the open period
+	// passed (OPEN to HALF_OPEN).
+	CauseProbe
+	// CauseOperator is manual control: HoldOpen, ForceClose or Disable.
+	CauseOperator
+	// CauseShared is state adopted from elsewhere, AdoptOpen or
+	// AdoptClose: another hub's breaker for the same target.
+	CauseShared
+)
+
+// String returns the cause's name for logs: results, probe, operator or
+// shared.
+func (c Cause) String() string {
+	switch c {
+	case CauseResults:
+		return "results"
+	case CauseProbe:
+		return "probe"
+	case CauseOperator:
+		return "operator"
+	case CauseShared:
+		return "shared"
+	default:
+		return "unknown"
+	}
 }
