@@ -167,6 +167,8 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "duplicate target", args: []string{"--target", "core=http://a", "--target", "CORE=http://b"}, want: "--target: CORE given twice"},
 		{name: "bad failure code", args: []string{"--failure-codes", "E500,X1"}, want: "--failure-codes: failure code \"X1\""},
 		{name: "failure code of a refusal", args: []string{"--failure-codes", "E905"}, want: "--failure-codes: failure code \"E905\""},
+		{name: "failure code the hub reserves", args: []string{"--failure-codes", "E999"}, want: "--failure-codes: failure code \"E999\": E900 to E999 are the hub's own codes"},
+		{name: "failure code E900", args: []string{"--failure-codes", "E500,E900"}, want: "--failure-codes: failure code \"E900\""},
 		{name: "bad listen", args: []string{"--listen", "9200"}, want: "--listen \"9200\""},
 		{name: "bad admin listen", args: []string{"--admin-listen", "x"}, want: "--admin-listen \"x\""},
 		{name: "empty breaker log", args: []string{"--breaker-log", ""}, want: "--breaker-log"},
@@ -175,6 +177,12 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
 	}
 	assertBadFlags(t, tests)
+}
+
+func TestFailureCodesAcceptATargetsOwnCodes(t *testing.T) {
+	c, err := parse(t, nil, "--failure-codes", "E400,E610,E899,E901,E902")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E400", "E610", "E899", "E901", "E902"}, c.FailureCodes)
 }
 
 func TestRunFailsOnBreakerLogItCannotOpen(t *testing.T) {
