@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -96,6 +97,7 @@ type duration time.Duration
 
 // Decode implements kong.MapperValue.
 func (d *duration) Decode(ctx *kong.DecodeContext) error {
+	takeNegativeNumber(ctx.Scan)
 	var s string
 	if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
 		return err
@@ -115,6 +117,48 @@ func (d duration) String() string { return time.Duration(d).String() }
 // duration, as the config file does.
 func parseDuration(s string) (time.Duration, error) {
 	return settingsfile.ParseDuration(s)
+}
+
+// signedNumber is the mapper of the int and float64 flags: kong's own, except
+// that a negative number after the flag is taken as its value.
+type signedNumber struct{ kong.Mapper }
+
+// Decode implements kong.Mapper.
+func (m signedNumber) Decode(ctx *kong.DecodeContext, target reflect.Value) error {
+	takeNegativeNumber(ctx.Scan)
+	return m.Mapper.Decode(ctx, target)
+}
+
+// takeNegativeNumber marks the next argument as a flag's value when it is
+// a hyphen followed by a digit or a point (-1, -2s, -.5), so that
+// "--fail-threshold -1" reaches the flag's own check ("must be at least 1")
+// as "--fail-threshold=-1" does, rather than being read as a short flag.
+// The relay has no short flag of that form. Any other argument starting with
+// a hyphen is still refused as a flag's value: a flag given without its
+// value must not swallow the next flag.
+func takeNegativeNumber(scan *kong.Scanner) {
+	t := scan.Peek()
+	s, ok := t.Value.(string)
+	if !ok || t.Type != kong.UntypedToken || len(s) < 2 || s[0] != '-' {
+		return
+	}
+	if c := s[1]; c >= '0' && c <= '9' || c == '.' {
+		scan.Pop()
+		scan.PushTyped(s, kong.FlagValueToken)
+	}
+}
+
+// newParser returns the relay's command-line parser for c, with opts after
+// its own.
+func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
+	numbers := kong.NewRegistry().RegisterDefaults()
+	return kong.New(c, append([]kong.Option{
+		kong.Name("relay"),
+		kong.Description("TCP transaction relay hub: one line per transaction in, one line per answer out, each target behind its own circuit breaker and bulkhead."),
+		kong.Vars{"version": version},
+		kong.KindMapper(reflect.Int, signedNumber{numbers.ForType(reflect.TypeFor[int]())}),
+		kong.KindMapper(reflect.Float64, signedNumber{numbers.ForType(reflect.TypeFor[float64]())}),
+	}, opts...)...)
 }
 
 // targetFlag is one --target NAME=URL.
@@ -247,11 +291,12 @@ func (c *cli) validatePolicies() error {
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("relay"),
-		kong.Description("TCP transaction relay hub: one line per transaction in, one line per answer out, each target behind its own circuit breaker and bulkhead."),
-		kong.Vars{"version": version},
-	)
+	parser, err := newParser(&c)
+	if err != nil {
+		panic(err) // the cli struct's tags are wrong: a bug, not a user's mistake
+	}
+	kctx, err := parser.Parse(os.Args[1:])
+	parser.FatalIfErrorf(err)
 	logger := newLogger(os.Stderr, c.LogLevel, c.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -30,7 +30,7 @@ func parse(t *testing.T, env []string, args ...string) (*cli, error) {
 		t.Setenv(k, v)
 	}
 	var c cli
-	p, err := kong.New(&c, kong.Name("relay"), kong.Vars{"version": version}, kong.Exit(func(int) {}))
+	p, err := newParser(&c, kong.Exit(func(int) {}))
 	require.NoError(t, err)
 	_, err = p.Parse(args)
 	return &c, err
@@ -108,6 +108,7 @@ func TestParseDuration(t *testing.T) {
 		{in: "500ms", want: 500 * time.Millisecond},
 		{in: "1m30s", want: 90 * time.Second},
 		{in: "0", want: 0},
+		{in: "-1", want: -time.Second},
 		{in: "", bad: true},
 		{in: "abc", bad: true},
 		{in: "1.2.3", bad: true},
@@ -177,6 +178,54 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
 	}
 	assertBadFlags(t, tests)
+}
+
+func TestNegativeNumbersReachTheFlagsOwnCheck(t *testing.T) {
+	// Given every flag that takes a number or a duration,
+	var c cli
+	p, err := newParser(&c)
+	require.NoError(t, err)
+	var numeric []string
+	for _, f := range p.Model.Flags {
+		switch f.Target.Interface().(type) {
+		case int, float64, duration:
+			numeric = append(numeric, f.Name)
+		}
+	}
+	require.Subset(t, numeric, []string{"fail-threshold", "max-inflight", "target-timeout", "window", "failure-rate", "min-samples"})
+
+	// a negative value, after a space or an equals sign, is refused by the
+	// flag's own check, not taken for a short flag.
+	for _, name := range numeric {
+		for _, args := range [][]string{{"--" + name, "-1"}, {"--" + name + "=-1"}} {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				_, err := parse(t, nil, args...)
+				require.Error(t, err)
+				assert.True(t, strings.HasPrefix(err.Error(), "--"+name+": must "), "want the flag's own check, got: %v", err)
+			})
+		}
+	}
+
+	assertBadFlags(t, []badFlagCase{
+		{name: "negative threshold", args: []string{"--fail-threshold", "-1"}, want: "--fail-threshold: must be at least 1, got -1"},
+		{name: "negative target timeout", args: []string{"--target-timeout", "-2s"}, want: "--target-timeout: must be more than zero, got -2s"},
+		{name: "negative window", args: []string{"--window", "-1s"}, want: "--window: must not be negative, got -1s"},
+		{name: "negative rate", args: []string{"--failure-rate", "-.5"}, want: "--failure-rate: must be from 0 (off) to 1, got -0.5"},
+	})
+}
+
+func TestAFlagNeverTakesAnotherFlagAsItsValue(t *testing.T) {
+	// Only a negative number is taken after a flag: anything else that
+	// starts with a hyphen is a flag, so a flag given without its value is
+	// refused rather than quietly set to the next flag or to nothing.
+	assertBadFlags(t, []badFlagCase{
+		{name: "string flag at the end", args: []string{"--admin-listen"}, want: "--admin-listen: expected string value"},
+		{name: "string flag before a flag", args: []string{"--access-log", "--breaker-log-sync"}, want: "--access-log: expected string value"},
+		{name: "number flag before a flag", args: []string{"--fail-threshold", "--max-inflight", "3"}, want: "--fail-threshold: expected int value"},
+		{name: "duration flag before a flag", args: []string{"--window", "--slow-call", "1s"}, want: "--window: expected duration value"},
+		{name: "number flag before a short flag", args: []string{"--max-conns", "-h"}, want: "--max-conns: expected int value"},
+		{name: "string flag before a negative number", args: []string{"--listen", "-1"}, want: "--listen: expected string value"},
+	})
 }
 
 func TestFailureCodesAcceptATargetsOwnCodes(t *testing.T) {
