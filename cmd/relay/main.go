@@ -296,13 +296,35 @@ func main() {
 		panic(err) // the cli struct's tags are wrong: a bug, not a user's mistake
 	}
 	kctx, err := parser.Parse(os.Args[1:])
-	parser.FatalIfErrorf(err)
+	if err != nil {
+		parser.FatalIfErrorf(usageError{err})
+	}
 	logger := newLogger(os.Stderr, c.LogLevel, c.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.FatalIfErrorf(run(ctx, &c, logger, nil))
 }
+
+// exitUsage is the relay's exit status when its configuration is wrong: a
+// flag, an environment variable or the settings file; running it again
+// unchanged cannot help (docs/PROTOCOL.md, "Configuration"). Any other
+// error stops the relay with status 1, kong's status for an error without
+// an ExitCode method: a port in use, a log it cannot open or that another
+// relay holds.
+const exitUsage = 2
+
+// usageError marks an error in the relay's configuration, which makes the
+// relay exit with exitUsage.
+type usageError struct{ error }
+
+// Unwrap returns the error about the configuration.
+func (e usageError) Unwrap() error { return e.error }
+
+// ExitCode implements kong.ExitCoder.
+func (usageError) ExitCode() int { return exitUsage }
+
+var _ kong.ExitCoder = usageError{}
 
 // newLogger builds the process logger on w (stderr): JSON lines, or lines
 // for humans with format "console", coloured only on a terminal.
@@ -342,11 +364,12 @@ const adminShutdownTimeout = 2 * time.Second
 // when the admin port is off).
 func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, adminAddr string)) (err error) {
 	// The configuration is read first: a bad one stops the relay before it
-	// touches any file.
+	// touches any file. A settings file that cannot be read counts as a
+	// mistake in the configuration too.
 	codes := make([]string, len(c.FailureCodes))
 	for i, code := range c.FailureCodes {
 		if codes[i], err = protocol.ParseFailureCode(code); err != nil {
-			return fmt.Errorf("--failure-codes: %w", err)
+			return usageError{fmt.Errorf("--failure-codes: %w", err)}
 		}
 	}
 	targets := make([]relay.Target, len(c.Target))
@@ -357,7 +380,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		// The flags are every target's defaults; the file overrides them
 		// per target and may add targets.
 		if targets, err = settingsfile.Load(c.Config, c.targetDefaults(codes), targets); err != nil {
-			return err
+			return usageError{err}
 		}
 	}
 
@@ -404,7 +427,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	}
 	srv, err := relay.New(cfg)
 	if err != nil {
-		return err
+		// New refuses only a configuration it cannot run with.
+		return usageError{err}
 	}
 	// From here on srv may own the access log's writer: every return stops
 	// it first.

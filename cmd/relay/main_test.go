@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -234,12 +235,30 @@ func TestFailureCodesAcceptATargetsOwnCodes(t *testing.T) {
 	assert.Equal(t, []string{"E400", "E610", "E899", "E901", "E902"}, c.FailureCodes)
 }
 
+// exitStatus returns the status the relay exits with for err, as kong's
+// FatalIfErrorf picks it.
+func exitStatus(err error) int {
+	if ec := kong.ExitCoder(nil); errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+func TestParseErrorsAreUsageErrors(t *testing.T) {
+	_, err := parse(t, nil, "--fail-threshold", "0")
+	require.Error(t, err)
+	assert.Equal(t, 80, exitStatus(err), "kong's own status, before main marks the error")
+	assert.Equal(t, 2, exitStatus(usageError{err}))
+	assert.Equal(t, err.Error(), usageError{err}.Error(), "the mark does not change the message")
+}
+
 func TestRunFailsOnBreakerLogItCannotOpen(t *testing.T) {
 	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "missing", "b.log"))
 	require.NoError(t, err)
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join("missing", "b.log"))
+	assert.Equal(t, 1, exitStatus(err), "a runtime error")
 }
 
 func TestRunServesAndLogsTransitions(t *testing.T) {
@@ -408,6 +427,7 @@ func TestRunFailsOnFilesAndAddressesItCannotUse(t *testing.T) {
 			err = run(context.Background(), c, zerolog.Nop(), nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
+			assert.Equal(t, 1, exitStatus(err), "a runtime error")
 		})
 	}
 }

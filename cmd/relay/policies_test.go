@@ -87,6 +87,7 @@ func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
 	assert.Equal(t, "config "+conf+": [CORE] max_inflight: must be at least 1, got 0", err.Error())
+	assert.Equal(t, 2, exitStatus(err), "a usage error")
 	_, statErr := os.Stat(logPath)
 	assert.True(t, os.IsNotExist(statErr), "the breaker log is not created for a relay that does not start")
 }
