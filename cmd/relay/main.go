@@ -465,17 +465,22 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			names[i] += " (fallback " + t.Fallback + ")"
 		}
 	}
+	// The breaker settings every target without its own runs with: the
+	// flags' values with their defaults filled in (--window 0 is 1m once
+	// the failure rate is on). A policy that is off shows as 0, all its
+	// fields included (window and min_samples when failure_rate is 0).
+	policy := c.targetDefaults(codes).Policy.Effective()
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
-		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
+		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
 		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
 		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
-		Str("config", c.Config).Float64("failure_rate", c.FailureRate).Stringer("window", c.Window).
-		Int("min_samples", c.MinSamples).Stringer("slow_call", c.SlowCall).
-		Stringer("max_reset_timeout", c.MaxResetTimeout).Float64("reset_jitter", c.ResetJitter).
+		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
+		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
+		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
