@@ -63,7 +63,7 @@ type cli struct {
 	MaxInflight   int          `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
 	TargetTimeout duration     `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
 	BreakerLog    string       `help:"File every breaker state change is appended to; locked while the relay runs, reopened on SIGHUP (for logrotate)." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
-	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
+	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated or repeated: E400, E500, E901, E902, or a target's own code from E000 to E899." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
 	MaxLineBytes  int          `help:"Longest request line, not counting the newline; longer ones get E900." default:"16384" env:"RELAY_MAX_LINE_BYTES"`
 	MaxConns      int          `help:"Client connections served at once; one more gets E906 and is closed." default:"10000" env:"RELAY_MAX_CONNS"`
 	IdleTimeout   duration     `help:"Close a client connection that sends no line for this long." default:"5m" env:"RELAY_IDLE_TIMEOUT"`
@@ -158,8 +158,32 @@ func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 		kong.Vars{"version": version},
 		kong.KindMapper(reflect.Int, signedNumber{numbers.ForType(reflect.TypeFor[int]())}),
 		kong.KindMapper(reflect.Float64, signedNumber{numbers.ForType(reflect.TypeFor[float64]())}),
+		kong.ValueMapper(&c.FailureCodes, failureCodesMapper{}),
 	}, opts...)...)
 }
+
+// failureCodesMapper reads --failure-codes as kong reads any list: each
+// value holds one or more codes, comma-separated, and a repeated flag adds
+// to the list. Unlike kong's own, it shows the default in --help as it is,
+// without the ",..." that would suggest more default codes.
+type failureCodesMapper struct{}
+
+// Decode implements kong.Mapper.
+func (failureCodesMapper) Decode(ctx *kong.DecodeContext, target reflect.Value) error {
+	var s string
+	if err := ctx.Scan.PopValueInto("failure codes", &s); err != nil {
+		return err
+	}
+	for code := range strings.SplitSeq(s, ",") {
+		target.Set(reflect.Append(target, reflect.ValueOf(code)))
+	}
+	return nil
+}
+
+// PlaceHolder implements kong.PlaceHolderProvider.
+func (failureCodesMapper) PlaceHolder(f *kong.Flag) string { return f.Default }
+
+var _ kong.PlaceHolderProvider = failureCodesMapper{}
 
 // targetFlag is one --target NAME=URL.
 type targetFlag relay.Target

@@ -181,6 +181,32 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 	assertBadFlags(t, tests)
 }
 
+func TestFailureCodesAreRepeatableAndCommaSeparated(t *testing.T) {
+	c, err := parse(t, nil, "--failure-codes", "E500", "--failure-codes", "E400,e901", "--failure-codes=E902")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E500", "E400", "e901", "E902"}, c.FailureCodes)
+
+	c, err = parse(t, []string{"RELAY_FAILURE_CODES=E610,E500"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E610", "E500"}, c.FailureCodes)
+
+	// The flag wins over its variable.
+	c, err = parse(t, []string{"RELAY_FAILURE_CODES=E610,E500"}, "--failure-codes", "E901")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E901"}, c.FailureCodes)
+}
+
+func TestHelpShowsTheFailureCodesDefaultAsItIs(t *testing.T) {
+	var c cli
+	var out bytes.Buffer
+	p, err := newParser(&c, kong.Writers(&out, &out), kong.Exit(func(int) {}))
+	require.NoError(t, err)
+	_, _ = p.Parse([]string{"--help"})
+	require.Contains(t, out.String(), "--failure-codes=")
+	assert.Regexp(t, `--failure-codes=E500,E901,E902\s`, out.String(), "the default as it is, without a trailing ,...")
+	assert.NotContains(t, out.String(), "E902,...")
+}
+
 func TestNegativeNumbersReachTheFlagsOwnCheck(t *testing.T) {
 	// Given every flag that takes a number or a duration,
 	var c cli
