@@ -589,10 +589,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{name: "negative conns", cfg: Config{Targets: []Target{good}, MaxConns: -1}, want: "MaxConns"},
 		{name: "negative idle", cfg: Config{Targets: []Target{good}, IdleTimeout: -1}, want: "IdleTimeout"},
 		{name: "negative write", cfg: Config{Targets: []Target{good}, WriteTimeout: -1}, want: "WriteTimeout"},
-		{name: "failure code of a success", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"0000"}}}, want: "want Ennn"},
-		{name: "failure code business", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"B201"}}}, want: "want Ennn"},
-		{name: "failure code garbage", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E5OO"}}}, want: "want Ennn"},
-		{name: "failure code not a call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E904"}}}, want: "without calling a target"},
+		{name: "failure code of a success", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"0000"}}}, want: `failure code "0000": want E400, E500, E901, E902`},
+		{name: "failure code business", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"B201"}}}, want: `failure code "B201": want E400`},
+		{name: "failure code garbage", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E5OO"}}}, want: `failure code "E5OO": want E400`},
+		{name: "failure code not a call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E904"}}}, want: `failure code "E904": E900 to E999 are the hub's own codes`},
+		{name: "failure code reserved for the hub", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{FailureCodes: []string{"E999"}}}, want: `failure code "E999": E900 to E999 are the hub's own codes`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

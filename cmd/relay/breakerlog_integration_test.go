@@ -52,9 +52,9 @@ func TestSecondRelayOnTheSameBreakerLogRefusesToStart(t *testing.T) {
 	res := proctest.Run(t, relayPkg, "--listen", "127.0.0.1:0", "--admin-listen", "",
 		"--breaker-log", first.logPath, "--target", "CORE="+closedPortURL(t))
 
-	// then it exits non-zero with one line on stderr that names the file
-	// and says why,
-	assert.NotEqual(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+	// then it exits 1, a runtime error, with one line on stderr that names
+	// the file and says why,
+	assert.Equal(t, 1, res.ExitCode, "stderr: %s", res.Stderr)
 	lines := stderrLines(res.Stderr)
 	if assert.Len(t, lines, 1, "want exactly one line on stderr, got:\n%s", res.Stderr) {
 		assert.Contains(t, lines[0], first.logPath)

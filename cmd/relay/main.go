@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -62,7 +63,7 @@ type cli struct {
 	MaxInflight   int          `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
 	TargetTimeout duration     `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
 	BreakerLog    string       `help:"File every breaker state change is appended to; locked while the relay runs, reopened on SIGHUP (for logrotate)." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
-	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
+	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated or repeated: E400, E500, E901, E902, or a target's own code from E000 to E899." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
 	MaxLineBytes  int          `help:"Longest request line, not counting the newline; longer ones get E900." default:"16384" env:"RELAY_MAX_LINE_BYTES"`
 	MaxConns      int          `help:"Client connections served at once; one more gets E906 and is closed." default:"10000" env:"RELAY_MAX_CONNS"`
 	IdleTimeout   duration     `help:"Close a client connection that sends no line for this long." default:"5m" env:"RELAY_IDLE_TIMEOUT"`
@@ -96,6 +97,7 @@ type duration time.Duration
 
 // Decode implements kong.MapperValue.
 func (d *duration) Decode(ctx *kong.DecodeContext) error {
+	takeNegativeNumber(ctx.Scan)
 	var s string
 	if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
 		return err
@@ -116,6 +118,72 @@ func (d duration) String() string { return time.Duration(d).String() }
 func parseDuration(s string) (time.Duration, error) {
 	return settingsfile.ParseDuration(s)
 }
+
+// signedNumber is the mapper of the int and float64 flags: kong's own, except
+// that a negative number after the flag is taken as its value.
+type signedNumber struct{ kong.Mapper }
+
+// Decode implements kong.Mapper.
+func (m signedNumber) Decode(ctx *kong.DecodeContext, target reflect.Value) error {
+	takeNegativeNumber(ctx.Scan)
+	return m.Mapper.Decode(ctx, target)
+}
+
+// takeNegativeNumber marks the next argument as a flag's value when it is
+// a hyphen followed by a digit or a point (-1, -2s, -.5), so that
+// "--fail-threshold -1" reaches the flag's own check ("must be at least 1")
+// as "--fail-threshold=-1" does, rather than being read as a short flag.
+// The relay has no short flag of that form. Any other argument starting with
+// a hyphen is still refused as a flag's value: a flag given without its
+// value must not swallow the next flag.
+func takeNegativeNumber(scan *kong.Scanner) {
+	t := scan.Peek()
+	s, ok := t.Value.(string)
+	if !ok || t.Type != kong.UntypedToken || len(s) < 2 || s[0] != '-' {
+		return
+	}
+	if c := s[1]; c >= '0' && c <= '9' || c == '.' {
+		scan.Pop()
+		scan.PushTyped(s, kong.FlagValueToken)
+	}
+}
+
+// newParser returns the relay's command-line parser for c, with opts after
+// its own.
+func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
+	numbers := kong.NewRegistry().RegisterDefaults()
+	return kong.New(c, append([]kong.Option{
+		kong.Name("relay"),
+		kong.Description("TCP transaction relay hub: one line per transaction in, one line per answer out, each target behind its own circuit breaker and bulkhead."),
+		kong.Vars{"version": version},
+		kong.KindMapper(reflect.Int, signedNumber{numbers.ForType(reflect.TypeFor[int]())}),
+		kong.KindMapper(reflect.Float64, signedNumber{numbers.ForType(reflect.TypeFor[float64]())}),
+		kong.ValueMapper(&c.FailureCodes, failureCodesMapper{}),
+	}, opts...)...)
+}
+
+// failureCodesMapper reads --failure-codes as kong reads any list: each
+// value holds one or more codes, comma-separated, and a repeated flag adds
+// to the list. Unlike kong's own, it shows the default in --help as it is,
+// without the ",..." that would suggest more default codes.
+type failureCodesMapper struct{}
+
+// Decode implements kong.Mapper.
+func (failureCodesMapper) Decode(ctx *kong.DecodeContext, target reflect.Value) error {
+	var s string
+	if err := ctx.Scan.PopValueInto("failure codes", &s); err != nil {
+		return err
+	}
+	for code := range strings.SplitSeq(s, ",") {
+		target.Set(reflect.Append(target, reflect.ValueOf(code)))
+	}
+	return nil
+}
+
+// PlaceHolder implements kong.PlaceHolderProvider.
+func (failureCodesMapper) PlaceHolder(f *kong.Flag) string { return f.Default }
+
+var _ kong.PlaceHolderProvider = failureCodesMapper{}
 
 // targetFlag is one --target NAME=URL.
 type targetFlag relay.Target
@@ -247,17 +315,40 @@ func (c *cli) validatePolicies() error {
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("relay"),
-		kong.Description("TCP transaction relay hub: one line per transaction in, one line per answer out, each target behind its own circuit breaker and bulkhead."),
-		kong.Vars{"version": version},
-	)
+	parser, err := newParser(&c)
+	if err != nil {
+		panic(err) // the cli struct's tags are wrong: a bug, not a user's mistake
+	}
+	kctx, err := parser.Parse(os.Args[1:])
+	if err != nil {
+		parser.FatalIfErrorf(usageError{err})
+	}
 	logger := newLogger(os.Stderr, c.LogLevel, c.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.FatalIfErrorf(run(ctx, &c, logger, nil))
 }
+
+// exitUsage is the relay's exit status when its configuration is wrong: a
+// flag, an environment variable or the settings file; running it again
+// unchanged cannot help (docs/PROTOCOL.md, "Configuration"). Any other
+// error stops the relay with status 1, kong's status for an error without
+// an ExitCode method: a port in use, a log it cannot open or that another
+// relay holds.
+const exitUsage = 2
+
+// usageError marks an error in the relay's configuration, which makes the
+// relay exit with exitUsage.
+type usageError struct{ error }
+
+// Unwrap returns the error about the configuration.
+func (e usageError) Unwrap() error { return e.error }
+
+// ExitCode implements kong.ExitCoder.
+func (usageError) ExitCode() int { return exitUsage }
+
+var _ kong.ExitCoder = usageError{}
 
 // newLogger builds the process logger on w (stderr): JSON lines, or lines
 // for humans with format "console", coloured only on a terminal.
@@ -297,11 +388,12 @@ const adminShutdownTimeout = 2 * time.Second
 // when the admin port is off).
 func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, adminAddr string)) (err error) {
 	// The configuration is read first: a bad one stops the relay before it
-	// touches any file.
+	// touches any file. A settings file that cannot be read counts as a
+	// mistake in the configuration too.
 	codes := make([]string, len(c.FailureCodes))
 	for i, code := range c.FailureCodes {
 		if codes[i], err = protocol.ParseFailureCode(code); err != nil {
-			return fmt.Errorf("--failure-codes: %w", err)
+			return usageError{fmt.Errorf("--failure-codes: %w", err)}
 		}
 	}
 	targets := make([]relay.Target, len(c.Target))
@@ -312,7 +404,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		// The flags are every target's defaults; the file overrides them
 		// per target and may add targets.
 		if targets, err = settingsfile.Load(c.Config, c.targetDefaults(codes), targets); err != nil {
-			return err
+			return usageError{err}
 		}
 	}
 
@@ -359,7 +451,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	}
 	srv, err := relay.New(cfg)
 	if err != nil {
-		return err
+		// New refuses only a configuration it cannot run with.
+		return usageError{err}
 	}
 	// From here on srv may own the access log's writer: every return stops
 	// it first.
@@ -396,17 +489,22 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			names[i] += " (fallback " + t.Fallback + ")"
 		}
 	}
+	// The breaker settings every target without its own runs with: the
+	// flags' values with their defaults filled in (--window 0 is 1m once
+	// the failure rate is on). A policy that is off shows as 0, all its
+	// fields included (window and min_samples when failure_rate is 0).
+	policy := c.targetDefaults(codes).Policy.Effective()
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
-		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
+		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
 		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
 		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
-		Str("config", c.Config).Float64("failure_rate", c.FailureRate).Stringer("window", c.Window).
-		Int("min_samples", c.MinSamples).Stringer("slow_call", c.SlowCall).
-		Stringer("max_reset_timeout", c.MaxResetTimeout).Float64("reset_jitter", c.ResetJitter).
+		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
+		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
+		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -30,7 +31,7 @@ func parse(t *testing.T, env []string, args ...string) (*cli, error) {
 		t.Setenv(k, v)
 	}
 	var c cli
-	p, err := kong.New(&c, kong.Name("relay"), kong.Vars{"version": version}, kong.Exit(func(int) {}))
+	p, err := newParser(&c, kong.Exit(func(int) {}))
 	require.NoError(t, err)
 	_, err = p.Parse(args)
 	return &c, err
@@ -108,6 +109,7 @@ func TestParseDuration(t *testing.T) {
 		{in: "500ms", want: 500 * time.Millisecond},
 		{in: "1m30s", want: 90 * time.Second},
 		{in: "0", want: 0},
+		{in: "-1", want: -time.Second},
 		{in: "", bad: true},
 		{in: "abc", bad: true},
 		{in: "1.2.3", bad: true},
@@ -167,6 +169,8 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "duplicate target", args: []string{"--target", "core=http://a", "--target", "CORE=http://b"}, want: "--target: CORE given twice"},
 		{name: "bad failure code", args: []string{"--failure-codes", "E500,X1"}, want: "--failure-codes: failure code \"X1\""},
 		{name: "failure code of a refusal", args: []string{"--failure-codes", "E905"}, want: "--failure-codes: failure code \"E905\""},
+		{name: "failure code the hub reserves", args: []string{"--failure-codes", "E999"}, want: "--failure-codes: failure code \"E999\": E900 to E999 are the hub's own codes"},
+		{name: "failure code E900", args: []string{"--failure-codes", "E500,E900"}, want: "--failure-codes: failure code \"E900\""},
 		{name: "bad listen", args: []string{"--listen", "9200"}, want: "--listen \"9200\""},
 		{name: "bad admin listen", args: []string{"--admin-listen", "x"}, want: "--admin-listen \"x\""},
 		{name: "empty breaker log", args: []string{"--breaker-log", ""}, want: "--breaker-log"},
@@ -177,12 +181,110 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 	assertBadFlags(t, tests)
 }
 
+func TestFailureCodesAreRepeatableAndCommaSeparated(t *testing.T) {
+	c, err := parse(t, nil, "--failure-codes", "E500", "--failure-codes", "E400,e901", "--failure-codes=E902")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E500", "E400", "e901", "E902"}, c.FailureCodes)
+
+	c, err = parse(t, []string{"RELAY_FAILURE_CODES=E610,E500"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E610", "E500"}, c.FailureCodes)
+
+	// The flag wins over its variable.
+	c, err = parse(t, []string{"RELAY_FAILURE_CODES=E610,E500"}, "--failure-codes", "E901")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E901"}, c.FailureCodes)
+}
+
+func TestHelpShowsTheFailureCodesDefaultAsItIs(t *testing.T) {
+	var c cli
+	var out bytes.Buffer
+	p, err := newParser(&c, kong.Writers(&out, &out), kong.Exit(func(int) {}))
+	require.NoError(t, err)
+	_, _ = p.Parse([]string{"--help"})
+	require.Contains(t, out.String(), "--failure-codes=")
+	assert.Regexp(t, `--failure-codes=E500,E901,E902\s`, out.String(), "the default as it is, without a trailing ,...")
+	assert.NotContains(t, out.String(), "E902,...")
+}
+
+func TestNegativeNumbersReachTheFlagsOwnCheck(t *testing.T) {
+	// Given every flag that takes a number or a duration,
+	var c cli
+	p, err := newParser(&c)
+	require.NoError(t, err)
+	var numeric []string
+	for _, f := range p.Model.Flags {
+		switch f.Target.Interface().(type) {
+		case int, float64, duration:
+			numeric = append(numeric, f.Name)
+		}
+	}
+	require.Subset(t, numeric, []string{"fail-threshold", "max-inflight", "target-timeout", "window", "failure-rate", "min-samples"})
+
+	// a negative value, after a space or an equals sign, is refused by the
+	// flag's own check, not taken for a short flag.
+	for _, name := range numeric {
+		for _, args := range [][]string{{"--" + name, "-1"}, {"--" + name + "=-1"}} {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				_, err := parse(t, nil, args...)
+				require.Error(t, err)
+				assert.True(t, strings.HasPrefix(err.Error(), "--"+name+": must "), "want the flag's own check, got: %v", err)
+			})
+		}
+	}
+
+	assertBadFlags(t, []badFlagCase{
+		{name: "negative threshold", args: []string{"--fail-threshold", "-1"}, want: "--fail-threshold: must be at least 1, got -1"},
+		{name: "negative target timeout", args: []string{"--target-timeout", "-2s"}, want: "--target-timeout: must be more than zero, got -2s"},
+		{name: "negative window", args: []string{"--window", "-1s"}, want: "--window: must not be negative, got -1s"},
+		{name: "negative rate", args: []string{"--failure-rate", "-.5"}, want: "--failure-rate: must be from 0 (off) to 1, got -0.5"},
+	})
+}
+
+func TestAFlagNeverTakesAnotherFlagAsItsValue(t *testing.T) {
+	// Only a negative number is taken after a flag: anything else that
+	// starts with a hyphen is a flag, so a flag given without its value is
+	// refused rather than quietly set to the next flag or to nothing.
+	assertBadFlags(t, []badFlagCase{
+		{name: "string flag at the end", args: []string{"--admin-listen"}, want: "--admin-listen: expected string value"},
+		{name: "string flag before a flag", args: []string{"--access-log", "--breaker-log-sync"}, want: "--access-log: expected string value"},
+		{name: "number flag before a flag", args: []string{"--fail-threshold", "--max-inflight", "3"}, want: "--fail-threshold: expected int value"},
+		{name: "duration flag before a flag", args: []string{"--window", "--slow-call", "1s"}, want: "--window: expected duration value"},
+		{name: "number flag before a short flag", args: []string{"--max-conns", "-h"}, want: "--max-conns: expected int value"},
+		{name: "string flag before a negative number", args: []string{"--listen", "-1"}, want: "--listen: expected string value"},
+	})
+}
+
+func TestFailureCodesAcceptATargetsOwnCodes(t *testing.T) {
+	c, err := parse(t, nil, "--failure-codes", "E400,E610,E899,E901,E902")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E400", "E610", "E899", "E901", "E902"}, c.FailureCodes)
+}
+
+// exitStatus returns the status the relay exits with for err, as kong's
+// FatalIfErrorf picks it.
+func exitStatus(err error) int {
+	if ec := kong.ExitCoder(nil); errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+func TestParseErrorsAreUsageErrors(t *testing.T) {
+	_, err := parse(t, nil, "--fail-threshold", "0")
+	require.Error(t, err)
+	assert.Equal(t, 80, exitStatus(err), "kong's own status, before main marks the error")
+	assert.Equal(t, 2, exitStatus(usageError{err}))
+	assert.Equal(t, err.Error(), usageError{err}.Error(), "the mark does not change the message")
+}
+
 func TestRunFailsOnBreakerLogItCannotOpen(t *testing.T) {
 	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "missing", "b.log"))
 	require.NoError(t, err)
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join("missing", "b.log"))
+	assert.Equal(t, 1, exitStatus(err), "a runtime error")
 }
 
 func TestRunServesAndLogsTransitions(t *testing.T) {
@@ -351,6 +453,7 @@ func TestRunFailsOnFilesAndAddressesItCannotUse(t *testing.T) {
 			err = run(context.Background(), c, zerolog.Nop(), nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
+			assert.Equal(t, 1, exitStatus(err), "a runtime error")
 		})
 	}
 }

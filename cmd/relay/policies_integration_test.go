@@ -337,7 +337,7 @@ func TestBadConfigFileStopsTheRelay(t *testing.T) {
 			conf := writeFile(t, "bad.toml", tt.body)
 			res := proctest.Run(t, relayPkg, "--listen", "127.0.0.1:0", "--admin-listen", "",
 				"--breaker-log", filepath.Join(t.TempDir(), "breaker.log"), "--config", conf)
-			assert.NotEqual(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+			assert.Equal(t, 2, res.ExitCode, "a mistake in the settings file is a usage error; stderr: %s", res.Stderr)
 			lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
 			if assert.Len(t, lines, 1, "want exactly one line on stderr, got:\n%s", res.Stderr) {
 				assert.Contains(t, lines[0], "config "+conf+": ")

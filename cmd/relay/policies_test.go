@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/logtest"
 	"github.com/relayhub/relayhub/relay"
 )
 
@@ -87,6 +88,85 @@ func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
 	assert.Equal(t, "config "+conf+": [CORE] max_inflight: must be at least 1, got 0", err.Error())
+	assert.Equal(t, 2, exitStatus(err), "a usage error")
 	_, statErr := os.Stat(logPath)
 	assert.True(t, os.IsNotExist(statErr), "the breaker log is not created for a relay that does not start")
+}
+
+// startupLine runs the relay with args until it listens, stops it, and
+// returns its start-up log line.
+func startupLine(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	c, err := parse(t, nil, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "",
+		"--target", "CORE=http://127.0.0.1:9", "--breaker-log", filepath.Join(t.TempDir(), "breaker.log")}, args...)...)
+	require.NoError(t, err)
+	var logs logtest.Buffer
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, c, zerolog.New(&logs), func(string, string) { close(ready) })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		require.NoError(t, err, "the relay stopped before it listened")
+	}
+	stop()
+	require.NoError(t, <-done)
+	lines := logs.Lines(t)
+	require.NotEmpty(t, lines)
+	require.Equal(t, "relay listening", lines[0]["message"])
+	return lines[0]
+}
+
+func TestStartupLineLogsTheEffectiveSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want map[string]any
+	}{
+		{
+			// Every policy off shows as 0, the failure rate's window and
+			// minimum of samples included.
+			name: "defaults",
+			want: map[string]any{
+				"fail_threshold": 5.0, "reset_timeout": "10s", "failure_rate": 0.0, "window": "0s",
+				"min_samples": 0.0, "slow_call": "0s", "max_reset_timeout": "0s", "reset_jitter": 0.0,
+			},
+		},
+		{
+			// --window 0 and --min-samples 0 mean 1m and 20 once the
+			// failure rate is on: the line says so.
+			name: "failure rate with its defaults",
+			args: []string{"--failure-rate", "0.5"},
+			want: map[string]any{"failure_rate": 0.5, "window": "1m0s", "min_samples": 20.0},
+		},
+		{
+			name: "failure rate with its own window and samples",
+			args: []string{"--failure-rate", "0.25", "--window", "30s", "--min-samples", "8"},
+			want: map[string]any{"failure_rate": 0.25, "window": "30s", "min_samples": 8.0},
+		},
+		{
+			name: "window and samples without the failure rate are off",
+			args: []string{"--window", "30s", "--min-samples", "8"},
+			want: map[string]any{"failure_rate": 0.0, "window": "0s", "min_samples": 0.0},
+		},
+		{
+			name: "every other policy on",
+			args: []string{"--fail-threshold", "3", "--reset-timeout", "2s", "--slow-call", "1.5", "--max-reset-timeout", "1m", "--reset-jitter", "0.2"},
+			want: map[string]any{
+				"fail_threshold": 3.0, "reset_timeout": "2s", "slow_call": "1.5s", "max_reset_timeout": "1m0s", "reset_jitter": 0.2,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line := startupLine(t, tt.args...)
+			for k, v := range tt.want {
+				assert.Equal(t, v, line[k], k)
+			}
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -597,45 +598,75 @@ func TestMalformedAndEdgeCaseLines(t *testing.T) {
 	t.Run("over-long line then the connection is still usable", func(t *testing.T) {
 		calls := echo.calls.Load()
 		for _, size := range []int{maxLine + 1, 3 * maxLine, 256 << 10} {
-			line := "m-long|ECHO|" + strings.Repeat("z", size-len("m-long|ECHO|"))
-			a := c.Exchange(line)
-			assert.Contains(t, []string{"m-long", "-"}, a.TxID, a.String())
-			assert.Equal(t, "E900", a.Code, a.String())
-			assert.Equal(t, "line too long", a.Message)
-			a = c.Exchange("m-after-long|CORE|BAL a")
-			assert.Equal(t, "m-after-long", a.TxID, "the rest of the long line was read as a line: %s", a)
-			assert.Equal(t, "0000", a.Code, a.String())
+			// The TXID is within the part of the line the hub reads, so it
+			// is echoed; a line without a readable TXID is answered "-".
+			for _, tc := range []struct{ prefix, txid string }{
+				{prefix: "m-long|ECHO|", txid: "m-long"},
+				{prefix: "m long|ECHO|", txid: "-"},
+			} {
+				a := c.Exchange(tc.prefix + strings.Repeat("z", size-len(tc.prefix)))
+				assert.Equal(t, tc.txid, a.TxID, "%d bytes: %s", size, a)
+				assert.Equal(t, "E900", a.Code, a.String())
+				assert.Equal(t, "line too long", a.Message)
+				a = c.Exchange("m-after-long|CORE|BAL a")
+				assert.Equal(t, "m-after-long", a.TxID, "the rest of the long line was read as a line: %s", a)
+				assert.Equal(t, "0000", a.Code, a.String())
+			}
 		}
 		assert.Equal(t, calls, echo.calls.Load(), "an over-long line must not reach the target")
 	})
 }
 
 func TestBadConfigurationStopsAtStart(t *testing.T) {
+	// The exit status says which kind of mistake stopped the relay
+	// (docs/PROTOCOL.md, "Configuration"): 2 for its configuration (flags,
+	// environment, settings file), 1 for the world it runs in (ports,
+	// files it writes).
+	const (
+		usage   = 2
+		runtime = 1
+	)
 	dir := t.TempDir()
 	missingDir := filepath.Join(dir, "no", "such", "dir", "breaker.log")
+	badConfig := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(badConfig, []byte("[CORE]\nfail_threshold = 0\n"), 0o600))
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
 	target := "--target=CORE=http://127.0.0.1:9"
 	tests := []struct {
 		name string
 		env  []string
 		args []string
 		want *regexp.Regexp // the one stderr line must match
+		exit int
 	}{
-		{name: "zero threshold", args: []string{"--fail-threshold", "0"}, want: regexp.MustCompile(`(?i)fail.threshold`)},
-		{name: "negative threshold", args: []string{"--fail-threshold=-1"}, want: regexp.MustCompile(`(?i)fail.threshold`)},
-		{name: "zero max inflight", args: []string{"--max-inflight", "0"}, want: regexp.MustCompile(`(?i)max.inflight`)},
-		{name: "negative max inflight", args: []string{"--max-inflight=-3"}, want: regexp.MustCompile(`(?i)max.inflight`)},
-		{name: "zero max conns", args: []string{"--max-conns", "0"}, want: regexp.MustCompile(`(?i)max.conns`)},
-		{name: "zero max line bytes", args: []string{"--max-line-bytes", "0"}, want: regexp.MustCompile(`(?i)max.line.bytes`)},
-		{name: "unparsable URL", args: []string{"--target", "CORE=http://%zz"}, want: regexp.MustCompile(`(?i)CORE|url|%zz`)},
-		{name: "URL without scheme and host", args: []string{"--target", "CORE=just-words"}, want: regexp.MustCompile(`(?i)CORE|url|just-words`)},
-		{name: "target without URL", args: []string{"--target", "CORE"}, want: regexp.MustCompile(`(?i)target|CORE`)},
-		{name: "bad reset timeout", args: []string{target, "--reset-timeout", "soon"}, want: regexp.MustCompile(`(?i)reset.timeout|soon`)},
-		{name: "bad target timeout", args: []string{target, "--target-timeout", "5x"}, want: regexp.MustCompile(`(?i)target.timeout|5x`)},
-		{name: "negative reset timeout", args: []string{target, "--reset-timeout=-5s"}, want: regexp.MustCompile(`(?i)reset.timeout`)},
-		{name: "duplicate target", args: []string{target, "--target", "CORE=http://127.0.0.1:10"}, want: regexp.MustCompile(`(?i)duplicate|CORE`)},
-		{name: "duplicate target in another case", args: []string{target, "--target", "core=http://127.0.0.1:10"}, want: regexp.MustCompile(`(?i)duplicate|CORE`)},
-		{name: "unopenable breaker log", args: []string{target, "--breaker-log", missingDir}, want: regexp.MustCompile(regexp.QuoteMeta(missingDir))},
-		{name: "bad value from the environment", env: []string{"RELAY_MAX_INFLIGHT=0"}, args: []string{target}, want: regexp.MustCompile(`(?i)max.inflight`)},
+		{name: "zero threshold", args: []string{"--fail-threshold", "0"}, want: regexp.MustCompile(`(?i)fail.threshold`), exit: usage},
+		{name: "negative threshold", args: []string{"--fail-threshold=-1"}, want: regexp.MustCompile(`(?i)fail.threshold`), exit: usage},
+		{name: "negative threshold after a space", args: []string{"--fail-threshold", "-1"}, want: regexp.MustCompile(`--fail-threshold: must be at least 1, got -1$`), exit: usage},
+		{name: "negative window after a space", args: []string{target, "--window", "-1s"}, want: regexp.MustCompile(`--window: must not be negative, got -1s$`), exit: usage},
+		{name: "zero max inflight", args: []string{"--max-inflight", "0"}, want: regexp.MustCompile(`(?i)max.inflight`), exit: usage},
+		{name: "negative max inflight", args: []string{"--max-inflight=-3"}, want: regexp.MustCompile(`(?i)max.inflight`), exit: usage},
+		{name: "zero max conns", args: []string{"--max-conns", "0"}, want: regexp.MustCompile(`(?i)max.conns`), exit: usage},
+		{name: "zero max line bytes", args: []string{"--max-line-bytes", "0"}, want: regexp.MustCompile(`(?i)max.line.bytes`), exit: usage},
+		{name: "unparsable URL", args: []string{"--target", "CORE=http://%zz"}, want: regexp.MustCompile(`(?i)CORE|url|%zz`), exit: usage},
+		{name: "URL without scheme and host", args: []string{"--target", "CORE=just-words"}, want: regexp.MustCompile(`(?i)CORE|url|just-words`), exit: usage},
+		{name: "target without URL", args: []string{"--target", "CORE"}, want: regexp.MustCompile(`(?i)target|CORE`), exit: usage},
+		{name: "bad reset timeout", args: []string{target, "--reset-timeout", "soon"}, want: regexp.MustCompile(`(?i)reset.timeout|soon`), exit: usage},
+		{name: "bad target timeout", args: []string{target, "--target-timeout", "5x"}, want: regexp.MustCompile(`(?i)target.timeout|5x`), exit: usage},
+		{name: "negative reset timeout", args: []string{target, "--reset-timeout=-5s"}, want: regexp.MustCompile(`(?i)reset.timeout`), exit: usage},
+		{name: "duplicate target", args: []string{target, "--target", "CORE=http://127.0.0.1:10"}, want: regexp.MustCompile(`(?i)duplicate|CORE`), exit: usage},
+		{name: "duplicate target in another case", args: []string{target, "--target", "core=http://127.0.0.1:10"}, want: regexp.MustCompile(`(?i)duplicate|CORE`), exit: usage},
+		{name: "failure code the hub reserves", args: []string{target, "--failure-codes", "E999"}, want: regexp.MustCompile(`--failure-codes: failure code "E999": .*want E400, E500, E901, E902`), exit: usage},
+		{name: "unknown flag", args: []string{target, "--fail-treshold", "3"}, want: regexp.MustCompile(`--fail-treshold`), exit: usage},
+		{name: "bad value from the environment", env: []string{"RELAY_MAX_INFLIGHT=0"}, args: []string{target}, want: regexp.MustCompile(`(?i)max.inflight`), exit: usage},
+		{name: "unparsable value from the environment", env: []string{"RELAY_FAIL_THRESHOLD=five"}, args: []string{target}, want: regexp.MustCompile(`RELAY_FAIL_THRESHOLD`), exit: usage},
+		{name: "bad settings file", args: []string{target, "--config", badConfig}, want: regexp.MustCompile(regexp.QuoteMeta("[CORE] fail_threshold: must be at least 1")), exit: usage},
+		{name: "missing settings file", args: []string{target, "--config", filepath.Join(dir, "none.toml")}, want: regexp.MustCompile(regexp.QuoteMeta(filepath.Join(dir, "none.toml"))), exit: usage},
+		{name: "unopenable breaker log", args: []string{target, "--breaker-log", missingDir}, want: regexp.MustCompile(regexp.QuoteMeta(missingDir)), exit: runtime},
+		{name: "unopenable access log", args: []string{target, "--access-log", filepath.Join(dir, "no", "access.log")}, want: regexp.MustCompile(`--access-log: .*` + regexp.QuoteMeta(filepath.Join(dir, "no", "access.log"))), exit: runtime},
+		{name: "listen address in use", args: []string{target, "--listen", taken.Addr().String()}, want: regexp.MustCompile(`--listen: .*address already in use`), exit: runtime},
+		{name: "admin address in use", args: []string{target, "--admin-listen", taken.Addr().String()}, want: regexp.MustCompile(`--admin-listen: .*address already in use`), exit: runtime},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -644,7 +675,7 @@ func TestBadConfigurationStopsAtStart(t *testing.T) {
 				args = append(args, "--breaker-log", filepath.Join(dir, "breaker.log"))
 			}
 			res := proctest.RunEnv(t, relayPkg, tt.env, append(args, tt.args...)...)
-			assert.NotEqual(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+			assert.Equal(t, tt.exit, res.ExitCode, "stderr: %s", res.Stderr)
 			var lines []string
 			for _, l := range strings.Split(res.Stderr, "\n") {
 				if strings.TrimSpace(l) != "" {

@@ -262,19 +262,22 @@ var DefaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreach
 
 // ParseFailureCode checks one failure code (--failure-codes, or a settings
 // file's failure_codes) and returns it in canonical form (upper case, spaces
-// trimmed). A failure code must be an Ennn code that a target call can end
-// with: E400, E500, E901, E902, or another Ennn a target sends itself. The
-// hub's own E900 and E903 to E907 answers are never results of a call, so
-// naming one is refused as a mistake rather than silently never matching;
+// trimmed). A failure code must be one a target call can end with: E400,
+// E500, E901, E902, or a code a target defines itself, Ennn below E900. The
+// E9xx range belongs to the hub: E900 and E903 to E907 are answers it gives
+// without calling a target, and the rest are reserved for it, so naming any
+// of them is refused as a mistake rather than silently never matching.
 // 0000 and Bnnn mean the target is healthy and are refused too.
 func ParseFailureCode(s string) (string, error) {
 	code := strings.ToUpper(strings.TrimSpace(s))
 	if len(code) != 4 || code[0] != 'E' || !ValidTargetCode(code) {
-		return "", fmt.Errorf("failure code %q: want Ennn, for example E500", s)
+		return "", fmt.Errorf("failure code %q: want %s", s, acceptedFailureCodes)
 	}
-	switch code {
-	case CodeMalformed, CodeUnknownTarget, CodeCircuitOpen, CodeBulkheadFull, CodeUnavailable, CodeInternal:
-		return "", fmt.Errorf("failure code %q: the hub answers it without calling a target, so no call can fail with it", s)
+	if code[1] == '9' && code != CodeTimeout && code != CodeUnreachable {
+		return "", fmt.Errorf("failure code %q: E900 to E999 are the hub's own codes, and of those only E901 and E902 end a call; want %s", s, acceptedFailureCodes)
 	}
 	return code, nil
 }
+
+// acceptedFailureCodes names what ParseFailureCode accepts, for its errors.
+const acceptedFailureCodes = "E400, E500, E901, E902, or a target's own code from E000 to E899"

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"strings"
 	"testing"
@@ -99,6 +100,52 @@ func TestLeadingTxID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, string(LeadingTxID([]byte(tt.start))))
+		})
+	}
+}
+
+func TestParseFailureCode(t *testing.T) {
+	const (
+		wantEnnn = `want E400, E500, E901, E902, or a target's own code from E000 to E899`
+		hubRange = `E900 to E999 are the hub's own codes`
+	)
+	tests := []struct {
+		in, want, err string
+	}{
+		{in: "E500", want: "E500"},
+		{in: "E400", want: "E400"},
+		{in: "E901", want: "E901"},
+		{in: "E902", want: "E902"},
+		{in: " e902 ", want: "E902"},
+		{in: "E000", want: "E000"},
+		{in: "E610", want: "E610"},
+		{in: "E899", want: "E899"},
+		{in: "E900", err: hubRange},
+		{in: "E903", err: hubRange},
+		{in: "E904", err: hubRange},
+		{in: "E907", err: hubRange},
+		{in: "E908", err: hubRange},
+		{in: "E999", err: hubRange},
+		{in: "0000", err: wantEnnn},
+		{in: "B201", err: wantEnnn},
+		{in: "E5OO", err: wantEnnn},
+		{in: "E50", err: wantEnnn},
+		{in: "E5000", err: wantEnnn},
+		{in: "", err: wantEnnn},
+		{in: "X1", err: wantEnnn},
+	}
+	for _, tt := range tests {
+		t.Run(cmp.Or(tt.in, "empty"), func(t *testing.T) {
+			got, err := ParseFailureCode(tt.in)
+			if tt.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.err)
+				assert.Contains(t, err.Error(), `failure code "`+tt.in+`"`, "the error quotes the code as given")
+				assert.Contains(t, err.Error(), wantEnnn, "the error names the accepted codes")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }

@@ -652,12 +652,13 @@ func describe(v any) string {
 
 // ParseDuration reads a duration as the flags and the per-target settings
 // file take it: Go's syntax ("500ms", "30s", "5m") or a bare number of
-// seconds ("10", "0.5").
+// seconds ("10", "0.5"). A negative one ("-1", "-2s") is read too, so that
+// the caller's range check, not a syntax error, says what is wrong with it.
 func ParseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
-	if s != "" && strings.Trim(s, "0123456789.") == "" {
+	if num := strings.TrimPrefix(s, "-"); num != "" && strings.Trim(num, "0123456789.") == "" {
 		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs > float64(math.MaxInt64)/float64(time.Second) {
+		if err != nil || math.Abs(secs) > float64(math.MaxInt64)/float64(time.Second) {
 			return 0, fmt.Errorf("duration %q: want a number of seconds or a duration like 500ms", s)
 		}
 		return time.Duration(secs * float64(time.Second)), nil
