@@ -279,11 +279,18 @@ func (tc *Conns) forget(c *targetConn) {
 // wrongly given up costs a new connection, never a transaction. The pool
 // hands a connection to one call at a time, so Read and Write never run
 // concurrently; Close may run at any time.
+//
+// The check peeks through syscall.RawConn.Control, not RawConn.Read: Read
+// fails at once, without looking at the socket, when the read deadline has
+// passed, and the pool leaves the last call's deadline on an idle
+// connection, so every connection idle for longer than the call timeout
+// would be given up, healthy or not. Control ignores deadlines (the peek
+// never waits, so it needs none) and costs no more: the one peek syscall.
 type targetConn struct {
 	net.Conn
 	set      *Conns
-	rc       syscall.RawConn       // the socket, for the idle check; nil: no check
-	peek     func(fd uintptr) bool // c.peekIdle, bound once so that a check does not allocate
+	rc       syscall.RawConn  // the socket, for the idle check; nil: no check
+	peek     func(fd uintptr) // c.peekIdle, bound once so that a check does not allocate
 	peekBuf  [1]byte
 	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
 	answered bool // a read happened since the last write: the next write starts a request
@@ -311,7 +318,7 @@ func (c *targetConn) Write(p []byte) (int, error) {
 		c.answered = false
 		if c.rc != nil {
 			c.gone = false
-			if err := c.rc.Read(c.peek); err != nil || c.gone {
+			if err := c.rc.Control(c.peek); err != nil || c.gone {
 				return 0, errStaleConn
 			}
 		}
@@ -324,13 +331,12 @@ func (c *targetConn) Close() error {
 	return c.Conn.Close()
 }
 
-// peekIdle is the idle check's syscall.RawConn callback: anything to read
-// on a connection between requests (the end of the stream, a reset, or
-// bytes nobody asked for) means it cannot carry another request. It never
-// waits.
-func (c *targetConn) peekIdle(fd uintptr) bool {
+// peekIdle is the idle check's syscall.RawConn.Control callback: anything
+// to read on a connection between requests (the end of the stream, a
+// reset, or bytes nobody asked for) means it cannot carry another request.
+// It never waits.
+func (c *targetConn) peekIdle(fd uintptr) {
 	c.gone = peekReadable(fd, c.peekBuf[:])
-	return true
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,

@@ -286,10 +286,21 @@ func TestCallAborted(t *testing.T) {
 // kept-alive connection once it has answered, as servers do when a
 // connection stays idle past their keep-alive timeout: the next transaction
 // must not be lost to the dead connection (E902) but go out, once, on a
-// fresh one. Over TLS the target's close sends a close_notify first.
+// fresh one. Over TLS the target's close sends a close_notify first. The
+// close is caught whether or not the last call's deadline has passed.
 func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
-	for _, useTLS := range []bool{false, true} {
-		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		useTLS bool
+		idle   time.Duration // after the close, before the next call
+	}{
+		{name: "http", useTLS: false},
+		{name: "https", useTLS: true},
+		{name: "http idle past the timeout", useTLS: false, idle: 2 * timeout},
+		{name: "https idle past the timeout", useTLS: true, idle: 2 * timeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			var calls atomic.Int32
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
@@ -308,16 +319,10 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 					closed <- struct{}{}
 				}
 			}
-			if useTLS {
-				srv.StartTLS()
-			} else {
-				srv.Start()
-			}
+			startServer(srv, tt.useTLS)
 			t.Cleanup(srv.Close)
-			tg := testTarget(t, srv.URL, time.Second)
-			if useTLS {
-				tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
-			}
+			tg := testTarget(t, srv.URL, timeout)
+			trustTestServer(tg, srv, tt.useTLS)
 
 			for i := range 3 {
 				code, msg := tg.Call([]byte("TX"), []byte("DEP 1 5"))
@@ -327,10 +332,60 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 				case <-time.After(5 * time.Second):
 					t.Fatal("the target did not close the connection")
 				}
+				// Only real time expires the last call's deadline.
+				time.Sleep(tt.idle)
 			}
 			assert.Equal(t, int32(3), calls.Load(), "each transaction reaches the target exactly once")
 			assert.Equal(t, int32(3), dials.Load(), "each transaction after the first needs a fresh connection")
 		})
+	}
+}
+
+// TestTargetCallReusesConnectionsIdleLongerThanTheTimeout leaves a
+// kept-alive connection idle for twice the call timeout, so that the
+// deadline of its last call has passed, and calls again: the healthy
+// connection must carry the call, not be given up for a new handshake.
+func TestTargetCallReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+			}))
+			dials := countDials(srv)
+			startServer(srv, useTLS)
+			t.Cleanup(srv.Close)
+			tg := testTarget(t, srv.URL, timeout)
+			trustTestServer(tg, srv, useTLS)
+
+			for i := range 3 {
+				if i > 0 {
+					// Only real time expires the previous call's deadline.
+					time.Sleep(2 * timeout)
+				}
+				code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
+				require.Equal(t, "0000", code, "call %d: %s", i, msg)
+			}
+			assert.Equal(t, int32(1), dials.Load(), "the idle connection is reused")
+		})
+	}
+}
+
+// startServer starts srv, over TLS when useTLS.
+func startServer(srv *httptest.Server, useTLS bool) {
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+}
+
+// trustTestServer makes tg trust srv's own certificate when useTLS: the
+// test server's certificate is its own.
+func trustTestServer(tg *Client, srv *httptest.Server, useTLS bool) {
+	if useTLS {
+		tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 	}
 }
 
@@ -470,8 +525,7 @@ func TestTargetCallOverTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, 5*time.Second)
 	require.True(t, tg.client.IsTLS)
-	// The test server's certificate is its own: trust it for this test.
-	tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	trustTestServer(tg, srv, true)
 
 	for i := range 3 {
 		code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
