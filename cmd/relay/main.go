@@ -71,6 +71,9 @@ type cli struct {
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
 
+	// How the hub holds its pooled, kept-alive target connections.
+	TargetIdleTimeout duration `help:"Close a pooled connection to a target left unused this long; keep it under the targets' keep-alive timeout." default:"4s" env:"RELAY_TARGET_IDLE_TIMEOUT"`
+
 	// The per-target settings and policies, all off by default. The flags are the
 	// defaults of every target; --config overrides them per target.
 	Config          string   `help:"TOML file of per-target settings and fallbacks (docs/CONFIG.md); its keys override the flags per target, and its tables may add targets. Empty means none." placeholder:"FILE" env:"RELAY_CONFIG"`
@@ -154,6 +157,7 @@ func (c *cli) Validate() error {
 	}{
 		{"--reset-timeout", c.ResetTimeout},
 		{"--target-timeout", c.TargetTimeout},
+		{"--target-idle-timeout", c.TargetIdleTimeout},
 		{"--idle-timeout", c.IdleTimeout},
 		{"--drain-timeout", c.DrainTimeout},
 		{"--write-timeout", c.WriteTimeout},
@@ -393,6 +397,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", c.FailThreshold).Stringer("reset_timeout", c.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
+		Stringer("target_idle_timeout", c.TargetIdleTimeout).
 		Str("breaker_log", c.BreakerLog).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
@@ -459,9 +464,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 // --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
-		MaxInflight:   c.MaxInflight,
-		TargetTimeout: time.Duration(c.TargetTimeout),
-		FailureCodes:  codes,
+		MaxInflight:       c.MaxInflight,
+		TargetTimeout:     time.Duration(c.TargetTimeout),
+		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
+		FailureCodes:      codes,
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),
