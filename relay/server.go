@@ -310,7 +310,7 @@ func New(cfg Config) (*Server, error) {
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
 		rt.client, err = targethttp.New(targethttp.Config{
 			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
-			IdleTimeout: settings.TargetIdleTimeout,
+			IdleTimeout: settings.TargetIdleTimeout, OnDial: rt.connOpened,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("relay: target %s: %w", name, err)

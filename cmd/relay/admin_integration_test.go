@@ -178,6 +178,8 @@ func TestAdminMetricsCountWhatClientsSent(t *testing.T) {
 		`relay_unrouted_total{code="E900"}`:                                         1,
 		`relay_target_duration_seconds_count{target="CORE"}`:                        6,
 		`relay_target_duration_seconds_count{target="CLAIM"}`:                       1,
+		`relay_target_connections_opened_total{target="CORE"}`:                      1,
+		`relay_target_connections_opened_total{target="CLAIM"}`:                     1,
 		`relay_bulkhead_inflight{target="CORE"}`:                                    0,
 		`relay_connections_open`:                                                    1,
 	} {
