@@ -26,6 +26,7 @@ const (
 	metricAccessLogDropped = "relay_access_log_dropped_total"
 	metricFallbacks        = "relay_fallbacks_total"
 	metricPanics           = "relay_panics_total"
+	metricConnsOpened      = "relay_target_connections_opened_total"
 
 	labelTarget   = "target"
 	labelCode     = "code"
@@ -143,6 +144,7 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	fallbacks    *prometheus.CounterVec
+	connsOpened  *prometheus.CounterVec
 	unrouted     [len(unroutedCodes)]prometheus.Counter
 	dropped      prometheus.Counter
 	panics       [numTasks]prometheus.Counter
@@ -179,6 +181,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricFallbacks,
 			Help: "Requests the target's breaker refused that its fallback's breaker admitted; their answers are counted under the fallback in relay_requests_total.",
 		}, []string{labelTarget, labelFallback}),
+		connsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricConnsOpened,
+			Help: "Connections opened to the target, each a new TCP (and, for https, TLS) handshake; a kept-alive connection reused is not counted.",
+		}, []string{labelTarget}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricAccessLogDropped,
 			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
@@ -200,7 +206,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.panics[i] = panics.WithLabelValues(name)
 	}
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, unrouted, m.dropped, panics, m.live,
+		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, unrouted, m.dropped, panics, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -254,8 +260,9 @@ func (m *Metrics) bind(srv *Server) error {
 // it has one, of its fallback (fallback is empty otherwise).
 func (m *Metrics) forTarget(name, fallback string) *routeMetrics {
 	rm := &routeMetrics{
-		state:    m.breakerState.WithLabelValues(name),
-		duration: m.duration.WithLabelValues(name),
+		state:       m.breakerState.WithLabelValues(name),
+		duration:    m.duration.WithLabelValues(name),
+		connsOpened: m.connsOpened.WithLabelValues(name),
 	}
 	if fallback != "" {
 		rm.fallbacks = m.fallbacks.WithLabelValues(name, fallback)
@@ -288,6 +295,15 @@ type routeMetrics struct {
 	// fallbacks counts the requests sent on to the fallback; nil when the
 	// target has none.
 	fallbacks prometheus.Counter
+	// connsOpened counts the connections opened to the target.
+	connsOpened prometheus.Counter
+}
+
+// countConnOpened counts a connection opened to the target.
+func (rm *routeMetrics) countConnOpened() {
+	if rm != nil {
+		rm.connsOpened.Inc()
+	}
 }
 
 // countFallback counts a request the target's breaker refused and its

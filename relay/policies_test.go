@@ -224,13 +224,16 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 }
 
 func TestPerTargetSettingsApplied(t *testing.T) {
-	// Given CORE with one slot, threshold 1 and a 150 ms target timeout, and
-	// CLAIM with two slots, threshold 3, counting E400 (only) as a failure,
+	// Given CORE with one slot, threshold 1, a 150 ms target timeout and a
+	// 2 s target idle timeout, and CLAIM with two slots, threshold 3,
+	// counting E400 (only) as a failure,
 	core := hubtest.NewTarget(t, nil)
 	core.Set(core.BlockThen(hubtest.Echo))
 	claim := hubtest.NewTarget(t, hubtest.AnswerStatus(404))
 	cfg, _ := testConfig(t,
-		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond}},
+		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{
+			MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond, TargetIdleTimeout: 2 * time.Second,
+		}},
 		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, Policy: breaker.Policy{FailThreshold: 3}, FailureCodes: []string{"e400"}}},
 	)
 	cfg.MaxInflight, cfg.FailThreshold = 50, 50 // not used: both targets have settings of their own
@@ -239,13 +242,15 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	st := status(t, srv, "CORE")
 	assert.Equal(t, 1, st.MaxInFlight)
 	assert.Equal(t, TargetSettings{
-		MaxInflight: 1, TargetTimeout: 150 * time.Millisecond, FailureCodes: []string{"E500", "E901", "E902"},
-		Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: DefaultResetTimeout},
+		MaxInflight: 1, TargetTimeout: 150 * time.Millisecond, TargetIdleTimeout: 2 * time.Second,
+		FailureCodes: []string{"E500", "E901", "E902"},
+		Policy:       breaker.Policy{FailThreshold: 1, ResetTimeout: DefaultResetTimeout},
 	}, st.Settings)
 	assert.Equal(t, 150*time.Millisecond+time.Second, st.ProbeTimeout)
 	st = status(t, srv, "CLAIM")
 	assert.Equal(t, 2, st.MaxInFlight)
 	assert.Equal(t, []string{"E400"}, st.Settings.FailureCodes)
+	assert.Equal(t, DefaultTargetIdleTimeout, st.Settings.TargetIdleTimeout)
 	assert.Equal(t, DefaultTargetTimeout+time.Second, st.ProbeTimeout)
 
 	// When CORE's one call hangs, a second is E905 and the first times out
@@ -301,6 +306,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		{name: "negative slow call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{SlowCall: -1}}}, want: "SlowCall"},
 		{name: "negative backoff", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{MaxResetTimeout: -1}}}, want: "MaxResetTimeout"},
 		{name: "target settings negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{MaxInflight: -1}}}}, want: "target CORE: MaxInflight must not be negative"},
+		{name: "target idle timeout negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{TargetIdleTimeout: -1}}}}, want: "target CORE: TargetIdleTimeout must not be negative"},
 		{name: "target failure code", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Settings: &TargetSettings{FailureCodes: []string{"B201"}}}}}, want: "target CORE: failure code"},
 		{name: "unknown fallback", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "NOPE"}}}, want: `fallback "NOPE" is not a configured target`},
 		{name: "fallback to itself", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "core"}}}, want: "fallback to itself"},

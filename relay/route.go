@@ -55,6 +55,13 @@ func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition)
 	}
 }
 
+// connOpened is the OnDial of r's client: it counts a connection opened
+// to the target. It reads r.metrics when called, so it may be bound before
+// New resolves them.
+func (r *route) connOpened() {
+	r.metrics.countConnOpened()
+}
+
 // transitionLog carries a route's breaker changes from the observer, which
 // runs under the breaker's lock and so may not ask the breaker anything, to
 // logTransitions, which logs them once the call that caused them has left

@@ -35,6 +35,10 @@ const (
 	DefaultWriteTimeout  = 30 * time.Second
 )
 
+// DefaultTargetIdleTimeout is how long a pooled target connection may stay
+// unused before the hub closes it, unless TargetIdleTimeout says otherwise.
+const DefaultTargetIdleTimeout = targethttp.DefaultIdleTimeout
+
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("relay: server closed")
 
@@ -232,7 +236,8 @@ type Server struct {
 // Each target runs with its own settings: Target.Settings when set, else
 // cfg.TargetSettings. Each target has its own pool of kept-alive
 // connections, never capped (its bulkhead bounds its calls, so a full
-// bulkhead's worth of calls never waits for a connection); the hub uses no
+// bulkhead's worth of calls never waits for a connection) and each closed
+// once unused for the target's TargetIdleTimeout; the hub uses no
 // proxy from the environment, asks for no compression and follows no
 // redirects.
 //
@@ -292,12 +297,6 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
 		}
-		client, err := targethttp.New(targethttp.Config{
-			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("relay: target %s: %w", name, err)
-		}
 		rt := &route{
 			name:         name,
 			nameBytes:    []byte(name),
@@ -305,7 +304,6 @@ func New(cfg Config) (*Server, error) {
 			fallbackName: strings.ToUpper(t.Fallback),
 			ownSettings:  own,
 			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			client:       client,
 			failureCodes: codes,
 			viaPrefix:    "via " + name + ": ",
 			viaBusy:      "via " + name + ": " + protocol.MsgBulkheadFull,
@@ -313,6 +311,13 @@ func New(cfg Config) (*Server, error) {
 			log:          s.log.With().Str("target", name).Logger(),
 		}
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
+		rt.client, err = targethttp.New(targethttp.Config{
+			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
+			IdleTimeout: settings.TargetIdleTimeout, OnDial: rt.connOpened,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("relay: target %s: %w", name, err)
+		}
 		rt.breaker = breaker.New(breaker.Settings{
 			Name:         name,
 			Policy:       settings.Policy,
@@ -386,7 +391,9 @@ func parseFailureCodes(in []string) ([]string, error) {
 
 // WithDefaults returns ts with its zero limits and timeouts replaced by the
 // package defaults; the policies stay as they are, off when zero, and the
-// breaker fills in Window and MinSamples when the failure rate is on.
+// breaker fills in Window and MinSamples when the failure rate is on. A zero
+// TargetIdleTimeout also stays zero: the target's HTTP client reads it as
+// DefaultTargetIdleTimeout, and the target's snapshot shows that value.
 func (ts TargetSettings) WithDefaults() TargetSettings {
 	ts.MaxInflight = orDefault(ts.MaxInflight, DefaultMaxInflight)
 	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
@@ -407,6 +414,7 @@ func (ts TargetSettings) check() error {
 		{"ResetTimeout", ts.ResetTimeout < 0},
 		{"MaxInflight", ts.MaxInflight < 0},
 		{"TargetTimeout", ts.TargetTimeout < 0},
+		{"TargetIdleTimeout", ts.TargetIdleTimeout < 0},
 		{"Window", ts.Window < 0},
 		{"MinSamples", ts.MinSamples < 0},
 		{"SlowCall", ts.SlowCall < 0},
@@ -520,6 +528,11 @@ type TargetSettings struct {
 	// TargetTimeout bounds one target call: connect, request, answer. Zero
 	// means 3 s.
 	TargetTimeout time.Duration
+	// TargetIdleTimeout is how long a pooled connection to the target may
+	// stay unused before the hub closes it. Keep it under the target's own
+	// keep-alive timeout, so that the hub rather than the target usually
+	// ends an idle connection. Zero means 4 s.
+	TargetIdleTimeout time.Duration
 	// FailureCodes are the response codes that count as breaker failures,
 	// each accepted by protocol.ParseFailureCode. Empty means E500, E901,
 	// E902.
@@ -554,9 +567,10 @@ func (s *Server) Target(name string) (TargetSnapshot, bool) {
 func (s *Server) snapshot(r *route) TargetSnapshot {
 	bs := r.breaker.Settings()
 	settings := TargetSettings{
-		TargetTimeout: r.client.Timeout(),
-		FailureCodes:  append([]string(nil), r.failureCodes...),
-		Policy:        bs.Policy,
+		TargetTimeout:     r.client.Timeout(),
+		TargetIdleTimeout: r.client.IdleTimeout(),
+		FailureCodes:      append([]string(nil), r.failureCodes...),
+		Policy:            bs.Policy,
 	}
 	if r.ownSettings {
 		settings.MaxInflight = r.bulkhead.Limit()

@@ -77,6 +77,9 @@ type cli struct {
 	// wait for the disk (docs/OPERATING.md has the cost).
 	BreakerLogSync bool `help:"fsync the breaker log after every line, not only when the relay stops." default:"false" env:"RELAY_BREAKER_LOG_SYNC"`
 
+	// How the hub holds its pooled, kept-alive target connections.
+	TargetIdleTimeout duration `help:"Close a pooled connection to a target left unused this long; keep it under the targets' keep-alive timeout." default:"4s" env:"RELAY_TARGET_IDLE_TIMEOUT"`
+
 	// The per-target settings and policies, all off by default. The flags are the
 	// defaults of every target; --config overrides them per target.
 	Config          string   `help:"TOML file of per-target settings and fallbacks (docs/CONFIG.md); its keys override the flags per target, and its tables may add targets. Empty means none." placeholder:"FILE" env:"RELAY_CONFIG"`
@@ -227,6 +230,7 @@ func (c *cli) Validate() error {
 	}{
 		{"--reset-timeout", c.ResetTimeout},
 		{"--target-timeout", c.TargetTimeout},
+		{"--target-idle-timeout", c.TargetIdleTimeout},
 		{"--idle-timeout", c.IdleTimeout},
 		{"--drain-timeout", c.DrainTimeout},
 		{"--write-timeout", c.WriteTimeout},
@@ -497,6 +501,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
+		Stringer("target_idle_timeout", c.TargetIdleTimeout).
 		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
@@ -563,9 +568,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 // --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
-		MaxInflight:   c.MaxInflight,
-		TargetTimeout: time.Duration(c.TargetTimeout),
-		FailureCodes:  codes,
+		MaxInflight:       c.MaxInflight,
+		TargetTimeout:     time.Duration(c.TargetTimeout),
+		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
+		FailureCodes:      codes,
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),

@@ -47,6 +47,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, duration(10*time.Second), c.ResetTimeout)
 	assert.Equal(t, 10, c.MaxInflight)
 	assert.Equal(t, duration(3*time.Second), c.TargetTimeout)
+	assert.Equal(t, duration(4*time.Second), c.TargetIdleTimeout)
 	assert.Equal(t, "breaker.log", c.BreakerLog)
 	assert.False(t, c.BreakerLogSync, "no fsync per breaker log line unless asked")
 	assert.Equal(t, []string{"E500", "E901", "E902"}, c.FailureCodes)
@@ -76,7 +77,7 @@ func TestEnvironment(t *testing.T) {
 		"RELAY_FAILURE_CODES=E500,E400", "RELAY_MAX_LINE_BYTES=100", "RELAY_MAX_CONNS=7",
 		"RELAY_IDLE_TIMEOUT=1m", "RELAY_DRAIN_TIMEOUT=0.5", "RELAY_ADMIN_LISTEN=",
 		"RELAY_WRITE_TIMEOUT=4s", "RELAY_LOG_LEVEL=debug", "RELAY_LOG_FORMAT=console",
-		"RELAY_ACCESS_LOG=/tmp/access.log", "RELAY_BREAKER_LOG_SYNC=true",
+		"RELAY_ACCESS_LOG=/tmp/access.log", "RELAY_BREAKER_LOG_SYNC=true", "RELAY_TARGET_IDLE_TIMEOUT=90s",
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:7000", c.Listen)
@@ -85,6 +86,7 @@ func TestEnvironment(t *testing.T) {
 	assert.Equal(t, duration(500*time.Millisecond), c.ResetTimeout)
 	assert.Equal(t, 3, c.MaxInflight)
 	assert.Equal(t, duration(2*time.Second), c.TargetTimeout)
+	assert.Equal(t, duration(90*time.Second), c.TargetIdleTimeout)
 	assert.Equal(t, "/tmp/x.log", c.BreakerLog)
 	assert.True(t, c.BreakerLogSync)
 	assert.Equal(t, []string{"E500", "E400"}, c.FailureCodes)
@@ -159,6 +161,8 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "zero conns", args: []string{"--max-conns", "0"}, want: "--max-conns"},
 		{name: "zero reset", args: []string{"--reset-timeout", "0"}, want: "--reset-timeout: must be more than zero"},
 		{name: "negative timeout", args: []string{"--target-timeout=-1s"}, want: "--target-timeout: must be more than zero"},
+		{name: "negative target idle", args: []string{"--target-idle-timeout=-1s"}, want: "--target-idle-timeout: must be more than zero"},
+		{name: "zero target idle", args: []string{"--target-idle-timeout", "0"}, want: "--target-idle-timeout: must be more than zero"},
 		{name: "bad duration", args: []string{"--idle-timeout", "soon"}, want: "--idle-timeout: duration \"soon\""},
 		{name: "zero drain", args: []string{"--drain-timeout", "0s"}, want: "--drain-timeout"},
 		{name: "zero write", args: []string{"--write-timeout", "0"}, want: "--write-timeout"},

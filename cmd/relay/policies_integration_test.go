@@ -131,11 +131,12 @@ func exampleConfig(t *testing.T) string {
 
 func TestPerTargetLimitsAreApplied(t *testing.T) {
 	// Given CORE and CLAIM, both slow, behind a relay configured by the
-	// example file (CORE 40 calls at once, CLAIM 8; the flags say 10),
+	// example file (CORE 40 calls at once, CLAIM 8; the flags say 10, and
+	// set a target idle timeout the file does not),
 	core := proctest.StartFixture(t, "CORE", "core")
 	claim := proctest.StartFixture(t, "CLAIM", "claim")
 	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
-		"--config", exampleConfig(t))
+		"--config", exampleConfig(t), "--target-idle-timeout", "2s")
 	const delay = `{"mode":"slow","delay_ms":1500}`
 	core.Ctl(t, delay)
 	claim.Ctl(t, delay)
@@ -166,6 +167,9 @@ func TestPerTargetLimitsAreApplied(t *testing.T) {
 	assert.Equal(t, 8, statusOf(t, st, "CLAIM").MaxInflight)
 	assert.Equal(t, 5.0, statusOf(t, st, "CLAIM").Settings.ResetTimeoutSeconds)
 	assert.Equal(t, "http://127.0.0.1:9203", statusOf(t, st, "CORE_DR").URL)
+	for _, name := range []string{"CORE", "CLAIM", "CORE_DR"} {
+		assert.Equal(t, 2.0, statusOf(t, st, name).Settings.TargetIdleTimeoutSeconds, "%s keeps the flag's value", name)
+	}
 
 	// and the rest is refused at once, E905.
 	codes := map[string]map[string]int{"core": {}, "claim": {}}

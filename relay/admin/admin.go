@@ -91,18 +91,19 @@ type Target struct {
 // target has settings of its own (--config; the bulkhead size of every
 // target is Target's max_inflight). It is a plain value.
 type Settings struct {
-	MaxInflight            int      `json:"max_inflight,omitempty"`
-	FailThreshold          int      `json:"fail_threshold"`
-	ResetTimeoutSeconds    float64  `json:"reset_timeout_seconds"`
-	TargetTimeoutSeconds   float64  `json:"target_timeout_seconds"`
-	ProbeTimeoutSeconds    float64  `json:"probe_timeout_seconds"`
-	FailureCodes           []string `json:"failure_codes"`
-	FailureRate            float64  `json:"failure_rate,omitempty"`
-	WindowSeconds          float64  `json:"window_seconds,omitempty"`
-	MinSamples             int      `json:"min_samples,omitempty"`
-	SlowCallSeconds        float64  `json:"slow_call_seconds,omitempty"`
-	MaxResetTimeoutSeconds float64  `json:"max_reset_timeout_seconds,omitempty"`
-	ResetJitter            float64  `json:"reset_jitter,omitempty"`
+	MaxInflight              int      `json:"max_inflight,omitempty"`
+	FailThreshold            int      `json:"fail_threshold"`
+	ResetTimeoutSeconds      float64  `json:"reset_timeout_seconds"`
+	TargetTimeoutSeconds     float64  `json:"target_timeout_seconds"`
+	TargetIdleTimeoutSeconds float64  `json:"target_idle_timeout_seconds"`
+	ProbeTimeoutSeconds      float64  `json:"probe_timeout_seconds"`
+	FailureCodes             []string `json:"failure_codes"`
+	FailureRate              float64  `json:"failure_rate,omitempty"`
+	WindowSeconds            float64  `json:"window_seconds,omitempty"`
+	MinSamples               int      `json:"min_samples,omitempty"`
+	SlowCallSeconds          float64  `json:"slow_call_seconds,omitempty"`
+	MaxResetTimeoutSeconds   float64  `json:"max_reset_timeout_seconds,omitempty"`
+	ResetJitter              float64  `json:"reset_jitter,omitempty"`
 }
 
 // StatusOf returns hub's state now, as GET /status serves it.
@@ -135,18 +136,19 @@ func TargetOf(t relay.TargetSnapshot) Target {
 		Held:                t.Held,
 		Disabled:            t.Disabled,
 		Settings: Settings{
-			MaxInflight:            ts.MaxInflight,
-			FailThreshold:          ts.FailThreshold,
-			ResetTimeoutSeconds:    ts.ResetTimeout.Seconds(),
-			TargetTimeoutSeconds:   ts.TargetTimeout.Seconds(),
-			ProbeTimeoutSeconds:    t.ProbeTimeout.Seconds(),
-			FailureCodes:           ts.FailureCodes,
-			FailureRate:            ts.FailureRate,
-			WindowSeconds:          ts.Window.Seconds(),
-			MinSamples:             ts.MinSamples,
-			SlowCallSeconds:        ts.SlowCall.Seconds(),
-			MaxResetTimeoutSeconds: ts.MaxResetTimeout.Seconds(),
-			ResetJitter:            ts.ResetJitter,
+			MaxInflight:              ts.MaxInflight,
+			FailThreshold:            ts.FailThreshold,
+			ResetTimeoutSeconds:      ts.ResetTimeout.Seconds(),
+			TargetTimeoutSeconds:     ts.TargetTimeout.Seconds(),
+			TargetIdleTimeoutSeconds: ts.TargetIdleTimeout.Seconds(),
+			ProbeTimeoutSeconds:      t.ProbeTimeout.Seconds(),
+			FailureCodes:             ts.FailureCodes,
+			FailureRate:              ts.FailureRate,
+			WindowSeconds:            ts.Window.Seconds(),
+			MinSamples:               ts.MinSamples,
+			SlowCallSeconds:          ts.SlowCall.Seconds(),
+			MaxResetTimeoutSeconds:   ts.MaxResetTimeout.Seconds(),
+			ResetJitter:              ts.ResetJitter,
 		},
 	}
 }
