@@ -41,6 +41,7 @@ const (
 	keyFailThreshold   = "fail_threshold"
 	keyResetTimeout    = "reset_timeout"
 	keyTargetTimeout   = "target_timeout"
+	keyTargetIdle      = "target_idle_timeout"
 	keyFailureCodes    = "failure_codes"
 	keyFailureRate     = "failure_rate"
 	keyWindow          = "window"
@@ -55,7 +56,7 @@ const (
 // error lists them.
 var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
-	keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
+	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
 }
 
@@ -159,6 +160,7 @@ type table struct {
 	FailThreshold   count        `toml:"fail_threshold"`
 	ResetTimeout    duration     `toml:"reset_timeout"`
 	TargetTimeout   duration     `toml:"target_timeout"`
+	TargetIdle      duration     `toml:"target_idle_timeout"`
 	FailureCodes    failureCodes `toml:"failure_codes"`
 	FailureRate     share        `toml:"failure_rate"`
 	Window          duration     `toml:"window"`
@@ -320,6 +322,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.ResetTimeout, err = t.ResetTimeout.get()
 	case keyTargetTimeout:
 		s.TargetTimeout, err = t.TargetTimeout.get()
+	case keyTargetIdle:
+		s.TargetIdleTimeout, err = t.TargetIdle.get()
 	case keyWindow:
 		s.Window, err = t.Window.get()
 	case keySlowCall:
