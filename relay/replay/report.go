@@ -185,6 +185,18 @@ func (r *Report) targets(target string) []string {
 	return names
 }
 
+// Has reports whether a request named the target, matched
+// case-insensitively.
+func (r *Report) Has(target string) bool {
+	return len(r.targets(target)) > 0
+}
+
+// TargetNames returns the names of the targets that requests named, in
+// the order first met.
+func (r *Report) TargetNames() []string {
+	return r.targets("")
+}
+
 // WriteText writes the report for people: what was read, each set's
 // settings and transitions (in the breaker log's format), then per target
 // a table of the logged counts beside each set's, and the lines skipped.
