@@ -137,8 +137,8 @@ func (c *replayCmd) sets() ([]replay.Settings, error) {
 
 // Run replays the access logs and prints the report. Malformed lines are
 // counted, listed and skipped: they do not change the exit status, 0.
-// It fails (status 1) on settings it cannot use, a file it cannot open, or
-// a --target that no line names.
+// It fails (status 1) on a settings file or --compare it cannot use, a
+// log file it cannot open, or a --target that no line names.
 func (c *replayCmd) Run(ctx context.Context, s *streams) error {
 	sets, err := c.sets()
 	if err != nil {
