@@ -44,7 +44,7 @@ type replayCmd struct {
 }
 
 // hubDuration is a duration as the relay's flags take it: Go's syntax
-// (500ms, 10s) or a bare number of seconds.
+// (500ms, 10s) or a bare number of seconds. A plain value.
 type hubDuration time.Duration
 
 // Decode implements kong.MapperValue.

@@ -142,7 +142,8 @@ type lineReader struct {
 	lines  int64 // lines returned so far: the number of the last one
 }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it. Not safe for
+// concurrent use.
 type countingReader struct {
 	r io.Reader
 	n int64
@@ -218,7 +219,8 @@ const (
 )
 
 // record is one access log line, parsed. Its byte slices point into the
-// parser's memory and are valid until the next parse.
+// parser's memory and are valid until the next parse; it belongs to the
+// parser's goroutine.
 type record struct {
 	time        int64 // unix nanoseconds; the "time" field
 	start, end  int64 // unix nanoseconds; zero when absent

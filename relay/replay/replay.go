@@ -372,7 +372,8 @@ func (e *engine) code(c []byte) int32 {
 }
 
 // interner numbers strings in the order they are first met, so that the
-// many copies of a few target names and codes cost an int32 each.
+// many copies of a few target names and codes cost an int32 each. Not safe
+// for concurrent use.
 type interner struct {
 	ids     map[string]int32
 	strings []string
@@ -426,7 +427,8 @@ func (e *engine) finish() *Report {
 
 // sim is the replay of the log with one set of settings: a breaker per
 // target, on a clock of its own that shows the time of the moment being
-// replayed, and the calls in flight, which report at their end.
+// replayed, and the calls in flight, which report at their end. It is
+// used by the engine's goroutine only.
 type sim struct {
 	e           *engine
 	set         Settings
@@ -448,7 +450,7 @@ func (c *clock) Now() time.Time { return c.now }
 
 var _ breaker.Clock = (*clock)(nil)
 
-// simTarget is one target of a sim.
+// simTarget is one target of a sim, used by the sim's goroutine only.
 type simTarget struct {
 	name     string
 	id       int32
@@ -464,14 +466,15 @@ type simTarget struct {
 	openedAt time.Time // when the breaker last left CLOSED
 }
 
-// outcome is what one call got.
+// outcome is what one call got. A plain value.
 type outcome struct {
 	code  int32
 	took  time.Duration
 	known bool
 }
 
-// inFlight is a call the sim's breaker admitted, waiting for its end.
+// inFlight is a call the sim's breaker admitted, waiting for its end. A
+// plain value.
 type inFlight struct {
 	end    int64
 	seq    uint64

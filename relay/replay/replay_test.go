@@ -68,9 +68,9 @@ func TestReplayWithTheWritersSettingsGivesItsTransitions(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for seed := range uint64(3) {
+			for seed := range uint64(2) {
 				g := &genLog{Policy: relay.TargetSettings{Policy: tc.policy}, Every: 5 * time.Millisecond,
-					Phases: steadyIncident, Lines: 30000, Seed: seed}
+					Phases: steadyIncident, Lines: 20000, Seed: seed}
 				rep := run(t, []Source{readerSource("gen", g)}, settings("same", tc.policy))
 				require.NotEmpty(t, g.Transitions)
 				require.Equal(t, lines(g.Transitions), lines(rep.Sets[0].Transitions), "seed %d", seed)

@@ -103,7 +103,7 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
-// TargetSettings is one target's settings in a SetReport.
+// TargetSettings is one target's settings in a SetReport. A plain value.
 type TargetSettings struct {
 	Target   string `json:"target"`
 	Settings string `json:"settings"`
@@ -151,7 +151,8 @@ func (s TargetStats) MarshalJSON() ([]byte, error) {
 	}{plain(s), s.NotClosed.Seconds()})
 }
 
-// stat is one row of the text report: a name and how to read it.
+// stat is one row of the text report: a name and how to read it. A plain
+// value.
 type stat struct {
 	name   string
 	logged bool // the row has a value in the logged column
@@ -329,7 +330,7 @@ func (s *SetReport) target(name string) TargetStats {
 }
 
 // errWriter keeps the first write error, so the report's many writes need
-// one check.
+// one check. Not safe for concurrent use.
 type errWriter struct {
 	w   io.Writer
 	err error
