@@ -91,6 +91,7 @@ func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 		kong.Name("relayctl"),
 		kong.Description("Operator's client for the relay hub: send, load, status, replay."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
+		kong.NamedMapper("hubduration", hubDuration{}),
 	}, opts...)...)
 }
 

@@ -16,19 +16,14 @@ import (
 	"github.com/relayhub/relayhub/relay/replay"
 )
 
-// smallLog is an access log of CORE failing three times in a row and a
-// request refused, then a CLAIM call, and a torn last line.
-const smallLog = `{"time":"2026-11-30T08:00:00.011Z","txid":"T1","target":"CORE","code":"E500","duration_ms":1,"bytes":8,"breaker":"admitted","start":"2026-11-30T08:00:00.010000000Z","end":"2026-11-30T08:00:00.011000000Z"}
-{"time":"2026-11-30T08:00:00.021Z","txid":"T2","target":"CORE","code":"E500","duration_ms":1,"bytes":8,"breaker":"admitted","start":"2026-11-30T08:00:00.020000000Z","end":"2026-11-30T08:00:00.021000000Z"}
-{"time":"2026-11-30T08:00:00.031Z","txid":"T3","target":"CORE","code":"E901","duration_ms":1,"bytes":8,"breaker":"admitted","start":"2026-11-30T08:00:00.030000000Z","end":"2026-11-30T08:00:00.031000000Z"}
-{"time":"2026-11-30T08:00:00.040Z","txid":"T4","target":"CORE","code":"E904","duration_ms":0,"bytes":8,"breaker":"refused","start":"2026-11-30T08:00:00.040000000Z"}
-{"time":"2026-11-30T08:00:00.052Z","txid":"T5","target":"CLAIM","code":"0000","duration_ms":2,"bytes":8,"breaker":"admitted","start":"2026-11-30T08:00:00.050000000Z","end":"2026-11-30T08:00:00.052000000Z"}
-{"time":"2026-11-30T08:00:00.0`
-
-// writeSmallLog writes smallLog to a file and returns its path.
+// writeSmallLog copies testdata/small-access.log, an access log of CORE
+// failing three times in a row and a request refused, then a CLAIM call,
+// and a torn last line, to a file of its own and returns its path.
 func writeSmallLog(t *testing.T) string {
+	data, err := os.ReadFile(filepath.Join("testdata", "small-access.log"))
+	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "access.log")
-	require.NoError(t, os.WriteFile(path, []byte(smallLog), 0o600))
+	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path
 }
 
@@ -54,7 +49,7 @@ func TestParseReplayDefaultsAreTheRelays(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, sets, 1)
 	assert.Equal(t, "fail_threshold=5 reset_timeout=10s target_timeout=3s failure_codes=E500,E901,E902", sets[0].Describe("CORE"))
-	assert.Equal(t, time.Minute, time.Duration(c.Replay.ReorderWindow))
+	assert.Equal(t, time.Minute, c.Replay.ReorderWindow)
 }
 
 func TestParseReplaySettings(t *testing.T) {

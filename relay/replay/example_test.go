@@ -27,7 +27,7 @@ func Example() {
 		return io.NopCloser(strings.NewReader(accessLog)), nil
 	}}
 	hub := replay.Settings{Name: "hub", Defaults: relay.TargetSettings{Policy: breaker.Policy{FailThreshold: 5}}}
-	tighter, err := hub.Override("threshold 3", 0, []string{"fail_threshold=3"})
+	tighter, err := hub.Override("threshold 3", "--compare", []string{"fail_threshold=3"})
 	if err != nil {
 		fmt.Println(err)
 		return

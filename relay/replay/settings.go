@@ -117,27 +117,24 @@ func LoadFile(path string, defaults relay.TargetSettings) ([]relay.Target, error
 	return settingsfile.Load(path, defaults, base)
 }
 
-// OverrideSource names overrides in the errors of Override.
-const OverrideSource = "--compare"
-
-// Override returns s with overrides applied, each "KEY=VALUE" or
-// "TARGET.KEY=VALUE": KEY is a key of the settings file (fail_threshold,
+// Override returns s, named name, with overrides applied, each "KEY=VALUE"
+// or "TARGET.KEY=VALUE": KEY is a key of the settings file (fail_threshold,
 // reset_timeout, slow_call, ...), VALUE is written as on the hub's command
 // line (5, 10s, 0.5, E500,E901,E902), and the value is set for every
 // target, or for TARGET only. A target's own override wins over one for
 // every target. Each value is read by settingsfile, as if the targets'
 // tables of the hub's file held it, so it means what it means there and is
-// refused for what the hub would refuse; errors name OverrideSource. The
-// new set is named name and has seed.
-func (s Settings) Override(name string, seed uint64, overrides []string) (Settings, error) {
-	out := Settings{Name: name, Seed: seed}
+// refused for what the hub would refuse; errors name source, where the
+// overrides came from.
+func (s Settings) Override(name, source string, overrides []string) (Settings, error) {
+	out := Settings{Name: name, Seed: s.Seed}
 	var every []string
 	own := map[string][]string{}
 	var order []string // targets with overrides of their own, in order given
 	for _, o := range overrides {
 		key, value, ok := strings.Cut(o, "=")
 		if !ok || strings.TrimSpace(key) == "" {
-			return out, fmt.Errorf("%s %q: want KEY=VALUE or TARGET.KEY=VALUE", OverrideSource, o)
+			return out, fmt.Errorf("%s %q: want KEY=VALUE or TARGET.KEY=VALUE", source, o)
 		}
 		key = strings.TrimSpace(key)
 		target, key, one := strings.Cut(key, ".")
@@ -147,10 +144,10 @@ func (s Settings) Override(name string, seed uint64, overrides []string) (Settin
 		target = strings.ToUpper(target)
 		switch key {
 		case "url":
-			return out, fmt.Errorf("%s %q: a replay calls no target, so a url means nothing to it", OverrideSource, o)
+			return out, fmt.Errorf("%s %q: a replay calls no target, so a url means nothing to it", source, o)
 		case "fallback":
 			if target == "" {
-				return out, fmt.Errorf("%s %q: give a fallback per target, as TARGET.fallback=NAME", OverrideSource, o)
+				return out, fmt.Errorf("%s %q: give a fallback per target, as TARGET.fallback=NAME", source, o)
 			}
 		}
 		line := strconv.Quote(key) + " = " + tomlValue(key, strings.TrimSpace(value))
@@ -171,13 +168,13 @@ func (s Settings) Override(name string, seed uint64, overrides []string) (Settin
 		}
 	}
 	var err error
-	if out.Defaults, _, err = overrideOne(defaultsTable, s.Defaults, "", every, all); err != nil {
+	if out.Defaults, _, err = overrideOne(source, defaultsTable, s.Defaults, "", every, all); err != nil {
 		return out, err
 	}
 	for _, t := range all {
 		name := strings.ToUpper(t.Name)
 		start, fallback := s.target(name)
-		ts, fb, err := overrideOne(name, start, fallback, keysFor(every, own[name]), all)
+		ts, fb, err := overrideOne(source, name, start, fallback, keysFor(every, own[name]), all)
 		if err != nil {
 			return out, err
 		}
@@ -204,9 +201,9 @@ func keysFor(every, own []string) []string {
 }
 
 // overrideOne reads lines as the table of target name in a settings file
-// whose targets are all, name starting from settings start and fallback,
-// and returns its settings and fallback.
-func overrideOne(name string, start relay.TargetSettings, fallback string, lines []string, all []relay.Target) (relay.TargetSettings, string, error) {
+// named source whose targets are all, name starting from settings start
+// and fallback, and returns its settings and fallback.
+func overrideOne(source, name string, start relay.TargetSettings, fallback string, lines []string, all []relay.Target) (relay.TargetSettings, string, error) {
 	if len(lines) == 0 {
 		return start, fallback, nil
 	}
@@ -217,7 +214,7 @@ func overrideOne(name string, start relay.TargetSettings, fallback string, lines
 		}
 	}
 	data := "[" + strconv.Quote(name) + "]\n" + strings.Join(lines, "\n") + "\n"
-	targets, err := settingsfile.Parse(OverrideSource, data, start, base)
+	targets, err := settingsfile.Parse(source, data, start, base)
 	if err != nil {
 		if fe, ok := errors.AsType[*settingsfile.Error](err); ok && name == defaultsTable {
 			fe.Table = ""

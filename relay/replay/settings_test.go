@@ -58,7 +58,7 @@ func TestLoadFileRefusesWhatTheHubRefuses(t *testing.T) {
 func TestOverride(t *testing.T) {
 	targets, err := LoadFile(filepath.Join("..", "..", "docs", "relay.example.toml"), flagDefaults)
 	require.NoError(t, err)
-	base := Settings{Name: "replay", Defaults: flagDefaults, Targets: targets}
+	base := Settings{Name: "replay", Defaults: flagDefaults, Targets: targets, Seed: 9}
 
 	tests := []struct {
 		name      string
@@ -94,10 +94,10 @@ func TestOverride(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := base.Override("compare", 9, tc.overrides)
+			got, err := base.Override("compare", "--compare", tc.overrides)
 			require.NoError(t, err)
 			assert.Equal(t, "compare", got.Name)
-			assert.Equal(t, uint64(9), got.Seed)
+			assert.Equal(t, uint64(9), got.Seed, "the seed is kept")
 			for target, want := range tc.want {
 				assert.Equal(t, want, got.Describe(target), target)
 			}
@@ -106,7 +106,7 @@ func TestOverride(t *testing.T) {
 				base.Describe("CORE"), "the base set is not changed")
 		})
 	}
-	got, err := base.Override("compare", 0, []string{"CORE.failure_codes=E500,E902"})
+	got, err := base.Override("compare", "--compare", []string{"CORE.failure_codes=E500,E902"})
 	require.NoError(t, err)
 	assert.Contains(t, got.Describe("CORE"), " failure_codes=E500,E902 ")
 }
@@ -131,7 +131,7 @@ func TestOverrideRefusesWhatTheFileRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.override, func(t *testing.T) {
-			_, err := base.Override("compare", 0, []string{tc.override})
+			_, err := base.Override("compare", "--compare", []string{tc.override})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
