@@ -140,6 +140,7 @@ type lineReader struct {
 	stored *countingReader
 	br     *bufio.Reader
 	lines  int64 // lines returned so far: the number of the last one
+	broken error // why nothing can be read, when the start of the source said so
 }
 
 // countingReader counts the bytes read through it. Not safe for
@@ -165,15 +166,18 @@ func openLines(s Source) (*lineReader, error) {
 	}
 	stored := &countingReader{r: src}
 	br := bufio.NewReaderSize(stored, maxLineBytes)
+	lr := &lineReader{name: s.Name, src: src, stored: stored, br: br}
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			src.Close()
-			return nil, fmt.Errorf("%s: %w", s.Name, err)
+			// Reported as the source's read error, like a gzip stream
+			// cut short: the replay goes on with the next source.
+			lr.broken = fmt.Errorf("starts as gzip but is not: %w", err)
+			return lr, nil
 		}
-		br = bufio.NewReaderSize(zr, maxLineBytes)
+		lr.br = bufio.NewReaderSize(zr, maxLineBytes)
 	}
-	return &lineReader{name: s.Name, src: src, stored: stored, br: br}, nil
+	return lr, nil
 }
 
 func (r *lineReader) close() { r.src.Close() }
@@ -186,6 +190,9 @@ func (r *lineReader) close() { r.src.Close() }
 // gzip stream: io.ErrUnexpectedEOF); a line may come with the error that
 // ended it.
 func (r *lineReader) next() (line []byte, tooLong bool, err error) {
+	if r.broken != nil {
+		return nil, false, r.broken
+	}
 	chunk, err := r.br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		for errors.Is(err, bufio.ErrBufferFull) {

@@ -91,7 +91,7 @@ func TestMalformedLinesAreListedUpToMaxListed(t *testing.T) {
 }
 
 // gzipped returns text compressed with gzip.
-func gzipped(t *testing.T, text string) []byte {
+func gzipped(t testing.TB, text string) []byte {
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
 	_, err := zw.Write([]byte(text))
@@ -241,4 +241,42 @@ func FuzzParseStamp(f *testing.F) {
 			t.Fatalf("%q read as %d, time.Parse says %d", s, ns, want.UnixNano())
 		}
 	})
+}
+
+func FuzzReplay(f *testing.F) {
+	// Whatever the bytes, a replay counts what it cannot read and never
+	// fails or panics: access logs get torn, truncated and edited.
+	f.Add([]byte(strings.Join(incident, "\n")))
+	f.Add([]byte(strings.Join(incident[:5], "\n") + "\n" + incident[5][:40]))
+	f.Add(gzipped(f, strings.Join(incident, "\n")))
+	f.Add([]byte(`{"time":"2026-11-30T08:00:00.011Z","target":"CORE","fallback_for":"CORE_DR","code":"E905","breaker":"handed_back","probe":true,"start":"2026-11-30T08:00:00.010Z"}`))
+	f.Add([]byte(`{"time":"2026-11-30T08:00:00.011Z","target":"CORE","code":"0000","duration_ms":1e300}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		src := Source{Name: "fuzz", Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+		set := settings("fuzz", breaker.Policy{FailThreshold: 2, ResetTimeout: time.Millisecond, SlowCall: time.Millisecond})
+		set.Targets = []relay.Target{{Name: "CORE", Fallback: "CORE_DR"}}
+		rep, err := Run(context.Background(), Config{Sets: []Settings{set, settings("other", breaker.Policy{})}}, []Source{src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Requests+rep.NoBreaker+rep.Malformed+rep.Late > rep.Lines {
+			t.Fatalf("more lines counted than read: %+v", rep)
+		}
+		if err := rep.WriteText(io.Discard, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestASourceThatIsNotGzipIsReportedAndTheRestReplayed(t *testing.T) {
+	// Given a file that starts with gzip's magic bytes but is not gzip,
+	bad := Source{Name: "bad.gz", Open: func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader([]byte("\x1f\x8b not gzip at all\n"))), nil
+	}}
+	// when it is replayed before a good one, it is reported and skipped.
+	rep := run(t, []Source{bad, textSource("good", incident...)}, settings("hub", hubPolicy))
+	require.Len(t, rep.Sources, 2)
+	assert.Contains(t, rep.Sources[0].Error, "starts as gzip but is not: gzip: invalid header")
+	assert.Zero(t, rep.Sources[0].Lines)
+	assert.Equal(t, wantIncident, lines(rep.Sets[0].Transitions))
 }
