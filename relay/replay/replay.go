@@ -62,9 +62,10 @@ type Config struct {
 	// and still be replayed in order. The hub writes a line when the
 	// answer is made, so a call's start comes up to its duration (at most
 	// the target timeout) after later starts; lines also leave the hub's
-	// queue slightly out of order. A moment more than ReorderWindow behind
-	// the latest time read is skipped and counted as late. Zero means
-	// DefaultReorderWindow.
+	// queue slightly out of order. Moments are replayed once they are
+	// ReorderWindow behind the latest time read; a line whose moment comes
+	// before one already replayed is skipped and counted as late. Zero
+	// means DefaultReorderWindow.
 	ReorderWindow time.Duration
 	// MaxListed is how many malformed and late lines the Report lists; all
 	// are counted. Zero means 20.
