@@ -47,8 +47,8 @@ func writeGenerated(tb testing.TB, dir string, n int, zip bool) string {
 }
 
 // BenchmarkReplayMillionLines replays a generated access log of a million
-// lines (a hub at 1000 requests a second through repeated incidents, about
-// 17 minutes of traffic) from a file, as relayctl replay does: reading,
+// lines (a hub at 800 requests a second through repeated incidents, about
+// 21 minutes of traffic) from a file, as relayctl replay does: reading,
 // parsing, reordering and the breakers, with one set of settings or two.
 func BenchmarkReplayMillionLines(b *testing.B) {
 	const n = 1_000_000
