@@ -324,7 +324,7 @@ func New(cfg Config) (*Server, error) {
 			Clock:        cfg.Clock,
 			OnTransition: rt.observer(cfg.OnTransition),
 			Rand:         cfg.Rand,
-			ProbeTimeout: settings.TargetTimeout + probeGrace,
+			ProbeTimeout: settings.TargetTimeout + ProbeGrace,
 		})
 		s.routes = append(s.routes, rt)
 	}
@@ -343,7 +343,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.AccessLog != nil {
-		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
+		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
 		s.bg.Go(s.writeAccessLog)
 	}
 	return s, nil
@@ -431,10 +431,11 @@ func (ts TargetSettings) check() error {
 	return nil
 }
 
-// probeGrace is what a probe gets on top of the target timeout before the
+// ProbeGrace is what a probe gets on top of the target timeout before the
 // breaker may replace it: time for the timed-out call to be classified and
-// reported.
-const probeGrace = time.Second
+// reported. A breaker's ProbeTimeout is its target's TargetTimeout plus
+// ProbeGrace.
+const ProbeGrace = time.Second
 
 // failLogBurst is how many failed calls per target and second are logged at
 // warn; past it they are counted by the metrics and logged at debug only,
