@@ -13,10 +13,10 @@ import (
 )
 
 func TestSnapshotHoldsTheLastFailedCall(t *testing.T) {
-	// Given a target that answers, with threshold 10 so nothing trips,
+	// Given a target that answers (it fails at most twice in a row below,
+	// under the default threshold of 5, so the breaker stays closed),
 	core := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
-	cfg.FailThreshold = 10
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
 
