@@ -1,7 +1,8 @@
 // Package admin is the hub's admin HTTP handler: Prometheus metrics,
-// liveness and readiness, the JSON status of every target, and manual
-// breaker control (docs/PROTOCOL.md, "Admin HTTP"). It reads and steers the
-// hub only through the small Hub interface, which *relay.Server implements.
+// liveness and readiness, the JSON status of every target, manual breaker
+// control and, for browsers, the live status page (docs/PROTOCOL.md, "Admin
+// HTTP"). It reads and steers the hub only through the small Hub interface,
+// which *relay.Server implements.
 //
 // Typical use:
 //
@@ -21,6 +22,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,6 +169,11 @@ type Config struct {
 	// without it is answered 401. Empty means no check: keep the admin port
 	// on loopback or a management network then.
 	Token string
+	// Page, when set, is the status page (see package statuspage): it
+	// answers GET / for clients that accept text/html, such as browsers,
+	// and GET /events. Nil means GET / is the text index for everyone and
+	// /events is 404.
+	Page http.Handler
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -175,23 +182,33 @@ type Config struct {
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
 //     Shutdown has begun, so a load balancer stops sending new connections;
+//   - GET /: with Config.Page, the status page for a client whose Accept
+//     header takes text/html; otherwise a short text index of the
+//     endpoints;
+//   - GET /events: with Config.Page, the page's live updates;
 //   - GET /status: Status as JSON, indented with ?pretty;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
 //
-// With Config.Token set, every request other than GET and HEAD needs
-// the bearer token, or is answered 401 with a JSON error and
-// "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
-// It is safe for concurrent use.
+// Every request other than GET, HEAD and OPTIONS that a browser marks as
+// sent from another origin (Sec-Fetch-Site, or else an Origin header that
+// is not the Host) is answered 403 with a JSON error, so that no other web
+// page an operator has open can act on the breakers; tools such as curl
+// send neither header and are not affected. With Config.Token set, every
+// request other than GET and HEAD also needs the bearer token, or is
+// answered 401 with a JSON error and "WWW-Authenticate: Bearer". Other
+// paths answer 404, other methods 405. It is safe for concurrent use.
 type Handler struct {
-	hub       Hub
-	mux       *http.ServeMux
-	log       zerolog.Logger
-	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
-	tokenHash [sha256.Size]byte
-	hasToken  bool
+	hub         Hub
+	mux         *http.ServeMux
+	page        http.Handler // nil without the status page
+	crossOrigin *http.CrossOriginProtection
+	log         zerolog.Logger
+	denyLog     zerolog.Logger // log sampled to denyLogBurst lines a second
+	tokenHash   [sha256.Size]byte
+	hasToken    bool
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -212,7 +229,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Hub == nil {
 		return nil, errors.New("admin: no Hub")
 	}
-	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), page: cfg.Page, crossOrigin: http.NewCrossOriginProtection(),
+		log: cfg.Logger.With().Str("component", "admin").Logger()}
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
 		// Only the hash is kept: hashes of equal length compared in
@@ -225,6 +243,9 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
+	if cfg.Page != nil {
+		a.mux.Handle("GET /events", cfg.Page)
+	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -238,6 +259,13 @@ func New(cfg Config) (*Handler, error) {
 // ServeHTTP implements http.Handler. The token is checked before routing,
 // so a request without it learns nothing about the paths behind it.
 func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := a.crossOrigin.Check(r); err != nil {
+		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			Str("origin", r.Header.Get("Origin")).Str("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")).
+			Msg("admin request refused: sent from another origin")
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused: act from the admin port's own page, or from a tool that sends no Origin")
+		return
+	}
 	if a.hasToken && r.Method != http.MethodGet && r.Method != http.MethodHead && !a.authorized(r) {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Msg("admin request refused: missing or wrong bearer token")
@@ -318,12 +346,57 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 	return action, nil
 }
 
-// adminIndex is the body of GET /, for an operator who opens the port in a
-// browser.
+// adminIndex is the body of GET / for a client that does not take HTML,
+// such as curl.
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
-func (a *Handler) serveIndex(w http.ResponseWriter, _ *http.Request) {
-	writeText(w, http.StatusOK, adminIndex)
+// pageIndex is the line the index adds when the status page is on.
+const pageIndex = "/         this index; a browser (Accept: text/html) gets the live status page\n/events   the status page's live updates (Server-Sent Events)\n"
+
+// serveIndex is GET /: the status page for a client that takes HTML, when
+// the page is on, else the text index.
+func (a *Handler) serveIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Vary", "Accept")
+	if a.page == nil {
+		writeText(w, http.StatusOK, adminIndex)
+		return
+	}
+	if acceptsHTML(r.Header.Values("Accept")) {
+		a.page.ServeHTTP(w, r)
+		return
+	}
+	writeText(w, http.StatusOK, adminIndex+pageIndex)
+}
+
+// acceptsHTML reports whether Accept header values name text/html with a
+// quality above zero. A wildcard alone does not count: curl sends "*/*"
+// and gets the text index.
+func acceptsHTML(accept []string) bool {
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			mediaType, params, _ := strings.Cut(part, ";")
+			if !strings.EqualFold(strings.TrimSpace(mediaType), "text/html") {
+				continue
+			}
+			if q, ok := qualityOf(params); !ok || q > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// qualityOf returns the q parameter among a media range's parameters
+// (";"-separated), and whether there is one that parses.
+func qualityOf(params string) (float64, bool) {
+	for p := range strings.SplitSeq(params, ";") {
+		name, value, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(name), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			return q, err == nil
+		}
+	}
+	return 0, false
 }
 
 func (a *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
