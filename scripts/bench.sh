@@ -22,10 +22,10 @@
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); relay RSS per connection, fresh relay every run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
-#   6. the status page on and off: the full path at 64 connections and
+#   7. the status page on and off: the full path at 64 connections and
 #      fast-fail at depth 16, each against a relay with the page on and a
 #      browser's stream open and one with --no-status-page, alternating.
-#      ONLY=page runs this scenario alone (about a minute).
+#      ONLY=page runs this scenario alone (about two minutes).
 #
 # Installs redis-server from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
@@ -45,7 +45,7 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
-ONLY=${ONLY:-}                    # "page": scenario 6 alone
+ONLY=${ONLY:-}                    # "page": scenario 7 alone
 
 # ---------------------------------------------------------------- setup --
 
@@ -275,14 +275,14 @@ fmt() { awk -v f="$1" -v v="$2" 'BEGIN { printf f, v }'; }
 
 echo "bench: results in $out; $RUNS runs of ${DURATION}s per measurement" >&2
 
-# ------------------------------------- 6. the status page on and off --
+# ------------------------------------- 7. the status page on and off --
 # Defined first so that ONLY=page can run it alone; the full run calls it
-# after scenario 4.
+# after scenario 5.
 
-# page_bench: scenario 6's runs, s6-*.json: each relay of a pair started
+# page_bench: scenario 7's runs, s7-*.json: each relay of a pair started
 # alike but for --no-status-page, both serving throughout.
 page_bench() {
-  echo "bench: 6. the status page on and off" >&2
+  echo "bench: 7. the status page on and off" >&2
   start_fixture CORE core
   local fix=$FIX_PID url=$FIX_URL closed side admin run
   local -A full_addr full_pid ff_addr ff_pid
@@ -306,12 +306,12 @@ page_bench() {
   done
   for run in $(seq "$RUNS"); do
     for side in on off; do
-      load "s6-full-$side-$run" --addr "${full_addr[$side]}" --conns 64 --payload 'BAL ACC{conn}' \
+      load "s7-full-$side-$run" --addr "${full_addr[$side]}" --conns 64 --payload 'BAL ACC{conn}' \
         --server-pid "${full_pid[$side]}" --server-pid "$fix"
-      load "s6-ff-$side-$run" --addr "${ff_addr[$side]}" --conns 64 --depth 16 --server-pid "${ff_pid[$side]}"
+      load "s7-ff-$side-$run" --addr "${ff_addr[$side]}" --conns 64 --depth 16 --server-pid "${ff_pid[$side]}"
     done
-    pair "s6-pair-full-$run" "$out/s6-full-on-$run.json" "$out/s6-full-off-$run.json"
-    pair "s6-pair-ff-$run" "$out/s6-ff-on-$run.json" "$out/s6-ff-off-$run.json"
+    pair "s7-pair-full-$run" "$out/s7-full-on-$run.json" "$out/s7-full-off-$run.json"
+    pair "s7-pair-ff-$run" "$out/s7-ff-on-$run.json" "$out/s7-ff-off-$run.json"
   done
   for side in on off; do
     stop "${full_pid[$side]}"
@@ -320,7 +320,7 @@ page_bench() {
   stop "$fix"
 }
 
-# page_report: scenario 6's rows of the table, and its targets: with the
+# page_report: scenario 7's rows of the table, and its targets: with the
 # page on and watched, relay CPU per answer within 5 % of off (the steady
 # figure; answers/s moves by tens of percent from run to run here, and is
 # reported beside it).
@@ -328,13 +328,13 @@ page_report() {
   local m label r c
   for m in full ff; do
     case $m in
-    full) label="6 status page, full path, 64 conns" ;;
-    ff) label="6 status page, fast-fail, 64 conns, depth 16" ;;
+    full) label="7 status page, full path, 64 conns" ;;
+    ff) label="7 status page, fast-fail, 64 conns, depth 16" ;;
     esac
-    load_row "$label" "page on, a browser watching" "" "$out"/s6-$m-on-*.json
-    load_row "$label" "page off" "" "$out"/s6-$m-off-*.json
-    r=$(med .ratio "$out"/s6-pair-$m-*.json)
-    c=$(med .cpu_ratio "$out"/s6-pair-$m-*.json)
+    load_row "$label" "page on, a browser watching" "" "$out"/s7-$m-on-*.json
+    load_row "$label" "page off" "" "$out"/s7-$m-off-*.json
+    r=$(med .ratio "$out"/s7-pair-$m-*.json)
+    c=$(med .cpu_ratio "$out"/s7-pair-$m-*.json)
     verdict "status page ($m): relay CPU per answer on/off ≤ 1.05×: $(fmt %.2f "$c")× (answers/s $(fmt %.2f "$r")×)" "$(le "$c" 1.05)"
   done
 }
@@ -450,8 +450,6 @@ for run in $(seq "$RUNS"); do
   done
 done
 
-page_bench
-
 # ------------------------------------------------ 5. micro-benchmarks --
 
 echo "bench: 5. micro-benchmarks" >&2
@@ -460,6 +458,8 @@ if ! go test -run '^$' -bench 'FastFailLine|BulkheadFullLine|CallLine|ParseReque
   -count "$RUNS" ./relay/ >"$out/s5-relay.txt" 2>&1; then
   echo "bench: relay micro-benchmarks did not run (see $out/s5-relay.txt)" >&2
 fi
+
+page_bench
 
 # ------------------------------------------------------------- report --
 

@@ -448,12 +448,12 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		OnTransition:   transitionObserver(blog, logger),
 		Metrics:        metrics,
 	}
-	if accessLog != nil {
-		cfg.AccessLog = accessLog
-	}
 	rec := statusPageRecorder(c)
 	if rec != nil {
 		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
+	}
+	if accessLog != nil {
+		cfg.AccessLog = accessLog
 	}
 	srv, err := relay.New(cfg)
 	if err != nil {
@@ -471,8 +471,12 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		admin     *http.Server
 		adminLn   net.Listener
 		adminAddr string
-		page      *statuspage.Page
 	)
+	// Closed on every return from here, after the admin server.
+	page := newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
+	if page != nil {
+		defer page.Close()
+	}
 	if c.AdminListen != "" {
 		if adminLn, err = net.Listen("tcp", c.AdminListen); err != nil {
 			_ = ln.Close()
@@ -480,11 +484,6 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
-		if rec != nil {
-			// Closed on every return from here, after the admin server.
-			page = newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
-			defer page.Close()
-		}
 		if admin, err = newAdminServer(srv, reg, c.AdminToken, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
@@ -518,10 +517,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
+	start = start.Bool("status_page", page != nil)
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
-	start = start.Bool("status_page", page != nil)
 	start.Msg("relay listening")
 	if ready != nil {
 		ready(addr, adminAddr)

@@ -36,8 +36,11 @@ func alsoObserve(first, then func(breaker.Transition)) func(breaker.Transition) 
 
 // newStatusPage starts the status page of srv, drawn from reg's metrics
 // and rec's breaker changes; tokenRequired makes it ask for the admin
-// token.
+// token. It returns nil when rec is nil: the page is off.
 func newStatusPage(srv *relay.Server, reg prometheus.Gatherer, rec *statuspage.Recorder, tokenRequired bool, logger zerolog.Logger) *statuspage.Page {
+	if rec == nil {
+		return nil
+	}
 	page, err := statuspage.New(statuspage.Config{
 		Hub: srv, Recorder: rec, Gatherer: reg, TokenRequired: tokenRequired, Version: version, Logger: logger,
 	})
