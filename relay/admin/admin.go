@@ -1,8 +1,7 @@
 // Package admin is the hub's admin HTTP handler: Prometheus metrics,
-// liveness and readiness, the JSON status of every target, manual breaker
-// control and, for browsers, the live status page (docs/PROTOCOL.md, "Admin
-// HTTP"). It reads and steers the hub only through the small Hub interface,
-// which *relay.Server implements.
+// liveness and readiness, the JSON status of every target, and manual
+// breaker control (docs/PROTOCOL.md, "Admin HTTP"). It reads and steers the
+// hub only through the small Hub interface, which *relay.Server implements.
 //
 // Typical use:
 //
@@ -160,6 +159,11 @@ type Config struct {
 	// Gatherer is what GET /metrics serves, usually the registry given to
 	// NewMetrics. Nil means /metrics is not served (404).
 	Gatherer prometheus.Gatherer
+	// Page, when set, is the status page (see package statuspage): it
+	// answers GET / for clients that accept text/html, such as browsers,
+	// and GET /events. Nil means GET / is the text index for everyone and
+	// /events is 404.
+	Page http.Handler
 	// Logger receives the operators' breaker actions, refused
 	// authorizations, and the errors of gathering metrics and of encoding
 	// the status. The zero Logger logs nothing.
@@ -169,11 +173,6 @@ type Config struct {
 	// without it is answered 401. Empty means no check: keep the admin port
 	// on loopback or a management network then.
 	Token string
-	// Page, when set, is the status page (see package statuspage): it
-	// answers GET / for clients that accept text/html, such as browsers,
-	// and GET /events. Nil means GET / is the text index for everyone and
-	// /events is 404.
-	Page http.Handler
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -182,33 +181,29 @@ type Config struct {
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
 //     Shutdown has begun, so a load balancer stops sending new connections;
+//   - GET /status: Status as JSON, indented with ?pretty;
 //   - GET /: with Config.Page, the status page for a client whose Accept
 //     header takes text/html; otherwise a short text index of the
 //     endpoints;
 //   - GET /events: with Config.Page, the page's live updates;
-//   - GET /status: Status as JSON, indented with ?pretty;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
 //
-// Every request other than GET, HEAD and OPTIONS that a browser marks as
-// sent from another origin (Sec-Fetch-Site, or else an Origin header that
-// is not the Host) is answered 403 with a JSON error, so that no other web
-// page an operator has open can act on the breakers; tools such as curl
-// send neither header and are not affected. With Config.Token set, every
-// request other than GET and HEAD also needs the bearer token, or is
-// answered 401 with a JSON error and "WWW-Authenticate: Bearer". Other
-// paths answer 404, other methods 405. It is safe for concurrent use.
+// With Config.Token set, every request other than GET and HEAD needs
+// the bearer token, or is answered 401 with a JSON error and
+// "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
+// It is safe for concurrent use.
 type Handler struct {
-	hub         Hub
-	mux         *http.ServeMux
-	page        http.Handler // nil without the status page
-	crossOrigin *http.CrossOriginProtection
-	log         zerolog.Logger
-	denyLog     zerolog.Logger // log sampled to denyLogBurst lines a second
-	tokenHash   [sha256.Size]byte
-	hasToken    bool
+	hub       Hub
+	mux       *http.ServeMux
+	page      http.Handler                // nil without the status page
+	origins   *http.CrossOriginProtection // refuses other sites' POSTs (ServeHTTP)
+	log       zerolog.Logger
+	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
+	tokenHash [sha256.Size]byte
+	hasToken  bool
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -229,8 +224,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Hub == nil {
 		return nil, errors.New("admin: no Hub")
 	}
-	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), page: cfg.Page, crossOrigin: http.NewCrossOriginProtection(),
-		log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a.page, a.origins = cfg.Page, http.NewCrossOriginProtection()
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
 		// Only the hash is kept: hashes of equal length compared in
@@ -243,9 +238,6 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
-	if cfg.Page != nil {
-		a.mux.Handle("GET /events", cfg.Page)
-	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -253,13 +245,23 @@ func New(cfg Config) (*Handler, error) {
 			ErrorHandling: promhttp.ContinueOnError,
 		}))
 	}
+	if cfg.Page != nil {
+		a.mux.Handle("GET /events", cfg.Page)
+	}
 	return a, nil
 }
 
 // ServeHTTP implements http.Handler. The token is checked before routing,
 // so a request without it learns nothing about the paths behind it.
+//
+// Before the token, every request other than GET, HEAD and OPTIONS that a
+// browser marks as sent from another origin (Sec-Fetch-Site, or else an
+// Origin header that is not the Host) is answered 403 with a JSON error,
+// whatever token it carries, so that no other web page an operator has
+// open can act on the breakers; tools such as curl send neither header and
+// are not affected.
 func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := a.crossOrigin.Check(r); err != nil {
+	if err := a.origins.Check(r); err != nil {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Str("origin", r.Header.Get("Origin")).Str("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")).
 			Msg("admin request refused: sent from another origin")
