@@ -36,6 +36,7 @@ type route struct {
 	log          zerolog.Logger
 	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions  transitionLog
+	lastFailure  lastFailure // the latest failed call, for status pages
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -502,6 +503,7 @@ func (cl *call) run() {
 	// the metrics count every one.
 	var ev *zerolog.Event
 	if failed {
+		rt.lastFailure.note(code, msg, start.Add(took))
 		if ev = rt.failLog.Warn(); ev == nil {
 			ev = rt.log.Debug()
 		}

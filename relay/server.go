@@ -512,6 +512,9 @@ type TargetSnapshot struct {
 	// is set only for a target with settings of its own (it is zero
 	// otherwise; the bulkhead size of every target is MaxInFlight).
 	Settings TargetSettings
+	// LastFailure is the target's most recent failed call; its At is zero
+	// when there has been none.
+	LastFailure Failure
 }
 
 // TargetSettings are a target's bulkhead, call and breaker settings: the
@@ -585,6 +588,7 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		MaxInFlight:  r.bulkhead.Limit(),
 		ProbeTimeout: bs.ProbeTimeout,
 		Settings:     settings,
+		LastFailure:  r.lastFailure.load(),
 	}
 }
 

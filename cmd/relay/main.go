@@ -49,6 +49,7 @@ import (
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/settingsfile"
+	"github.com/relayhub/relayhub/relay/statuspage"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -72,6 +73,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
 	// wait for the disk (docs/OPERATING.md has the cost).
@@ -450,6 +452,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		OnTransition:   transitionObserver(blog, logger),
 		Metrics:        metrics,
 	}
+	rec := statusPageRecorder(c)
+	if rec != nil {
+		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
+	}
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}
@@ -470,6 +476,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		adminLn   net.Listener
 		adminAddr string
 	)
+	// Closed on every return from here, after the admin server.
+	page := newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
+	if page != nil {
+		defer page.Close()
+	}
 	if c.AdminListen != "" {
 		if adminLn, err = net.Listen("tcp", c.AdminListen); err != nil {
 			_ = ln.Close()
@@ -477,7 +488,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
-		if admin, err = newAdminServer(srv, reg, c.AdminToken, logger); err != nil {
+		if admin, err = newAdminServer(srv, reg, c.AdminToken, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -511,6 +522,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
+	start = start.Bool("status_page", page != nil)
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
@@ -613,22 +625,23 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 }
 
 // newAdminServer returns the HTTP server of the admin port, where token,
-// when not empty, guards every POST. Its timeouts
+// when not empty, guards every POST, with the status page when page is not
+// nil. Its timeouts
 // keep a slow or idle admin client from holding a connection for long; its
 // own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token})
+func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}
-	return &http.Server{
+	return withStatusPage(&http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          stdlog.New(debugWriter{logger.With().Str("component", "admin").Logger()}, "", 0),
-	}, nil
+	}, page), nil
 }
 
 // closeAdmin shuts the admin server down, waiting briefly for requests in
