@@ -1,0 +1,160 @@
+package fleet_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/internal/redistest"
+	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/fleet"
+)
+
+// These tests run hubs' breakers (without the rest of a hub) against a real
+// redis-server, on the system clock with short periods: the fleet's loops
+// run on real time.
+
+// hub is one hub of a test fleet: its breaker for CORE and its Fleet.
+type hub struct {
+	id    string
+	b     *breaker.Breaker
+	fl    *fleet.Fleet
+	reg   *prometheus.Registry
+	trans *hubtest.Transitions
+}
+
+// Breaker implements fleet.Hub.
+func (h *hub) Breaker(name string) *breaker.Breaker {
+	if name == "CORE" {
+		return h.b
+	}
+	return nil
+}
+
+// startHub starts a hub named id sharing its CORE breaker (threshold 2,
+// the given reset timeout) through the store at url.
+func startHub(t *testing.T, url, id string, reset time.Duration) *hub {
+	t.Helper()
+	h := &hub{id: id, reg: prometheus.NewRegistry(), trans: &hubtest.Transitions{}}
+	fl, err := fleet.New(fleet.Config{
+		Store:          url,
+		HubID:          id,
+		Targets:        []string{"CORE"},
+		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Registerer:     h.reg,
+		ResyncInterval: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	h.fl = fl
+	h.b = breaker.New(breaker.Settings{
+		Name:         "CORE",
+		Policy:       breaker.Policy{FailThreshold: 2, ResetTimeout: reset},
+		ProbePermits: true,
+		ProbeTimeout: time.Second,
+		OnTransition: func(tr breaker.Transition) {
+			h.trans.Observe(tr)
+			fl.Observe(tr)
+		},
+	})
+	require.NoError(t, fl.Start(h))
+	t.Cleanup(func() { assert.NoError(t, fl.Close()) })
+	return h
+}
+
+// trip fails two calls on h's breaker, which opens it.
+func (h *hub) trip(t *testing.T) {
+	t.Helper()
+	for range 2 {
+		tk, err := h.b.Allow()
+		require.NoError(t, err)
+		h.b.Done(tk, true)
+	}
+	require.Equal(t, breaker.Open, h.b.Snapshot().State)
+}
+
+// eventually waits up to 3 s for cond.
+func eventually(t *testing.T, msg string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 3*time.Second, 5*time.Millisecond, msg)
+}
+
+func state(h *hub) breaker.State { return h.b.Snapshot().State }
+
+func TestTripSpreadsAndProbeClosesTheFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startHub(t, srv.URL(), "a", 300*time.Millisecond)
+	b := startHub(t, srv.URL(), "b", 300*time.Millisecond)
+	c := startHub(t, srv.URL(), "c", 300*time.Millisecond)
+	for _, h := range []*hub{a, b, c} {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+
+	// Given a fleet of three, when A's breaker trips,
+	a.trip(t)
+
+	// then B and C open too, with the same epoch, opened by A.
+	for _, h := range []*hub{b, c} {
+		eventually(t, h.id+" opens", func() bool { return state(h) == breaker.Open })
+	}
+	ts, _ := a.fl.Target("CORE")
+	assert.Equal(t, fleet.TargetStatus{Name: "CORE", Epoch: 1, OpenedBy: "a", Source: fleet.SourceLocal}, ts)
+	ts, _ = b.fl.Target("CORE")
+	assert.Equal(t, fleet.TargetStatus{Name: "CORE", Epoch: 1, OpenedBy: "a", Source: fleet.SourceRemote}, ts)
+
+	// When the period ends, exactly one hub gets to probe;
+	var probes []*hub
+	eventually(t, "one hub admits a probe", func() bool {
+		for _, h := range []*hub{a, b, c} {
+			if tk, err := h.b.Allow(); err == nil {
+				require.True(t, tk.Probe())
+				probes = append(probes, h)
+				h.b.Done(tk, false)
+				return true
+			}
+		}
+		return false
+	})
+	require.Len(t, probes, 1)
+
+	// and its success closes all three.
+	for _, h := range []*hub{a, b, c} {
+		eventually(t, h.id+" closes", func() bool { return state(h) == breaker.Closed })
+	}
+	ts, _ = c.fl.Target("CORE")
+	assert.Equal(t, int64(2), ts.Epoch)
+}
+
+func TestStoreContent(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	a := startHub(t, srv.URL(), "a", time.Minute)
+	a.trip(t)
+	eventually(t, "the open record is written", func() bool {
+		return rdb.Exists(ctx, "rh:{CORE}:open").Val() == 1
+	})
+	v := rdb.Get(ctx, "rh:{CORE}:open").Val()
+	parts := strings.Split(v, "|")
+	require.Len(t, parts, 6, v)
+	assert.Equal(t, []string{"1", "a", "results", "60000"}, parts[:4])
+	assert.Equal(t, "0", parts[5])
+	assert.Equal(t, "1", rdb.Get(ctx, "rh:{CORE}:epoch").Val())
+	ttl := rdb.PTTL(ctx, "rh:{CORE}:open").Val()
+	assert.Greater(t, ttl, 24*time.Hour, "the record outlives its open period")
+
+	require.NoError(t, a.fl.Control("core", relay.ActionOpen))
+	eventually(t, "the hold is written", func() bool {
+		return strings.HasSuffix(rdb.Get(ctx, "rh:{CORE}:open").Val(), "|1")
+	})
+	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, "rh:{CORE}:open").Val(), "held until told otherwise")
+}
