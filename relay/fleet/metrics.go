@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from another hub's breaker change (its wall clock) to this hub's breaker applying it; includes the clock skew between the two hubs.",
 			Buckets: propagationBuckets,
 		}),
-		cmdErrors: errs.WithLabelValues(errKindCommand),
+		cmdErrors:  errs.WithLabelValues(errKindCommand),
 		badContent: errs.WithLabelValues(errKindContent),
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricApplied,
