@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,4 +158,150 @@ func TestStoreContent(t *testing.T) {
 		return strings.HasSuffix(rdb.Get(ctx, "rh:{CORE}:open").Val(), "|1")
 	})
 	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, "rh:{CORE}:open").Val(), "held until told otherwise")
+}
+
+func TestStoreDownEachBreakerDecidesAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startHub(t, srv.URL(), "a", 200*time.Millisecond)
+	b := startHub(t, srv.URL(), "b", 200*time.Millisecond)
+	for _, h := range []*hub{a, b} {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+
+	// Given a store killed under the fleet,
+	srv.Kill()
+	for _, h := range []*hub{a, b} {
+		eventually(t, h.id+" sees the store gone", func() bool { return !h.fl.Status().StoreUp })
+	}
+
+	// when A trips, B does not hear of it, and A probes on its own once
+	// its period has passed.
+	a.trip(t)
+	eventually(t, "a admits its own probe", func() bool {
+		tk, err := a.b.Allow()
+		if err != nil {
+			return false
+		}
+		require.True(t, tk.Probe())
+		a.b.Done(tk, true) // the target is still down: open again
+		return true
+	})
+	assert.Equal(t, breaker.Closed, state(b))
+
+	// When the store comes back, A's open breaker is written again and B
+	// adopts it.
+	srv.Restart()
+	eventually(t, "b adopts a's open breaker", func() bool { return state(b) == breaker.Open })
+	ts, _ := b.fl.Target("CORE")
+	assert.Equal(t, "a", ts.OpenedBy)
+	assert.Equal(t, fleet.SourceRemote, ts.Source)
+}
+
+func TestHammerConverges(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hubs := []*hub{
+		startHub(t, srv.URL(), "a", 20*time.Millisecond),
+		startHub(t, srv.URL(), "b", 20*time.Millisecond),
+		startHub(t, srv.URL(), "c", 20*time.Millisecond),
+	}
+	for _, h := range hubs {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+
+	// Given calls that fail at random on every hub, probes, trips and
+	// operators closing breakers, all at once,
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, h := range hubs {
+		for g := range 3 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if tk, err := h.b.Allow(); err == nil {
+						h.b.Done(tk, (n+g+i)%3 == 0)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		wg.Go(func() {
+			tick := time.NewTicker(70 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				h.b.ForceClose()
+				assert.NoError(t, h.fl.Control("CORE", relay.ActionClose))
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	// when the calls succeed from then on, the fleet closes, and every hub
+	// knows the store's epoch.
+	eventually(t, "the fleet converges, closed", func() bool {
+		epoch, err := rdb.Get(context.Background(), "rh:{CORE}:epoch").Int64()
+		if err != nil {
+			return false
+		}
+		for _, h := range hubs {
+			if tk, err := h.b.Allow(); err == nil {
+				h.b.Done(tk, false)
+			}
+			ts, _ := h.fl.Target("CORE")
+			if state(h) != breaker.Closed || ts.Epoch != epoch {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestNewRefusesWhatItCannotRun(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := fleet.New(fleet.Config{Store: "redis://127.0.0.1:1", HubID: "a", Targets: []string{"CORE"}, Registerer: reg})
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		cfg  fleet.Config
+		want string
+	}{
+		{"no hub id", fleet.Config{Store: "redis://h:1", Targets: []string{"CORE"}}, "hub id"},
+		{"bad hub id", fleet.Config{Store: "redis://h:1", HubID: "a|b", Targets: []string{"CORE"}}, "hub id"},
+		{"no targets", fleet.Config{Store: "redis://h:1", HubID: "a"}, "no targets"},
+		{"lower-case target", fleet.Config{Store: "redis://h:1", HubID: "a", Targets: []string{"core"}}, "canonical"},
+		{"target twice", fleet.Config{Store: "redis://h:1", HubID: "a", Targets: []string{"CORE", "CORE"}}, "twice"},
+		{"bad store", fleet.Config{Store: "mysql://h:1", HubID: "a", Targets: []string{"CORE"}}, "redis://"},
+		{"negative timeout", fleet.Config{Store: "redis://h:1", HubID: "a", Targets: []string{"CORE"}, OpTimeout: -1}, "negative"},
+		{"metrics twice", fleet.Config{Store: "redis://h:1", HubID: "a", Targets: []string{"CORE"}, Registerer: reg}, "registered twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := fleet.New(tt.cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestStartNeedsEveryBreaker(t *testing.T) {
+	fl, err := fleet.New(fleet.Config{Store: "redis://127.0.0.1:1", HubID: "a", Targets: []string{"CORE", "CLAIM"}})
+	require.NoError(t, err)
+	h := &hub{b: breaker.New(breaker.Settings{Name: "CORE"})}
+	assert.ErrorContains(t, fl.Start(h), "no target CLAIM")
+	assert.NoError(t, fl.Close())
+	assert.ErrorIs(t, fl.Control("NOPE", relay.ActionOpen), relay.ErrUnknownTarget)
+	assert.ErrorIs(t, fl.Control("CORE", "explode"), relay.ErrUnknownAction)
 }
