@@ -22,10 +22,16 @@
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); relay RSS per connection, fresh relay every run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
+#   6. fleet mode: fast-fail and full path through a relay with
+#      --state-store (a Redis of its own) against the same relay without,
+#      alternating; and the propagation of a trip between three hubs
+#      (p50/p99 over 20 trips, the integration test without the race
+#      detector).
 #
 # Installs redis-server from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
-# default). Takes about 6 minutes with the defaults below.
+# default). Takes about 7 minutes with the defaults below; SCENARIOS="2 6"
+# runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +47,10 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
+SCENARIOS=${SCENARIOS:-1 2 3 4 5 6}
+
+# want N: whether scenario N is to run.
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup --
 
@@ -238,6 +248,7 @@ echo "bench: results in $out; $RUNS runs of ${DURATION}s per measurement" >&2
 
 # ------------------------------------------------- 1. fast-fail vs redis --
 
+if want 1; then
 echo "bench: 1. fast-fail vs redis PING" >&2
 closed=$(free_port)
 start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
@@ -256,9 +267,11 @@ for run in $(seq "$RUNS"); do
 done
 stop "$ff_relay"
 stop "$REDIS_PID"
+fi
 
 # ---------------------------------------------- 2. full path vs direct --
 
+if want 2; then
 echo "bench: 2. full path vs straight to the fixture" >&2
 start_fixture CORE core
 fp_fix=$FIX_PID fp_url=$FIX_URL
@@ -280,9 +293,11 @@ for run in $(seq "$RUNS"); do
 done
 stop "$fp_relay"
 stop "$fp_fix"
+fi
 
 # ------------------------------------------------------- 3. isolation --
 
+if want 3; then
 echo "bench: 3. isolation: CLAIM while CORE is slow and hammered" >&2
 start_fixture CORE core --mode slow --delay-ms "$SLOW_MS"
 is_core=$FIX_PID is_core_url=$FIX_URL
@@ -318,9 +333,11 @@ done
 stop "$is_relay"
 stop "$is_core"
 stop "$is_claim"
+fi
 
 # ---------------------------------------------------------- 4. memory --
 
+if want 4; then
 echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
 closed=$(free_port)
 for run in $(seq "$RUNS"); do
@@ -334,14 +351,59 @@ for run in $(seq "$RUNS"); do
     stop "$RELAY_PID"
   done
 done
+fi
 
 # ------------------------------------------------ 5. micro-benchmarks --
 
+if want 5; then
 echo "bench: 5. micro-benchmarks" >&2
 go test -run '^$' -bench . -benchmem -count "$RUNS" ./breaker/ ./bulkhead/ >"$out/s5-micro.txt"
 if ! go test -run '^$' -bench 'FastFailLine|BulkheadFullLine|CallLine|ParseRequest|AppendResponse' -benchmem \
   -count "$RUNS" ./relay/ >"$out/s5-relay.txt" 2>&1; then
   echo "bench: relay micro-benchmarks did not run (see $out/s5-relay.txt)" >&2
+fi
+fi
+
+# ------------------------------------------------------- 6. fleet mode --
+
+if want 6; then
+echo "bench: 6. fleet mode: --state-store on vs off" >&2
+start_redis
+store="redis://$REDIS_ADDR"
+closed=$(free_port)
+start_relay fleet-ff-off --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+ffo_relay=$RELAY_PID ffo_addr=$RELAY_ADDR
+start_relay fleet-ff-on --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h \
+  --state-store "$store" --hub-id bench-ff
+ffn_relay=$RELAY_PID ffn_addr=$RELAY_ADDR
+for a in "$ffo_addr" "$ffn_addr"; do
+  bin/relayctl send --addr "$a" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open on $a: $answer"
+done
+start_fixture CORE core
+f6_fix=$FIX_PID f6_url=$FIX_URL
+start_relay fleet-full-off --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT"
+fpo_relay=$RELAY_PID fpo_addr=$RELAY_ADDR
+start_relay fleet-full-on --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT" \
+  --state-store "$store" --hub-id bench-full
+fpn_relay=$RELAY_PID fpn_addr=$RELAY_ADDR
+for run in $(seq "$RUNS"); do
+  load "s6-ff-off-$run" --addr "$ffo_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffo_relay"
+  load "s6-ff-on-$run" --addr "$ffn_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffn_relay"
+  pair "s6-pair-ff-$run" "$out/s6-ff-on-$run.json" "$out/s6-ff-off-$run.json"
+  load "s6-full-off-$run" --addr "$fpo_addr" --conns 16 --payload 'BAL ACC{conn}' --server-pid "$fpo_relay"
+  load "s6-full-on-$run" --addr "$fpn_addr" --conns 16 --payload 'BAL ACC{conn}' --server-pid "$fpn_relay"
+  pair "s6-pair-full-$run" "$out/s6-full-on-$run.json" "$out/s6-full-off-$run.json"
+  load "s6-paced-off-$run" --addr "$fpo_addr" --conns 16 --rate "$FULL_RATE" --payload 'BAL ACC{conn}' --server-pid "$fpo_relay"
+  load "s6-paced-on-$run" --addr "$fpn_addr" --conns 16 --rate "$FULL_RATE" --payload 'BAL ACC{conn}' --server-pid "$fpn_relay"
+  pair "s6-pair-paced-$run" "$out/s6-paced-on-$run.json" "$out/s6-paced-off-$run.json"
+done
+for p in "$ffo_relay" "$ffn_relay" "$fpo_relay" "$fpn_relay" "$f6_fix" "$REDIS_PID"; do stop "$p"; done
+# The propagation of a trip from one hub to two others, over 20 trips: the
+# integration test, on binaries built without the race detector.
+go test -count=1 -v -run '^TestFleetTripReachesEveryHubWithin100ms$' ./cmd/relay/ >"$out/s6-propagation.txt" 2>&1 ||
+  echo "bench: the propagation test failed (see $out/s6-propagation.txt)" >&2
 fi
 
 # ------------------------------------------------------------- report --
@@ -349,7 +411,7 @@ fi
 : >"$out/table.md"
 row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
 row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
-for d in 1 16; do
+want 1 && for d in 1 16; do
   for s in relay redis; do
     f=("$out"/s1-$s-d$d-*.json)
     row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" \
@@ -361,7 +423,7 @@ for d in 1 16; do
       "$(errors "${f[@]}")"
   done
 done
-for c in c16 c64 paced; do
+want 2 && for c in c16 c64 paced; do
   case $c in
   paced) label="16 conns at $FULL_RATE/s" ;;
   *) label="${c#c} conns" ;;
@@ -383,7 +445,7 @@ for c in c16 c64 paced; do
     "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
     "$(errors "${f[@]}")"
 done
-for s in alone during-flat during-paced; do
+want 3 && for s in alone during-flat during-paced; do
   f=("$out"/s3-$s-*.json)
   case $s in
   alone) label="CORE idle" ;;
@@ -398,7 +460,7 @@ for s in alone during-flat during-paced; do
     "" \
     "$(errors "${f[@]}"); CLAIM E905 $(share E905 "${f[@]}" | awk '{ printf "%.2f%%", $1 }')"
 done
-for s in flat paced; do
+want 3 && for s in flat paced; do
   f=("$out"/s3-storm-$s-*.json)
   row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
     "$(agg %.0f .throughput "${f[@]}")" \
@@ -408,8 +470,25 @@ for s in flat paced; do
     "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
     "$(errors "${f[@]}"); E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')"
 done
+want 6 && for c in ff full paced; do
+  case $c in
+  ff) label="fast-fail, $CONNS_FASTFAIL conns, depth 1" ;;
+  full) label="full path, 16 conns" ;;
+  paced) label="full path, 16 conns at $FULL_RATE/s" ;;
+  esac
+  for side in off on; do
+    f=("$out"/s6-$c-$side-*.json)
+    row "6 fleet, $label" "--state-store $side" \
+      "$(agg %.0f .throughput "${f[@]}")" \
+      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
+      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
+      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
+      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
+      "$(errors "${f[@]}")"
+  done
+done
 
-{
+want 4 && {
   echo
   echo "| memory, $IDLE_CONNS idle connections | KiB per connection | relay RSS held, MiB | lost |"
   echo "| --- | ---: | ---: | ---: |"
@@ -417,6 +496,8 @@ done
     f=("$out"/s4-$mode-*.json)
     echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
   done
+} >>"$out/table.md"
+want 5 && {
   echo
   echo "| micro-benchmark | ns/op | B/op | allocs/op |"
   echo "| --- | ---: | ---: | ---: |"
@@ -440,19 +521,21 @@ done
 } >>"$out/table.md"
 
 # Targets of the performance record, judged on medians.
-for d in 1 16; do
+want 1 && for d in 1 16; do
   r=$(med .ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay answers/s ≥ redis PING: relay/redis = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
   r=$(med .cpu_ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay CPU per answer ≤ redis: relay/redis = $(fmt %.2f "$r")×" "$(le "$r" 1)"
 done
-allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
-if [[ -n $allocs ]]; then
+want 5 && allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
+if [[ -n ${allocs:-} ]]; then
   verdict "fast-fail: no allocation per request: BenchmarkFastFailLine $allocs allocs/op" "$(le "$allocs" 0)"
 fi
+if want 2; then
 r=$(med .ratio "$out"/s2-pair-c64-*.json)
 verdict "full path 64 conns: relay ≥ 0.6× direct: $(fmt %.2f "$r")×" "$(ge "$r" 0.6)"
-for c in c16 c64 paced; do
+fi
+want 2 && for c in c16 c64 paced; do
   o=$(med '.p99_overhead_us/1000' "$out"/s2-pair-$c-*.json)
   case $c in
   paced) label="16 conns at $FULL_RATE/s" ;;
@@ -460,15 +543,16 @@ for c in c16 c64 paced; do
   esac
   verdict "full path $label: p99 overhead < 1 ms: $(fmt %.2f "$o") ms" "$(lt "$o" 1)"
 done
-for s in flat paced; do
+want 3 && for s in flat paced; do
   r=$(med .ok_p99_ratio "$out"/s3-pair-$s-*.json)
   e=$(share E905 "$out"/s3-during-$s-*.json)
   verdict "isolation ($s storm): CLAIM p99 ≤ 1.2× alone: $(fmt %.2f "$r")×, and CLAIM E905 $(fmt %.2f "$e")% of its answers" "$(le "$r" 1.2)"
 done
-for mode in cold warm; do
+want 4 && for mode in cold warm; do
   k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
   verdict "memory ($mode): < 8 KiB per idle connection: $(fmt %.2f "$k") KiB" "$(lt "$k" 8)"
 done
+if want 5; then
 seq_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
 par_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccessParallel-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
 seq_allocs=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $7 }' "$out/s5-micro.txt" | sort -g | tail -n 1)
@@ -477,14 +561,28 @@ if [[ -n $seq_ns && -n $par_ns ]]; then
     "$(($(lt "$seq_ns" 25) && $(le "${seq_allocs:-1}" 0)))"
   verdict "breaker: parallel ≤ sequential per op: $par_ns ns vs $seq_ns ns" "$(le "$par_ns" "$seq_ns")"
 fi
+fi
+if want 6; then
+  for c in ff full; do
+    r=$(med .ratio "$out"/s6-pair-$c-*.json)
+    verdict "fleet $c: answers/s with --state-store within 5 % of without: on/off = $(fmt %.3f "$r")×" "$(ge "$r" 0.95)"
+  done
+  r=$(med .p99_ratio "$out"/s6-pair-paced-*.json)
+  verdict "fleet, full path at $FULL_RATE/s: p99 with --state-store within 5 % of without: on/off = $(fmt %.3f "$r")×" "$(le "$r" 1.05)"
+  prop=$(grep -o 'p50 [^,]*, p99 [^,]*' "$out/s6-propagation.txt" | head -n 1) || true
+  p99ms=$(grep -o 'p99 [0-9.]*[µm]*s' "$out/s6-propagation.txt" | head -n 1 | awk '{ v = $2; if (v ~ /µs$/) { sub(/µs$/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms$/, "", v) } else { sub(/s$/, "", v); v *= 1000 } print v }') || true
+  verdict "fleet: a trip on one hub answered E904 by the others, 20 trips: ${prop:-no figures} (p99 ≤ 100 ms)" "$(le "${p99ms:-1000}" 100)"
+fi
 
 {
   echo
   echo "Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-)."
+  if want 1 && want 2; then
   echo "Medians of $RUNS runs of ${DURATION}s, (min–max). CPU the machine spent on other processes (and the kernel's network work not charged to any) during scenarios 1 and 2: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s1-re*-*.json "$out"/s2-[rd]*-*.json) cores of $(nproc)."
   relay_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer + .server_cpu[1].us_per_answer' "$out"/s2-relay-c64-*.json)
   direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
+  fi
   echo
   echo "Targets:"
   printf '  %s\n' "${targets[@]}"

@@ -38,10 +38,10 @@ func keys(target string) []string {
 // hostile content (a huge value, a key of the wrong type, garbage) from
 // being taken for state: it is reported in the state's "bad" field and
 // overwritten by the next write.
-const luaCommon = `
+var luaCommon = `
 local K_OPEN, K_EPOCH, K_PROBE, K_MANUAL = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local CHANNEL, TARGET, HUB, KNOWN, STAMP = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local RECORD_TTL = ` + "86400000" + `
+local RECORD_TTL = ` + strconv.FormatInt(recordTTL.Milliseconds(), 10) + `
 
 local function now_ms()
   local t = redis.call('TIME')
