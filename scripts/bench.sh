@@ -108,30 +108,8 @@ stop() {
   forget "$1"
 }
 
-# wait_addr LOG: prints the address a relay or fixture logs once listening.
-wait_addr() {
-  local addr
-  for _ in $(seq 200); do
-    addr=$(grep -o '"addr":"[^"]*"' "$1" 2>/dev/null | head -n 1 | cut -d'"' -f4) || true
-    [[ -n $addr ]] && { echo "$addr"; return; }
-    sleep 0.05
-  done
-  die "no listen address in $1 after 10 s: $(tail -n 5 "$1")"
-}
-
-# free_port: prints a loopback port nobody listens on, below the ephemeral
-# range so no outgoing connection takes it meanwhile.
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-  die "no free port found"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 # start_fixture NAME KIND [ARGS...]: sets FIX_URL and FIX_PID.
 start_fixture() {
@@ -226,6 +204,20 @@ errors() { jq -s 'map(.unmatched + .missing + .malformed + .conn_errors) | add' 
 share() {
   jq -rs --arg c "$1" 'map(.codes[$c] // 0) as $n | map(.answered) as $a |
     if ($a | add) > 0 then (100 * ($n | add) / ($a | add)) else 0 end' "${@:2}"
+}
+
+# stats_row SCENARIO SERVER FILE...: appends the row of a load measured on
+# one server (its CPU first in --server-pid order).
+stats_row() {
+  local scenario=$1 server=$2
+  shift 2
+  row "$scenario" "$server" \
+    "$(agg %.0f .throughput "$@")" \
+    "$(agg %.2f '.latency_us.p50/1000' "$@")" \
+    "$(agg %.2f '.latency_us.p99/1000' "$@")" \
+    "$(agg %.2f '.server_cpu[0].us_per_answer' "$@")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "$@")" \
+    "$(errors "$@")"
 }
 
 # row CELL...: appends one row to the table.
@@ -368,13 +360,15 @@ fi
 
 if want 6; then
 echo "bench: 6. fleet mode: --state-store on vs off" >&2
+# One Redis, a database for each pair of relays: each pair's CORE is its
+# own (a message on the channel, which all databases share, makes a relay
+# read its own database and change nothing).
 start_redis
-store="redis://$REDIS_ADDR"
 closed=$(free_port)
 start_relay fleet-ff-off --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
 ffo_relay=$RELAY_PID ffo_addr=$RELAY_ADDR
 start_relay fleet-ff-on --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h \
-  --state-store "$store" --hub-id bench-ff
+  --state-store "redis://$REDIS_ADDR/1" --hub-id bench-ff
 ffn_relay=$RELAY_PID ffn_addr=$RELAY_ADDR
 for a in "$ffo_addr" "$ffn_addr"; do
   bin/relayctl send --addr "$a" CORE "BAL ACC1" >/dev/null || true
@@ -386,8 +380,12 @@ f6_fix=$FIX_PID f6_url=$FIX_URL
 start_relay fleet-full-off --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT"
 fpo_relay=$RELAY_PID fpo_addr=$RELAY_ADDR
 start_relay fleet-full-on --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT" \
-  --state-store "$store" --hub-id bench-full
+  --state-store "redis://$REDIS_ADDR/2" --hub-id bench-full
 fpn_relay=$RELAY_PID fpn_addr=$RELAY_ADDR
+for a in "$fpo_addr" "$fpn_addr"; do
+  answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
+  [[ $answer == *"|0000|"* ]] || die "the full path through $a does not answer 0000: $answer"
+done
 for run in $(seq "$RUNS"); do
   load "s6-ff-off-$run" --addr "$ffo_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffo_relay"
   load "s6-ff-on-$run" --addr "$ffn_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffn_relay"
@@ -413,14 +411,7 @@ row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "l
 row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
 want 1 && for d in 1 16; do
   for s in relay redis; do
-    f=("$out"/s1-$s-d$d-*.json)
-    row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" \
-      "$(agg %.0f .throughput "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-      "$(errors "${f[@]}")"
+    stats_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" "$out"/s1-$s-d$d-*.json
   done
 done
 want 2 && for c in c16 c64 paced; do
@@ -477,14 +468,7 @@ want 6 && for c in ff full paced; do
   paced) label="full path, 16 conns at $FULL_RATE/s" ;;
   esac
   for side in off on; do
-    f=("$out"/s6-$c-$side-*.json)
-    row "6 fleet, $label" "--state-store $side" \
-      "$(agg %.0f .throughput "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-      "$(errors "${f[@]}")"
+    stats_row "6 fleet, $label" "--state-store $side" "$out"/s6-$c-$side-*.json
   done
 done
 

@@ -55,34 +55,8 @@ die() {
 
 step() { printf '\n== %s ==\n' "$*"; }
 
-# free_port: prints a loopback port nobody answers on, below Linux's
-# ephemeral range (32768 and up) so no outgoing connection holds it.
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 9<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-  die "no free port found"
-}
-
-# wait_field LOGFILE FIELD: prints a string field of the first JSON log
-# line that has it.
-wait_field() {
-  local v
-  for _ in $(seq 200); do
-    v=$(grep -o "\"$2\":\"[^\"]*\"" "$1" 2>/dev/null | head -n 1 | cut -d'"' -f4) || true
-    if [[ -n "$v" ]]; then
-      echo "$v"
-      return
-    fi
-    sleep 0.05
-  done
-  die "no $2 in $1 after 10 s: $(cat "$1")"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 # start_hub ID LISTEN: starts hub ID; sets HUB_PID, HUB_ADDR, HUB_ADMIN.
 start_hub() {
@@ -92,7 +66,7 @@ start_hub() {
     --breaker-log "$work/breaker-$1.log" 2>"$work/hub-$1.log" &
   HUB_PID=$!
   pids+=("$HUB_PID")
-  HUB_ADDR=$(wait_field "$work/hub-$1.log" addr)
+  HUB_ADDR=$(wait_addr "$work/hub-$1.log")
   HUB_ADMIN=$(wait_field "$work/hub-$1.log" admin_addr)
 }
 
@@ -151,7 +125,7 @@ pids+=("$redis_pid")
 listening "$redis_port" || die "redis-server did not start: $(cat "$work/redis.log")"
 bin/fixture --name CORE --kind core --listen 127.0.0.1:0 >/dev/null 2>"$work/fixture.log" &
 pids+=($!)
-core="http://$(wait_field "$work/fixture.log" addr)"
+core="http://$(wait_addr "$work/fixture.log")"
 declare -A addr admin pid
 for id in a b c; do
   start_hub "$id" 127.0.0.1:0

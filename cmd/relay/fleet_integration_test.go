@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,7 +180,9 @@ func TestFleetSendsOneProbeAndItsSuccessClosesEveryHub(t *testing.T) {
 	for _, h := range r.hubs {
 		proctest.Eventually(t, 2*time.Second, h.id+" opens", func() bool { return h.state(t) == "OPEN" })
 	}
-	r.core.Ctl(t, `{"mode":"normal","reset":true}`)
+	// CORE recovers, and answers in 300 ms: the probe is still out when
+	// the last of the requests below arrives, however busy the machine.
+	r.core.Ctl(t, `{"mode":"slow","delay_ms":300,"reset":true}`)
 
 	// when the reset timeout has passed and one hub won the probe lease,
 	var winner string
@@ -330,12 +333,14 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 	afterCodes, after := load.take()
 
 	// then no request failed or waited because of it.
-	assert.Equal(t, []string{"0000"}, keys(beforeCodes), "before the kill: %v", beforeCodes)
-	assert.Equal(t, []string{"0000"}, keys(afterCodes), "after the kill: %v", afterCodes)
+	assert.Equal(t, []string{"0000"}, slices.Sorted(maps.Keys(beforeCodes)), "before the kill: %v", beforeCodes)
+	assert.Equal(t, []string{"0000"}, slices.Sorted(maps.Keys(afterCodes)), "after the kill: %v", afterCodes)
 	p99Before, p99After := percentile(before, 99), percentile(after, 99)
 	t.Logf("paced load p99: %v with Redis (%d answers), %v after kill -9 (%d answers)", p99Before, len(before), p99After, len(after))
-	// Under 2 ms, a p99 is the noise of a shared machine: it counts as 2 ms.
-	assert.LessOrEqual(t, p99After, 2*max(p99Before, 2*time.Millisecond), "p99 stays within 2x of before")
+	// Under 5 ms a p99 is the noise of a shared 2-core machine, so it
+	// counts as 5 ms; a request that waited for Redis would wait for its
+	// 500 ms command timeout.
+	assert.LessOrEqual(t, p99After, 2*max(p99Before, 5*time.Millisecond), "p99 stays within 2x of before")
 	assert.Equal(t, 0.0, r.hubs[0].metric(t, "relay_state_store_up"))
 
 	// Each hub trips on its own,
@@ -381,16 +386,6 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 		return epochs[0] > 0 && epochs[0] == epochs[1] && epochs[1] == epochs[2]
 	})
 	t.Logf("converged %v after Redis came back", time.Since(back))
-}
-
-// keys returns the keys of m, sorted.
-func keys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func TestFleetSimultaneousTripsMakeOneEpochAndStaleMessagesChangeNothing(t *testing.T) {

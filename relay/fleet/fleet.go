@@ -31,8 +31,10 @@
 //	if err != nil {
 //		return err
 //	}
-//	fl.Start(srv) // reads the fleet's state before the hub serves
-//	defer fl.Close()
+//	if err := fl.Start(srv); err != nil { // reads the fleet's state before the hub serves
+//		return err
+//	}
+//	defer fl.Close() // after srv.Shutdown, so the last changes are shared
 package fleet
 
 import (
@@ -401,21 +403,22 @@ func (t *target) setLease() {
 // breakers decide alone, and the fleet keeps trying. It fails only when
 // hub lacks a breaker for a target. Start may be called once.
 func (f *Fleet) Start(hub Hub) error {
-	for _, t := range f.targets {
-		b := hub.Breaker(t.name)
-		if b == nil {
+	breakers := make([]*breaker.Breaker, len(f.targets))
+	for i, t := range f.targets {
+		if breakers[i] = hub.Breaker(t.name); breakers[i] == nil {
 			return fmt.Errorf("fleet: the hub has no target %s", t.name)
-		}
-		t.b = b
-		s := b.Settings()
-		t.lease, t.reset, t.period = s.ProbeTimeout, s.ResetTimeout, s.ResetTimeout
-		if t.lease <= 0 {
-			t.lease = defaultLease
 		}
 	}
 	started := false
 	f.startOnce.Do(func() {
 		started = true
+		for i, t := range f.targets {
+			s := breakers[i].Settings()
+			t.b, t.lease, t.reset, t.period = breakers[i], s.ProbeTimeout, s.ResetTimeout, s.ResetTimeout
+			if t.lease <= 0 {
+				t.lease = defaultLease
+			}
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		f.cancel = cancel
 		f.pubsub = f.client.Subscribe(ctx, Channel)

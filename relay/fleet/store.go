@@ -289,10 +289,8 @@ func ValidateStoreURL(raw string) error {
 //   - with one or more ?addr=host:port: Redis Cluster, host:port and each
 //     addr= being a seed node.
 //
-// Timeouts the URL does not set are opTimeout; commands are not retried
-// (the fleet's loop retries, and a command must never wait long), and the
-// client speaks RESP2 without the handshake extras that older servers
-// refuse. Nothing is dialled until the first command.
+// What the URL does not set is tuned for the fleet (see knobs.tune).
+// Nothing is dialled until the first command.
 func newClient(raw string, opTimeout time.Duration) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -304,53 +302,74 @@ func newClient(raw string, opTimeout time.Duration) (redis.UniversalClient, erro
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("state store URL %q: want a host", redact(u))
 	}
-	q := u.Query()
-	disabled := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	switch {
+	var (
+		k     knobs
+		build func() redis.UniversalClient
+	)
+	switch q := u.Query(); {
 	case q.Has("master_name"):
 		o, err := redis.ParseFailoverURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("state store URL %q: %w", redact(u), err)
+			return nil, badStoreURL(u, err)
 		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, opTimeout)
-		o.DisableIdentity = true
-		return redis.NewFailoverClient(o), nil
+		k = knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, &o.DisableIdentity, nil}
+		build = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("state store URL %q: %w", redact(u), err)
+			return nil, badStoreURL(u, err)
 		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, opTimeout)
-		o.DisableIdentity = true
-		o.MaintNotificationsConfig = disabled
-		return redis.NewClusterClient(o), nil
+		k = knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, &o.DisableIdentity, &o.MaintNotificationsConfig}
+		build = func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	default:
 		o, err := redis.ParseURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("state store URL %q: %w", redact(u), err)
+			return nil, badStoreURL(u, err)
 		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, opTimeout)
-		o.DisableIdentity = true
-		o.MaintNotificationsConfig = disabled
-		return redis.NewClient(o), nil
+		k = knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, &o.Protocol, &o.DisableIdentity, &o.MaintNotificationsConfig}
+		build = func() redis.UniversalClient { return redis.NewClient(o) }
 	}
+	k.tune(opTimeout)
+	return build(), nil
 }
 
-// tune fills in the fleet's defaults where the URL set nothing.
-func tune(dial, read, write *time.Duration, retries, dialRetries, protocol *int, opTimeout time.Duration) {
-	for _, d := range []*time.Duration{dial, read, write} {
+// badStoreURL is the error of a URL go-redis refused.
+func badStoreURL(u *url.URL, err error) error {
+	return fmt.Errorf("state store URL %q: %w", redact(u), err)
+}
+
+// knobs point at the options of a go-redis client that the fleet sets
+// where the URL set nothing. maint is nil for a client without
+// maintenance notifications.
+type knobs struct {
+	dial, read, write          *time.Duration
+	retries, dialRetries, resp *int
+	noIdentity                 *bool
+	maint                      **maintnotifications.Config
+}
+
+// tune fills in the fleet's defaults: every timeout opTimeout, no command
+// retried (the fleet's loop retries, and a command must never wait long),
+// one dial attempt, RESP2, and none of the handshake extras that older
+// servers refuse.
+func (k knobs) tune(opTimeout time.Duration) {
+	for _, d := range []*time.Duration{k.dial, k.read, k.write} {
 		if *d == 0 {
 			*d = opTimeout
 		}
 	}
-	if *retries == 0 {
-		*retries = -1 // go-redis: no retries
+	if *k.retries == 0 {
+		*k.retries = -1 // go-redis: no retries
 	}
-	if *dialRetries == 0 {
-		*dialRetries = 1
+	if *k.dialRetries == 0 {
+		*k.dialRetries = 1
 	}
-	if *protocol == 0 {
-		*protocol = 2
+	if *k.resp == 0 {
+		*k.resp = 2
+	}
+	*k.noIdentity = true
+	if k.maint != nil {
+		*k.maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
 }
 
