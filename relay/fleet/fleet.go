@@ -182,6 +182,7 @@ type target struct {
 	// Owned by the sync loop.
 	known     int64         // the store's epoch as this hub last applied or wrote it
 	permitted int64         // the epoch whose probe lease this hub won; -1 none
+	permitEnd time.Time     // when an unused permit is taken back, before the lease lapses
 	leaseAt   time.Time     // when to ask for the lease again
 	period    time.Duration // base period of the last local change
 	readAgain bool          // read the state at the next step
@@ -393,6 +394,13 @@ func (t *target) setLease() {
 	t.viewMu.Lock()
 	defer t.viewMu.Unlock()
 	t.view.ProbeLease = true
+}
+
+// unsetLease records that this hub gave its probe lease up unused.
+func (t *target) unsetLease() {
+	t.viewMu.Lock()
+	defer t.viewMu.Unlock()
+	t.view.ProbeLease = false
 }
 
 // Start begins sharing the breakers of hub. It subscribes to the change
@@ -851,7 +859,22 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 		return time.Time{}
 	}
 	if t.permitted == t.known {
-		return time.Time{}
+		if now.Before(t.permitEnd) {
+			return t.permitEnd
+		}
+		if !t.b.WithdrawPermit() {
+			// The probe is out, and its start renewed the lease.
+			return time.Time{}
+		}
+		// No request came to use the permit: it is taken back before
+		// the lease lapses, so the hub that wins it next is the only
+		// one that may probe. This hub asks again only after the others
+		// had their turn at the lapsed lease.
+		t.permitted = -1
+		t.unsetLease()
+		t.leaseAt = now.Add(t.lease / 5)
+		f.log.Info().Str("target", t.name).Int64("epoch", t.known).Msg("probe lease unused: permit taken back")
+		return t.leaseAt
 	}
 	if now.Before(t.leaseAt) {
 		return t.leaseAt
@@ -866,6 +889,9 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 	switch st.code {
 	case 1:
 		t.permitted = t.known
+		// A tenth of the lease, at least 50 ms, is kept for taking the
+		// permit back before another hub can win the lease.
+		t.permitEnd = now.Add(t.lease - max(t.lease/10, 50*time.Millisecond))
 		t.setLease()
 		t.b.PermitProbe()
 		f.log.Info().Str("target", t.name).Int64("epoch", t.known).Msg("probe lease won: this hub sends the fleet's probe")

@@ -45,6 +45,13 @@ func (h *hub) Breaker(name string) *breaker.Breaker {
 // the given reset timeout) through the store at url.
 func startHub(t *testing.T, url, id string, reset time.Duration) *hub {
 	t.Helper()
+	return startHubLease(t, url, id, reset, time.Second)
+}
+
+// startHubLease is startHub with the breaker's probe timeout, which is
+// the fleet's probe lease.
+func startHubLease(t *testing.T, url, id string, reset, lease time.Duration) *hub {
+	t.Helper()
 	h := &hub{id: id, reg: prometheus.NewRegistry(), trans: &hubtest.Transitions{}}
 	fl, err := fleet.New(fleet.Config{
 		Store:          url,
@@ -60,7 +67,7 @@ func startHub(t *testing.T, url, id string, reset time.Duration) *hub {
 		Name:         "CORE",
 		Policy:       breaker.Policy{FailThreshold: 2, ResetTimeout: reset},
 		ProbePermits: true,
-		ProbeTimeout: time.Second,
+		ProbeTimeout: lease,
 		OnTransition: func(tr breaker.Transition) {
 			h.trans.Observe(tr)
 			fl.Observe(tr)
@@ -259,6 +266,8 @@ func TestHammerConverges(t *testing.T) {
 			if tk, err := h.b.Allow(); err == nil {
 				h.b.Done(tk, false)
 			}
+		}
+		for _, h := range hubs {
 			ts, _ := h.fl.Target("CORE")
 			if state(h) != breaker.Closed || ts.Epoch != epoch {
 				return false
@@ -304,4 +313,41 @@ func TestStartNeedsEveryBreaker(t *testing.T) {
 	assert.NoError(t, fl.Close())
 	assert.ErrorIs(t, fl.Control("NOPE", relay.ActionOpen), relay.ErrUnknownTarget)
 	assert.ErrorIs(t, fl.Control("CORE", "explode"), relay.ErrUnknownAction)
+}
+
+func TestAnUnusedProbeLeaseMovesOn(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startHubLease(t, srv.URL(), "a", 100*time.Millisecond, 400*time.Millisecond)
+	b := startHubLease(t, srv.URL(), "b", 100*time.Millisecond, 400*time.Millisecond)
+	for _, h := range []*hub{a, b} {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+	lease := func(h *hub) bool { ts, _ := h.fl.Target("CORE"); return ts.ProbeLease }
+
+	// Given a fleet whose open period has passed and one hub holding the
+	// probe lease,
+	a.trip(t)
+	eventually(t, "b adopts the open breaker", func() bool { return state(b) == breaker.Open })
+	var winner, other *hub
+	eventually(t, "a hub wins the lease", func() bool {
+		switch {
+		case lease(a):
+			winner, other = a, b
+		case lease(b):
+			winner, other = b, a
+		}
+		return winner != nil
+	})
+
+	// when no request comes to that hub, the lease goes to the other,
+	eventually(t, "the lease moves on", func() bool { return lease(other) })
+
+	// and only the other may probe: the first's permit was taken back.
+	_, err := winner.b.Allow()
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	tk, err := other.b.Allow()
+	require.NoError(t, err)
+	require.True(t, tk.Probe())
+	other.b.Done(tk, false)
+	eventually(t, "the fleet closes", func() bool { return state(a) == breaker.Closed && state(b) == breaker.Closed })
 }
