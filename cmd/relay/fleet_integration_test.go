@@ -420,11 +420,14 @@ func TestFleetSimultaneousTripsMakeOneEpochAndStaleMessagesChangeNothing(t *test
 	assert.Equal(t, "1", r.rdb.Get(ctx, "rh:{CORE}:epoch").Val(), "one epoch in the store")
 	assert.InDelta(t, slices.Min(retry), slices.Max(retry), 0.2, "one open period: %v", retry)
 
-	// When the fleet has recovered through its probe,
+	// When the fleet has recovered through its probe (sent by whichever
+	// hub wins the lease: each gets requests),
 	r.core.Ctl(t, `{"mode":"normal"}`)
+	cc := proctest.Dial(t, r.hubs[2].Addr())
 	proctest.Eventually(t, 4*time.Second, "the fleet closes", func() bool {
-		ca.Exchange(tx("p"))
-		cb.Exchange(tx("p"))
+		for _, c := range []*proctest.Conn{ca, cb, cc} {
+			c.Exchange(tx("p"))
+		}
 		for _, h := range r.hubs {
 			if h.state(t) != "CLOSED" {
 				return false
