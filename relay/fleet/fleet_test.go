@@ -351,3 +351,55 @@ func TestAnUnusedProbeLeaseMovesOn(t *testing.T) {
 	other.b.Done(tk, false)
 	eventually(t, "the fleet closes", func() bool { return state(a) == breaker.Closed && state(b) == breaker.Closed })
 }
+
+func TestSlowStoreEachBreakerDecidesAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	a := startHub(t, srv.URL(), "a", 200*time.Millisecond)
+	eventually(t, "a reaches the store", func() bool { return a.fl.Status().StoreUp })
+
+	// Given an open breaker and a store that stops answering for 3 s
+	// (CLIENT PAUSE holds every client's commands),
+	a.trip(t)
+	eventually(t, "the trip is written", func() bool { ts, _ := a.fl.Target("CORE"); return ts.Epoch == 1 })
+	require.NoError(t, rdb.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err())
+	paused := time.Now()
+
+	// when the open period ends, the hub gives up on the store after its
+	// command timeout and lets its own breaker probe, long before the store
+	// answers again.
+	eventually(t, "a probes on its own", func() bool {
+		tk, err := a.b.Allow()
+		if err != nil {
+			return false
+		}
+		a.b.Done(tk, false)
+		return true
+	})
+	assert.Less(t, time.Since(paused), 2*time.Second)
+	assert.False(t, a.fl.Status().StoreUp)
+	assert.Equal(t, breaker.Closed, state(a))
+}
+
+func TestOperatorActionWhileStoreDownReachesTheFleetLater(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startHub(t, srv.URL(), "a", time.Minute)
+	b := startHub(t, srv.URL(), "b", time.Minute)
+	for _, h := range []*hub{a, b} {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+
+	// Given a store that is down, when an operator holds CORE open on A,
+	srv.Kill()
+	eventually(t, "a sees the store gone", func() bool { return !a.fl.Status().StoreUp })
+	a.b.HoldOpen()
+	require.NoError(t, a.fl.Control("CORE", relay.ActionOpen))
+	assert.Equal(t, breaker.Closed, state(b))
+
+	// then B is held too once the store is back.
+	srv.Restart()
+	eventually(t, "b is held open", func() bool { return b.b.Snapshot().Held })
+	ts, _ := b.fl.Target("CORE")
+	assert.Equal(t, "a", ts.OpenedBy)
+}
