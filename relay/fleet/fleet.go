@@ -41,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,10 +468,17 @@ func (f *Fleet) Close() error {
 // reports (re)subscriptions to the sync loop, which then reads every
 // target's state: subscribe first, then read, so no change falls between.
 // go-redis reconnects and resubscribes on the next Receive after an error.
+// A channel silent for two resync intervals gets a PING, so that a
+// connection cut without a reset (a network partition) fails on the write
+// once the network is back, rather than staying deaf.
 func (f *Fleet) subscribeLoop(ctx context.Context) {
 	var backoff time.Duration
 	for {
-		msg, err := f.pubsub.Receive(ctx)
+		msg, err := f.pubsub.ReceiveTimeout(ctx, 2*f.resync)
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			_ = f.pubsub.Ping(ctx)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -403,3 +403,21 @@ func TestOperatorActionWhileStoreDownReachesTheFleetLater(t *testing.T) {
 	ts, _ := b.fl.Target("CORE")
 	assert.Equal(t, "a", ts.OpenedBy)
 }
+
+func TestAQuietChannelStaysSubscribed(t *testing.T) {
+	// Given two hubs (resync 200 ms, so the channel gets a PING after
+	// 400 ms of silence) and nothing happening for a second and a half,
+	srv := redistest.Start(t)
+	a := startHub(t, srv.URL(), "a", time.Minute)
+	b := startHub(t, srv.URL(), "b", time.Minute)
+	for _, h := range []*hub{a, b} {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		require.True(t, a.fl.Status().StoreUp && b.fl.Status().StoreUp, "a quiet channel is not a lost one")
+	}
+
+	// then a trip still reaches the other hub.
+	a.trip(t)
+	eventually(t, "b opens", func() bool { return state(b) == breaker.Open })
+}
