@@ -78,6 +78,20 @@ func startHubLease(t *testing.T, url, id string, reset, lease time.Duration) *hu
 	return h
 }
 
+// startFleet starts one hub per id on the store at url, as startHubLease
+// does, and waits until every one reaches the store.
+func startFleet(t *testing.T, url string, reset, lease time.Duration, ids ...string) []*hub {
+	t.Helper()
+	hubs := make([]*hub, len(ids))
+	for i, id := range ids {
+		hubs[i] = startHubLease(t, url, id, reset, lease)
+	}
+	for _, h := range hubs {
+		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
+	}
+	return hubs
+}
+
 // trip fails two calls on h's breaker, which opens it.
 func (h *hub) trip(t *testing.T) {
 	t.Helper()
@@ -99,12 +113,8 @@ func state(h *hub) breaker.State { return h.b.Snapshot().State }
 
 func TestTripSpreadsAndProbeClosesTheFleet(t *testing.T) {
 	srv := redistest.Start(t)
-	a := startHub(t, srv.URL(), "a", 300*time.Millisecond)
-	b := startHub(t, srv.URL(), "b", 300*time.Millisecond)
-	c := startHub(t, srv.URL(), "c", 300*time.Millisecond)
-	for _, h := range []*hub{a, b, c} {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	fl := startFleet(t, srv.URL(), 300*time.Millisecond, time.Second, "a", "b", "c")
+	a, b, c := fl[0], fl[1], fl[2]
 
 	// Given a fleet of three, when A's breaker trips,
 	a.trip(t)
@@ -169,11 +179,8 @@ func TestStoreContent(t *testing.T) {
 
 func TestStoreDownEachBreakerDecidesAlone(t *testing.T) {
 	srv := redistest.Start(t)
-	a := startHub(t, srv.URL(), "a", 200*time.Millisecond)
-	b := startHub(t, srv.URL(), "b", 200*time.Millisecond)
-	for _, h := range []*hub{a, b} {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	fl := startFleet(t, srv.URL(), 200*time.Millisecond, time.Second, "a", "b")
+	a, b := fl[0], fl[1]
 
 	// Given a store killed under the fleet,
 	srv.Kill()
@@ -208,14 +215,7 @@ func TestHammerConverges(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	hubs := []*hub{
-		startHub(t, srv.URL(), "a", 20*time.Millisecond),
-		startHub(t, srv.URL(), "b", 20*time.Millisecond),
-		startHub(t, srv.URL(), "c", 20*time.Millisecond),
-	}
-	for _, h := range hubs {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	hubs := startFleet(t, srv.URL(), 20*time.Millisecond, time.Second, "a", "b", "c")
 
 	// Given calls that fail at random on every hub, probes, trips and
 	// operators closing breakers, all at once,
@@ -317,11 +317,8 @@ func TestStartNeedsEveryBreaker(t *testing.T) {
 
 func TestAnUnusedProbeLeaseMovesOn(t *testing.T) {
 	srv := redistest.Start(t)
-	a := startHubLease(t, srv.URL(), "a", 100*time.Millisecond, 400*time.Millisecond)
-	b := startHubLease(t, srv.URL(), "b", 100*time.Millisecond, 400*time.Millisecond)
-	for _, h := range []*hub{a, b} {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	fl := startFleet(t, srv.URL(), 100*time.Millisecond, 400*time.Millisecond, "a", "b")
+	a, b := fl[0], fl[1]
 	lease := func(h *hub) bool { ts, _ := h.fl.Target("CORE"); return ts.ProbeLease }
 
 	// Given a fleet whose open period has passed and one hub holding the
@@ -384,11 +381,8 @@ func TestSlowStoreEachBreakerDecidesAlone(t *testing.T) {
 
 func TestOperatorActionWhileStoreDownReachesTheFleetLater(t *testing.T) {
 	srv := redistest.Start(t)
-	a := startHub(t, srv.URL(), "a", time.Minute)
-	b := startHub(t, srv.URL(), "b", time.Minute)
-	for _, h := range []*hub{a, b} {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	fl := startFleet(t, srv.URL(), time.Minute, time.Second, "a", "b")
+	a, b := fl[0], fl[1]
 
 	// Given a store that is down, when an operator holds CORE open on A,
 	srv.Kill()
@@ -408,11 +402,8 @@ func TestAQuietChannelStaysSubscribed(t *testing.T) {
 	// Given two hubs (resync 200 ms, so the channel gets a PING after
 	// 400 ms of silence) and nothing happening for a second and a half,
 	srv := redistest.Start(t)
-	a := startHub(t, srv.URL(), "a", time.Minute)
-	b := startHub(t, srv.URL(), "b", time.Minute)
-	for _, h := range []*hub{a, b} {
-		eventually(t, h.id+" reaches the store", func() bool { return h.fl.Status().StoreUp })
-	}
+	fl := startFleet(t, srv.URL(), time.Minute, time.Second, "a", "b")
+	a, b := fl[0], fl[1]
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		require.True(t, a.fl.Status().StoreUp && b.fl.Status().StoreUp, "a quiet channel is not a lost one")
 	}
