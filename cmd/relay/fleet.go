@@ -165,7 +165,8 @@ func (h fleetHub) TargetFleet(name string) (admin.TargetFleet, bool) {
 }
 
 // redisLogger passes go-redis's own messages (reconnects and the like) to
-// the relay's log at debug: the fleet logs what an operator needs.
+// the relay's log at debug: the fleet logs what an operator needs. Like the
+// Logger it holds, it is safe for concurrent use.
 type redisLogger struct{ log zerolog.Logger }
 
 // Printf implements go-redis's logger.

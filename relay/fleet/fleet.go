@@ -84,7 +84,8 @@ const (
 )
 
 // Hub is what the fleet needs of the hub: each target's breaker.
-// *relay.Server implements it.
+// *relay.Server implements it; an implementation must be safe for
+// concurrent use.
 type Hub interface {
 	// Breaker returns the breaker of the named target, nil when there is
 	// none.
@@ -163,7 +164,9 @@ type Fleet struct {
 	wg conc.WaitGroup
 }
 
-// target is the fleet's side of one target's breaker.
+// target is the fleet's side of one target's breaker. Its slot and view
+// are safe for concurrent use under their mutexes; the rest belongs to the
+// sync loop.
 type target struct {
 	name  string
 	keys  []string

@@ -340,7 +340,8 @@ func badStoreURL(u *url.URL, err error) error {
 
 // knobs point at the options of a go-redis client that the fleet sets
 // where the URL set nothing. maint is nil for a client without
-// maintenance notifications.
+// maintenance notifications. Not for concurrent use: it is filled and
+// applied once, by newClient.
 type knobs struct {
 	dial, read, write          *time.Duration
 	retries, dialRetries, resp *int
