@@ -8,7 +8,7 @@ FUZZTIME ?= 60s
 # staticcheck at a pinned version, run through the module proxy.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test run demo bench fuzz lint clean
+.PHONY: all build test run demo fleet-demo bench fuzz lint clean
 
 all: build
 
@@ -29,6 +29,9 @@ run: build
 
 demo: build
 	scripts/demo.sh
+
+fleet-demo: build
+	scripts/fleet-demo.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -325,3 +325,30 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		})
 	}
 }
+
+func TestProbePermitsHoldTheProbeUntilPermitted(t *testing.T) {
+	// Given a hub whose breakers need probe permits, with CORE (threshold
+	// 1, reset 10 s) open,
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL, Settings: settings(0, 1, 10*time.Second)})
+	cfg.ProbePermits = true
+	srv, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
+	core.Set(hubtest.Echo)
+
+	// when its open period has passed, it still refuses, with a hint of a
+	// second, and calls nobody,
+	clk.Advance(time.Minute)
+	assert.Equal(t, "W1|E904|circuit open; retry after 1s", c.RoundTrip("W1|CORE|x"))
+	assert.Equal(t, "W2|E904|circuit open; retry after 1s", c.RoundTrip("W2|CORE|x"))
+	assert.Equal(t, 1, core.Calls())
+
+	// until its breaker is permitted a probe, whose success closes it.
+	b := srv.Breaker("core")
+	require.NotNil(t, b)
+	b.PermitProbe()
+	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
+	assert.Nil(t, srv.Breaker("NOPE"))
+}

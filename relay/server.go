@@ -181,6 +181,15 @@ type Config struct {
 	// a line that finds the queue full is dropped and counted. Zero means
 	// DefaultAccessLogQueue.
 	AccessLogQueue int
+	// ProbePermits makes every target's breaker wait for
+	// breaker.Breaker.PermitProbe before it admits a probe
+	// (breaker.Settings.ProbePermits): once its open period has passed it
+	// goes on refusing, with a retry hint of a second, until whoever shares
+	// the breaker's state with other hubs permits the probe. Whoever turns
+	// it on must give the permits (see Breaker), or the breakers stay open
+	// for good. False means each breaker probes on its own, as a single hub
+	// does.
+	ProbePermits bool
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
@@ -324,6 +333,7 @@ func New(cfg Config) (*Server, error) {
 			Clock:        cfg.Clock,
 			OnTransition: rt.observer(cfg.OnTransition),
 			Rand:         cfg.Rand,
+			ProbePermits: cfg.ProbePermits,
 			ProbeTimeout: settings.TargetTimeout + ProbeGrace,
 		})
 		s.routes = append(s.routes, rt)
@@ -555,6 +565,20 @@ func (s *Server) Targets() []TargetSnapshot {
 		out = append(out, s.snapshot(r))
 	}
 	return out
+}
+
+// Breaker returns the breaker of the target named name, matched
+// case-insensitively, or nil when there is none. It is for whoever shares
+// the target's breaker state with other hubs (AdoptOpen, AdoptClose,
+// PermitProbe); the relay's own requests go through it as before. Every
+// change made through it reaches Config.OnTransition and the metrics at
+// once, like any other, and the relay's log with the target's next call.
+func (s *Server) Breaker(name string) *breaker.Breaker {
+	r := s.lookup([]byte(name))
+	if r == nil {
+		return nil
+	}
+	return r.breaker
 }
 
 // Target returns a snapshot of the target named name, matched

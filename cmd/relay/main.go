@@ -93,6 +93,10 @@ type cli struct {
 	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME) must carry; GETs stay open. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 
+	// Fleet mode, off by default (docs/FLEET.md).
+	StateStore string `help:"Fleet mode: share every target's breaker state with the other hubs through this Redis (redis://[user:pass@]host:port/db, rediss:// for TLS, ?master_name=NAME for Sentinel, ?addr=HOST:PORT for Cluster seeds). Requests never wait for it; while it is unreachable each breaker decides alone. Empty means a hub on its own." placeholder:"URL" env:"RELAY_STATE_STORE"`
+	HubID      string `help:"This hub's name in the fleet, its logs and /status: 1 to 64 of A-Z a-z 0-9 . _ : -, unique in the fleet. Empty means HOSTNAME:PORT of --listen." env:"RELAY_HUB_ID"`
+
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -316,7 +320,7 @@ func (c *cli) validatePolicies() error {
 	if c.AdminToken != "" && strings.TrimSpace(c.AdminToken) != c.AdminToken {
 		return errors.New("--admin-token: must not begin or end with spaces")
 	}
-	return nil
+	return c.validateFleet()
 }
 
 func main() {
@@ -441,6 +445,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if err != nil {
 		return err
 	}
+	// The fleet is built once the hub's port is known (it names the hub);
+	// its observer is in place before the hub can change a breaker.
+	var shared fleetObserver
 	cfg := relay.Config{
 		Targets:        targets,
 		TargetSettings: c.targetDefaults(codes),
@@ -449,8 +456,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		IdleTimeout:    time.Duration(c.IdleTimeout),
 		WriteTimeout:   time.Duration(c.WriteTimeout),
 		Logger:         logger,
-		OnTransition:   transitionObserver(blog, logger),
+		OnTransition:   chainObservers(transitionObserver(blog, logger), shared.Observe),
 		Metrics:        metrics,
+		ProbePermits:   c.StateStore != "",
 	}
 	rec := statusPageRecorder(c)
 	if rec != nil {
@@ -471,6 +479,21 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		_ = srv.Close()
 		return fmt.Errorf("--listen: %w", err)
 	}
+	fl, err := startFleet(c, ln.Addr(), srv, reg, &shared, logger)
+	if err != nil {
+		_ = ln.Close()
+		_ = srv.Close()
+		return usageError{err}
+	}
+	if fl != nil {
+		// Deferred, so it runs after the hub has drained: the breakers'
+		// last changes are still shared.
+		defer fl.Close()
+	}
+	var hub admin.Hub = srv
+	if fl != nil {
+		hub = fleetHub{Server: srv, fleet: fl}
+	}
 	var (
 		admin     *http.Server
 		adminLn   net.Listener
@@ -488,7 +511,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
-		if admin, err = newAdminServer(srv, reg, c.AdminToken, page, logger); err != nil {
+		if admin, err = newAdminServer(hub, reg, c.AdminToken, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -523,6 +546,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
 	start = start.Bool("status_page", page != nil)
+	if fl != nil {
+		start = start.Str("state_store", redactURL(c.StateStore)).Str("hub_id", fl.HubID())
+	}
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
@@ -629,8 +655,8 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 // nil. Its timeouts
 // keep a slow or idle admin client from holding a connection for long; its
 // own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token, Page: pageHandler(page)})
+func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,24 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "info", c.LogLevel)
 	assert.Equal(t, "json", c.LogFormat)
 	assert.Equal(t, "", c.AccessLog, "no access log unless asked")
+	assert.Equal(t, "", c.StateStore, "a hub on its own unless asked")
+	assert.Equal(t, "", c.HubID)
+}
+
+func TestFleetFlags(t *testing.T) {
+	c, err := parse(t, []string{"RELAY_STATE_STORE=rediss://u:p@redis.bank:6380/1", "RELAY_HUB_ID=hub-a"})
+	require.NoError(t, err)
+	assert.Equal(t, "rediss://u:p@redis.bank:6380/1", c.StateStore)
+	assert.Equal(t, "hub-a", c.HubID)
+
+	c, err = parse(t, nil, "--state-store", "redis://127.0.0.1:6379?master_name=relay", "--hub-id", "dc1.hub-2:9200")
+	require.NoError(t, err)
+	assert.Equal(t, "dc1.hub-2:9200", c.HubID)
+
+	id := defaultHubID(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9200})
+	assert.True(t, strings.HasSuffix(id, ":9200"), id)
+	assert.LessOrEqual(t, len(id), 64)
+	assert.Equal(t, "redis://u:xxxxx@h:1/0", redactURL("redis://u:secret@h:1/0"))
 }
 
 func TestTargetsReplaceDefaults(t *testing.T) {
@@ -181,6 +199,11 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "blank access log", args: []string{"--access-log", " "}, want: "--access-log"},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
+		{name: "state store not redis", args: []string{"--state-store", "mysql://db:3306"}, want: "--state-store: state store URL \"mysql://db:3306\": want redis:// or rediss://"},
+		{name: "state store without host", args: []string{"--state-store", "redis://:6379"}, want: "--state-store"},
+		{name: "state store password never shown", args: []string{"--state-store", "redis://u:hunter2@h:6379/x"}, want: "u:xxxxx@h"},
+		{name: "hub id with a space", args: []string{"--hub-id", "hub a"}, want: "--hub-id \"hub a\": want 1 to 64 of"},
+		{name: "hub id with a bar", args: []string{"--hub-id", "a|b"}, want: "--hub-id"},
 	}
 	assertBadFlags(t, tests)
 }

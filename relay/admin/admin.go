@@ -51,6 +51,47 @@ type Hub interface {
 
 var _ Hub = (*relay.Server)(nil)
 
+// FleetHub is a Hub whose breakers are shared with a fleet of hubs through
+// a state store (docs/FLEET.md). StatusOf and POST /breakers/{target} add
+// the fleet's view to what they show of such a hub; its ControlBreaker acts
+// on every hub of the fleet. An implementation must be safe for concurrent
+// use.
+type FleetHub interface {
+	Hub
+	// FleetStatus returns the hub's place in the fleet.
+	FleetStatus() Fleet
+	// TargetFleet returns one target's shared state; false when the fleet
+	// does not share it.
+	TargetFleet(name string) (TargetFleet, bool)
+}
+
+// Fleet is the hub's place in its fleet, in Status. It is a plain value.
+type Fleet struct {
+	// HubID is the hub's name in the fleet (--hub-id).
+	HubID string `json:"hub_id"`
+	// StoreConnected reports that the hub reaches the state store and
+	// shares its breakers' state; false while each breaker decides alone.
+	StoreConnected bool `json:"store_connected"`
+}
+
+// TargetFleet is one target's shared breaker state in Target. It is a
+// plain value.
+type TargetFleet struct {
+	// Epoch is the target's epoch in the store as this hub last saw it: it
+	// moves on every open and every close anywhere in the fleet.
+	Epoch int64 `json:"epoch"`
+	// OpenedBy is the hub that opened the fleet's breaker (or whose
+	// operator held it open); empty while it is closed.
+	OpenedBy string `json:"opened_by"`
+	// Source says how the last change reached this hub: "local" (this
+	// hub's own, written to the store), "remote" (another hub's, applied
+	// here), or empty before any.
+	Source string `json:"source"`
+	// ProbeLease reports that this hub won the probe lease of the current
+	// open period: it sends the fleet's one probe.
+	ProbeLease bool `json:"probe_lease"`
+}
+
 // Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as
 // relayctl decode: fields may be added, never renamed. It is a plain value.
 type Status struct {
@@ -63,6 +104,9 @@ type Status struct {
 	ConnectionsOpen int `json:"connections_open"`
 	// Targets are the configured targets, in configuration order.
 	Targets []Target `json:"targets"`
+	// Fleet is the hub's place in its fleet; absent when the hub runs
+	// alone (no --state-store).
+	Fleet *Fleet `json:"fleet,omitempty"`
 }
 
 // Target is one target in Status: a relay.TargetSnapshot as JSON. It is a
@@ -84,6 +128,9 @@ type Target struct {
 	Held              bool     `json:"held"`
 	Disabled          bool     `json:"disabled"`
 	Settings          Settings `json:"settings"`
+	// Fleet is the target's breaker state shared with the fleet; absent
+	// when the hub runs alone.
+	Fleet *TargetFleet `json:"fleet,omitempty"`
 }
 
 // Settings are a target's effective settings in Target, durations in
@@ -117,9 +164,25 @@ func StatusOf(hub Hub) Status {
 		Targets:         make([]Target, len(targets)),
 	}
 	for i, t := range targets {
-		st.Targets[i] = TargetOf(t)
+		st.Targets[i] = targetOf(hub, t)
+	}
+	if fh, ok := hub.(FleetHub); ok {
+		fs := fh.FleetStatus()
+		st.Fleet = &fs
 	}
 	return st
+}
+
+// targetOf returns t as /status shows it, with its shared state when hub
+// is a FleetHub.
+func targetOf(hub Hub, t relay.TargetSnapshot) Target {
+	out := TargetOf(t)
+	if fh, ok := hub.(FleetHub); ok {
+		if tf, ok := fh.TargetFleet(t.Name); ok {
+			out.Fleet = &tf
+		}
+	}
+	return out
 }
 
 // TargetOf returns t as /status shows it.
@@ -322,7 +385,7 @@ func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		// Both the target and the action were checked above.
 		panic("admin: breaker action: " + err.Error())
 	}
-	writeJSON(w, http.StatusOK, TargetOf(st))
+	writeJSON(w, http.StatusOK, targetOf(a.hub, st))
 }
 
 // decodeAction reads the body of POST /breakers/{target}: one JSON object
