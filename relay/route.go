@@ -13,29 +13,25 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // route is everything the hub holds for one target: its breaker, its
-// bulkhead, its HTTP side, its fallback and its metrics. It is safe for
-// concurrent use; its fields other than transitions are set once by New.
+// bulkhead, its metrics, and in conf its HTTP side and its fallback. A
+// reload keeps a target's route and replaces its conf. It is safe for
+// concurrent use; its fields other than conf and transitions are set once,
+// before the route is published.
 type route struct {
-	name         string
-	nameBytes    []byte
-	url          string
-	fallbackName string // canonical name of the fallback target; empty when none
-	fallback     *route // the fallback's route; nil when none
-	ownSettings  bool   // the target came with Settings of its own
-	breaker      *breaker.Breaker
-	bulkhead     *bulkhead.Bulkhead
-	client       *targethttp.Client
-	failureCodes []string
-	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
-	viaBusy      string        // viaPrefix + protocol.MsgBulkheadFull
-	metrics      *routeMetrics // nil without metrics
-	log          zerolog.Logger
-	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
-	transitions  transitionLog
+	name        string
+	nameBytes   []byte
+	conf        atomic.Pointer[routeConf]
+	breaker     *breaker.Breaker
+	bulkhead    *bulkhead.Bulkhead
+	viaPrefix   string        // "via NAME: ", before the messages this route answers as a fallback
+	viaBusy     string        // viaPrefix + protocol.MsgBulkheadFull
+	metrics     *routeMetrics // nil without metrics
+	log         zerolog.Logger
+	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
+	transitions transitionLog
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -136,22 +132,11 @@ func RetryAfterSeconds(d time.Duration) float64 {
 	return float64(ms) / 1000
 }
 
-// isFailure reports whether a call that ended with code counts as a breaker
-// failure for this route.
-func (r *route) isFailure(code string) bool {
-	for _, c := range r.failureCodes {
-		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
 // lookup returns the route for a target name as a client wrote it, matched
 // case-insensitively, or nil. A linear scan: there are few targets, and it
 // needs no allocation to fold case.
 func (s *Server) lookup(name []byte) *route {
-	for _, r := range s.routes {
+	for _, r := range s.routeList() {
 		if bytes.EqualFold(r.nameBytes, name) {
 			return r
 		}
@@ -243,8 +228,9 @@ func (c *conn) dispatch(req protocol.Request) {
 		err        error
 		retryAfter time.Duration
 	)
+	conf := rt.conf.Load()
 	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
-		fb := rt.fallback
+		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err)
 			return
@@ -253,8 +239,8 @@ func (c *conn) dispatch(req protocol.Request) {
 			c.refuseOpen(rt, req, retryAfter, err)
 			return
 		}
-		primary, rt = rt, fb
-		primary.metrics.countFallback()
+		conf.countFallback()
+		primary, rt, conf = rt, fb, fb.conf.Load()
 	}
 	admitted = true
 	if ticket.Probe() {
@@ -273,7 +259,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	}
 	acquired = true
 
-	cl := getCall(c, rt, primary, ticket, req)
+	cl := getCall(c, rt, conf, primary, ticket, req)
 	c.calls.Add(1)
 	s.startCall(rt, cl)
 	async = true
@@ -387,7 +373,8 @@ func retryHintSeconds(d time.Duration) int64 {
 type call struct {
 	c       *conn
 	rt      *route
-	primary *route // the target the client named, when rt is its fallback; else nil
+	conf    *routeConf // rt's configuration at admission, kept to the end
+	primary *route     // the target the client named, when rt is its fallback; else nil
 	ticket  breaker.Ticket
 	line    []byte // TXID then payload
 	txidN   int    // length of the TXID at the start of line
@@ -397,10 +384,11 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // getCall returns a pooled call holding copies of req's TXID and payload.
-// primary is the target the client named when rt is its fallback, else nil.
-func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
+// conf is rt's configuration at admission; primary is the target the
+// client named when rt is its fallback, else nil.
+func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
-	cl.c, cl.rt, cl.primary, cl.ticket = c, rt, primary, ticket
+	cl.c, cl.rt, cl.conf, cl.primary, cl.ticket = c, rt, conf, primary, ticket
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
 	cl.txidN = len(req.TxID)
 	return cl
@@ -409,7 +397,7 @@ func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Re
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt, cl.primary = nil, nil, nil
+	cl.c, cl.rt, cl.conf, cl.primary = nil, nil, nil, nil
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -460,9 +448,9 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := rt.client.Call(txid, cl.line[cl.txidN:])
+	code, msg := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
-	failed := rt.isFailure(code)
+	failed := cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
