@@ -212,6 +212,7 @@ type Server struct {
 	targetConns *targethttp.Conns
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
+	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
 	activeCalls atomic.Int64 // requests between admission and their answer
 	lingering   atomic.Int64 // turned-away connections still draining
 
@@ -541,10 +542,11 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 	}
 }
 
-// Draining reports whether Shutdown or Close has begun: the Server no longer
-// accepts connections and answers new lines E906.
+// Draining reports whether the Server is leaving service: Withdraw has
+// been called (it still serves), or Shutdown or Close has begun (it no
+// longer accepts connections and answers new lines E906).
 func (s *Server) Draining() bool {
-	return s.inShutdown.Load()
+	return s.withdrawn.Load() || s.inShutdown.Load()
 }
 
 // ConnectionsOpen returns the number of client connections being served,
