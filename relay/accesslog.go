@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -22,10 +23,12 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // accessLog writes one JSON line per answered request line:
 //
-//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","code":"0000","duration_ms":1.84,"bytes":12}
+//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","client":"203.0.113.7:51234","code":"0000","duration_ms":1.84,"bytes":12}
 //
 // target is the target that answered; when it answered as the fallback of
-// the target the client named, that one is in "fallback_for".
+// the target the client named, that one is in "fallback_for". client is
+// the client's address, from the PROXY header when a trusted load balancer
+// sent one.
 //
 // Answering never waits for it: record only puts the line on a bounded
 // queue, and a line that finds the queue full is dropped and counted
@@ -57,6 +60,7 @@ type accessEntry struct {
 	targetN uint8
 	txid    [protocol.MaxTxIDLen]byte
 	target  [protocol.MaxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
+	client  netip.AddrPort            // the client's address; zero when not known
 }
 
 // accessNote describes one answer for the access log: the TXID (empty for
@@ -73,6 +77,9 @@ type accessNote struct {
 	code        string
 	took        time.Duration
 	size        int
+	// client is the client's address: the PROXY header's source when a
+	// trusted load balancer sent one, else the connection's peer.
+	client netip.AddrPort
 }
 
 func newAccessLog(out io.Writer, queue int, m *Metrics, log zerolog.Logger) *accessLog {
@@ -90,7 +97,7 @@ func (a *accessLog) record(n accessNote) {
 	if a == nil {
 		return
 	}
-	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor}
+	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor, client: n.client}
 	e.txidN = uint8(copy(e.txid[:], n.txid))
 	e.targetN = uint8(copy(e.target[:], n.target))
 	select {
@@ -122,7 +129,7 @@ func (a *accessLog) writeLoop() {
 	w := bufio.NewWriterSize(a.out, 64<<10)
 	var line bytes.Buffer
 	enc := zerolog.New(&line)
-	var ts []byte
+	var ts, addr []byte
 	failing := false
 	fail := func(err error) {
 		a.dropBuffered()
@@ -160,6 +167,10 @@ func (a *accessLog) writeLoop() {
 		}
 		if e.via != "" {
 			ev = ev.Str("fallback_for", e.via)
+		}
+		if e.client.IsValid() {
+			addr = e.client.AppendTo(addr[:0])
+			ev = ev.Bytes("client", addr)
 		}
 		ev.Str("code", e.code).
 			Float64("duration_ms", float64(e.took.Microseconds())/1000).

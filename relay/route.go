@@ -205,7 +205,7 @@ func (c *conn) dispatch(req protocol.Request) {
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			s.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal)
+			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal)
 			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		s.activeCalls.Add(-1)
@@ -214,13 +214,13 @@ func (c *conn) dispatch(req protocol.Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		s.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable)
+		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable)
 		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		s.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
+		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
@@ -249,7 +249,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		s.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull)
+		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull)
 		msg := protocol.MsgBulkheadFull
 		if primary != nil {
 			msg = rt.viaBusy
@@ -308,7 +308,7 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // rt's: "held open by operator" while an operator holds it, else its retry
 // hint.
 func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error) {
-	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen)
+	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen)
 	if errors.Is(err, breaker.ErrHeld) {
 		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
 		return
@@ -328,7 +328,8 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback rt took the
 // request.
-func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel) {
+func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel) {
+	s := c.srv
 	target := req.Target
 	if rt != nil {
 		rt.metrics.count(l)
@@ -337,7 +338,8 @@ func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code st
 		s.metrics.countUnrouted(code)
 	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload)})
+		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload),
+			client: c.client})
 	}
 }
 
@@ -352,9 +354,9 @@ func (r *route) nameOrEmpty() string {
 // noteUnparsed counts an answer to a line that did not parse (E900, or
 // E906 once shutting down): no target can be credited with it. txid is
 // the line's TXID when it could be read.
-func (s *Server) noteUnparsed(txid []byte, code string) {
-	s.metrics.countUnrouted(code)
-	s.access.record(accessNote{txid: txid, code: code})
+func (c *conn) noteUnparsed(txid []byte, code string) {
+	c.srv.metrics.countUnrouted(code)
+	c.srv.access.record(accessNote{txid: txid, code: code, client: c.client})
 }
 
 // retryHintSeconds is the N of an E904's "retry after Ns": d in whole
@@ -436,7 +438,8 @@ func (cl *call) run() {
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
 			if !answered {
 				rt.metrics.count(lblInternal)
-				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN})
+				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN,
+					client: c.client})
 				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
 			}
 		}
@@ -462,7 +465,8 @@ func (cl *call) run() {
 	// client holding its answer finds it in the metrics.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
 	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN})
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN,
+			client: c.client})
 	}
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.

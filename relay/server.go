@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -180,6 +181,13 @@ type Config struct {
 	// a line that finds the queue full is dropped and counted. Zero means
 	// DefaultAccessLogQueue.
 	AccessLogQueue int
+	// ProxyProtocol says whether client connections open with a PROXY
+	// protocol header from a load balancer, whose source address is then
+	// the client's in the access log and the logs. Zero is ProxyOff.
+	ProxyProtocol ProxyProtocol
+	// ProxyTrusted are the addresses whose PROXY headers are believed (the
+	// load balancers); required unless ProxyProtocol is ProxyOff.
+	ProxyTrusted []netip.Prefix
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
@@ -206,6 +214,13 @@ type Server struct {
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
+
+	// The PROXY protocol settings, Config's, set once by New, and the log
+	// of the connections they refuse, sampled to proxyLogBurst lines a
+	// second.
+	proxyProtocol ProxyProtocol
+	proxyTrusted  []netip.Prefix
+	proxyLog      zerolog.Logger
 
 	// targetConns holds every open target connection, so that abortCalls
 	// can cut the calls blocked on them.
@@ -289,6 +304,9 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
+	if err := s.setProxyProtocol(cfg.ProxyProtocol, cfg.ProxyTrusted); err != nil {
+		return nil, err
+	}
 	s.targetConns = targethttp.NewConns(cfg.DialTarget)
 	plans, err := s.plan(cfg.Targets)
 	if err != nil {
