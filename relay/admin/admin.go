@@ -169,6 +169,11 @@ type Config struct {
 	// without it is answered 401. Empty means no check: keep the admin port
 	// on loopback or a management network then.
 	Token string
+	// Reload, when set, serves POST /reload: it re-reads the hub's settings
+	// and applies them, returning what changed, or why nothing did (the
+	// running settings are then kept; ErrNothingToReload when there are
+	// none to re-read). Nil means POST /reload answers 404.
+	Reload func() (relay.ReloadResult, error)
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -182,6 +187,10 @@ type Config struct {
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
+//   - POST /reload, when Config.Reload is set: the hub re-reads its
+//     settings, answered 200 with the targets added, removed and changed,
+//     409 when there is nothing to reload, 422 with the reason when the
+//     new settings were refused and the running ones kept.
 //
 // With Config.Token set, every request other than GET and HEAD needs
 // the bearer token, or is answered 401 with a JSON error and
@@ -194,6 +203,7 @@ type Handler struct {
 	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
 	tokenHash [sha256.Size]byte
 	hasToken  bool
+	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -227,6 +237,10 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
+	if cfg.Reload != nil {
+		a.reloadFn = cfg.Reload
+		a.mux.HandleFunc("/reload", a.serveReload)
+	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -286,7 +300,7 @@ func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	a.log.Info().Str("target", target.Name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
+	a.operator(a.log.Info().Str("target", target.Name).Str("action", string(action)), r).Msg("breaker action")
 	st, err := a.hub.ControlBreaker(target.Name, action)
 	if err != nil {
 		// Both the target and the action were checked above.
