@@ -1,13 +1,17 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -230,4 +234,147 @@ func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 		require.NoError(t, err, "the relay creates %s anew", path)
 		assert.Zero(t, info.Size(), path)
 	}
+}
+
+// freePort returns a loopback port nobody listens on, for a program that
+// cannot be told to pick one.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	require.NoError(t, err)
+	require.NoError(t, ln.Close())
+	return port
+}
+
+// TestHAProxyRecipeTakesAStoppingHubOutOfRotation runs the shipped HAProxy
+// recipe in front of two hubs, its addresses replaced by theirs, and stops
+// one of them while clients keep connecting: every client is answered
+// 0000, none meets a refused connection or E906, because the stopping
+// hub's /readyz takes it out of rotation within its shutdown delay; and
+// the hubs log each client's own address, which the PROXY header carried.
+func TestHAProxyRecipeTakesAStoppingHubOutOfRotation(t *testing.T) {
+	haproxy := needTool(t, "haproxy", "haproxy")
+
+	// Given two hubs that require PROXY headers from loopback, with a
+	// four second shutdown delay,
+	core := proctest.StartFixture(t, "CORE", "core")
+	dir := t.TempDir()
+	hubs := make([]*adminRelay, 2)
+	for i := range hubs {
+		hubs[i] = startAdminRelay(t, "--target", "CORE="+core.URL, "--shutdown-delay", "4s",
+			"--proxy-protocol", "required", "--proxy-trusted", "127.0.0.1",
+			"--access-log", filepath.Join(dir, fmt.Sprintf("access%d.log", i)))
+	}
+
+	// and HAProxy running the recipe in front of them,
+	recipe, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "haproxy.cfg"))
+	require.NoError(t, err)
+	front := "127.0.0.1:" + freePort(t)
+	cfg := strings.Replace(string(recipe), "bind :9200", "bind "+front, 1)
+	for i, h := range hubs {
+		_, adminPort, err := net.SplitHostPort(strings.TrimPrefix(h.admin, "http://"))
+		require.NoError(t, err)
+		cfg = strings.Replace(cfg, fmt.Sprintf("10.0.0.1%d:9200 check port 9280", i+1), h.Addr()+" check port "+adminPort, 1)
+	}
+	require.NotContains(t, cfg, "10.0.0.1", "the test must replace every address of the recipe")
+	cfgPath := filepath.Join(t.TempDir(), "haproxy.cfg")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	var hlog syncBuffer
+	lb := exec.Command(haproxy, "-db", "-f", cfgPath)
+	lb.Stdout, lb.Stderr = &hlog, &hlog
+	require.NoError(t, lb.Start())
+	t.Cleanup(func() {
+		_ = lb.Process.Signal(syscall.SIGTERM)
+		_ = lb.Wait()
+	})
+
+	// exchange sends one line on a new connection through the balancer
+	// and returns the answer's code ("refused" or "closed" when there is
+	// none) and the client's address.
+	exchange := func(txid string) (string, string) {
+		nc, err := net.DialTimeout("tcp", front, time.Second)
+		if err != nil {
+			return "refused", ""
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := fmt.Fprintf(nc, "%s|CORE|BAL 1001\n", txid); err != nil {
+			return "closed", nc.LocalAddr().String()
+		}
+		line, err := bufio.NewReader(nc).ReadString('\n')
+		if err != nil {
+			return "closed", nc.LocalAddr().String()
+		}
+		a, err := proctest.ParseAnswer(line)
+		if err != nil {
+			return "garbled", nc.LocalAddr().String()
+		}
+		return a.Code, nc.LocalAddr().String()
+	}
+	clients := map[string]string{} // TXID -> the client's address
+	proctest.Eventually(t, 10*time.Second, "the balancer serves", func() bool {
+		code, _ := exchange("W0")
+		return code == "0000"
+	})
+
+	// When the first hub is told to stop, while clients keep coming,
+	stopped := time.Now()
+	hubs[0].Signal(syscall.SIGTERM)
+	var failures []string
+	n := 0
+	for time.Since(stopped) < 6*time.Second {
+		n++
+		txid := fmt.Sprintf("N%d", n)
+		code, addr := exchange(txid)
+		clients[txid] = addr
+		if code != "0000" {
+			failures = append(failures, fmt.Sprintf("%s after %v: %s", txid, time.Since(stopped).Round(time.Millisecond), code))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// then no client was turned away, the first hub stopped cleanly, and
+	// the balancer marked it down on its /readyz.
+	assert.Empty(t, failures)
+	assert.Equal(t, 0, hubs[0].Wait())
+	assert.Contains(t, hlog.String(), "hubs/hub1 is DOWN")
+
+	// Each hub logged its clients' own addresses, from the PROXY header.
+	hubs[1].Signal(syscall.SIGTERM)
+	require.Equal(t, 0, hubs[1].Wait())
+	seen := 0
+	for i := range hubs {
+		text, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("access%d.log", i)))
+		require.NoError(t, err)
+		for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
+			var entry struct{ Txid, Client string }
+			require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+			if want, ok := clients[entry.Txid]; ok {
+				assert.Equal(t, want, entry.Client, entry.Txid)
+				seen++
+			}
+		}
+	}
+	assert.Equal(t, n, seen, "every client's line is in a hub's access log")
+}
+
+// syncBuffer is a bytes.Buffer that a program's output and a test may use
+// at once. It is safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
