@@ -34,7 +34,8 @@ import (
 // Hub is what the admin endpoints need of the hub. *relay.Server implements
 // it; an implementation must be safe for concurrent use.
 type Hub interface {
-	// Draining reports that the hub has begun to shut down.
+	// Draining reports that the hub is leaving service: withdrawn ahead of
+	// its shutdown (still serving), or shutting down.
 	Draining() bool
 	// ConnectionsOpen returns the number of client connections served.
 	ConnectionsOpen() int
@@ -53,7 +54,8 @@ var _ Hub = (*relay.Server)(nil)
 // Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as
 // relayctl decode: fields may be added, never renamed. It is a plain value.
 type Status struct {
-	// Draining reports that Shutdown has begun.
+	// Draining reports that the hub is leaving service, withdrawn or
+	// shutting down: /readyz answers 503.
 	Draining bool `json:"draining"`
 	// Goroutines is runtime.NumGoroutine() of the whole process, so that a
 	// test or an operator can see the hub come back to its idle baseline.
@@ -181,7 +183,8 @@ type Config struct {
 //   - GET /metrics: the Gatherer's metrics in the Prometheus formats;
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
-//     Shutdown has begun, so a load balancer stops sending new connections;
+//     it is withdrawn or Shutdown has begun, so a load balancer stops
+//     sending new connections;
 //   - GET /status: Status as JSON, indented with ?pretty;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
 //     Hub.ControlBreaker, answered 200 with the target's entry of
