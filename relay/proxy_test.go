@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -326,4 +328,70 @@ func TestProxiedConnectionReadsThroughRawConnAndDoesNotAllocate(t *testing.T) {
 	require.NoError(t, failed)
 	assert.Equal(t, want, string(got))
 	assert.Zero(t, allocs)
+}
+
+// BenchmarkFastFailLoopbackDepth1Proxied is BenchmarkFastFailLoopbackDepth1
+// with every connection opening with a PROXY v2 header, as behind HAProxy
+// with send-proxy-v2: after the header, a proxied connection must cost
+// what any other does.
+func BenchmarkFastFailLoopbackDepth1Proxied(b *testing.B) {
+	srv := benchServer(b, Config{
+		TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}},
+		ProxyProtocol:  ProxyRequired,
+		ProxyTrusted:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	}, false, false)
+	rt := srv.lookup([]byte("CORE"))
+	ticket, err := rt.breaker.Allow()
+	require.NoError(b, err)
+	rt.breaker.Done(ticket, true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	go func() { _ = srv.Serve(ln) }()
+	hdr, err := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 4711}, ln.Addr()).Format()
+	require.NoError(b, err)
+	req := []byte("TX-000123|CORE|XFER 1001 1002 2500\n")
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer nc.Close()
+		if _, err := nc.Write(hdr); err != nil {
+			b.Error(err)
+			return
+		}
+		r := bufio.NewReader(nc)
+		for pb.Next() {
+			if _, err := nc.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := r.ReadSlice('\n'); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkReadProxyHeader measures what reading a PROXY v2 header costs a
+// connection, once, before its first line.
+func BenchmarkReadProxyHeader(b *testing.B) {
+	hdr, err := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 4711},
+		&net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 9200}).Format()
+	require.NoError(b, err)
+	in := append(hdr, "TX-1|CORE|BAL 1001\n"...)
+	var src bytes.Reader
+	br := bufio.NewReaderSize(nil, proxyReadBufSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		src.Reset(in)
+		br.Reset(&src)
+		if h, err := readProxyHeader(br); err != nil || h == nil {
+			b.Fatal(err)
+		}
+	}
 }
