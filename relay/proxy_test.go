@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -118,18 +117,6 @@ func accessLines(t *testing.T, srv *Server, access *logtest.Buffer) []map[string
 	return access.Lines(t)
 }
 
-// messages returns the log lines whose message is msg.
-func messages(t *testing.T, logs *logtest.Buffer, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range logs.Lines(t) {
-		if l["message"] == msg {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 func TestProxyHeaderGivesTheClientAddress(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -176,7 +163,7 @@ func TestProxyHeaderGivesTheClientAddress(t *testing.T) {
 			for _, l := range lines {
 				assert.Equal(t, want, l["client"])
 			}
-			closed := messages(t, logs, "connection closed")
+			closed := logs.Messages(t, "connection closed")
 			require.Len(t, closed, 1)
 			assert.Equal(t, want, closed[0]["remote"])
 			assert.Equal(t, c.Conn().LocalAddr().String(), closed[0]["proxy"])
@@ -217,7 +204,7 @@ func TestProxyRules(t *testing.T) {
 			require.NoError(t, err)
 			if tt.client == "" {
 				c.ExpectEOF()
-				refused := messages(t, logs, "connection refused")
+				refused := logs.Messages(t, "connection refused")
 				require.Len(t, refused, 1)
 				assert.Contains(t, refused[0]["reason"], tt.reason)
 				assert.Equal(t, tt.mode.String(), refused[0]["proxy_protocol"])
@@ -235,7 +222,7 @@ func TestProxyRules(t *testing.T) {
 			for _, l := range lines {
 				assert.Contains(t, l["client"], tt.client)
 			}
-			assert.Empty(t, messages(t, logs, "connection refused"))
+			assert.Empty(t, logs.Messages(t, "connection refused"))
 		})
 	}
 }
@@ -278,56 +265,16 @@ func TestProxiedConnectionReadsThroughRawConnAndDoesNotAllocate(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	cfg.FailThreshold, cfg.ResetTimeout = 1, time.Hour
 	cfg.ProxyProtocol, cfg.ProxyTrusted = ProxyRequired, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	srv, err := New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	rt := srv.lookup([]byte("CORE"))
-	ticket, err := rt.breaker.Allow()
-	require.NoError(t, err)
-	rt.breaker.Done(ticket, true)
-	require.Equal(t, breaker.Open, rt.breaker.Snapshot().State)
-
+	srv := openCoreServer(t, cfg)
 	nc, client := tcpPair(t)
-	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
-	_, err = client.Write(append(proxyHeader(t, 2, "198.51.100.9:40000", nc.LocalAddr().String()), request...))
+	_, err := client.Write(proxyHeader(t, 2, "198.51.100.9:40000", nc.LocalAddr().String()))
 	require.NoError(t, err)
 	c := newConn(srv, nc)
 	require.True(t, c.begin())
 	require.NotNil(t, c.rc, "a proxied TCP connection must be read through syscall.RawConn")
 	assert.Equal(t, "198.51.100.9:40000", c.client.String())
-
-	want := "TX-000123|E904|circuit open; retry after 3600s\n"
-	got := make([]byte, len(want))
-	require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
-	first := true
-	var failed error
-	allocs := testing.AllocsPerRun(200, func() {
-		if !first {
-			if _, err := client.Write(request); err != nil {
-				failed = err
-				return
-			}
-		}
-		first = false
-		c.armReadDeadline(time.Now())
-		line, _, err := c.readLine()
-		if err != nil {
-			failed = err
-			return
-		}
-		c.serveLine(line)
-		if !c.completeLineBuffered() {
-			c.flush()
-		}
-		if _, err := io.ReadFull(client, got); err != nil {
-			failed = err
-		}
-	})
-	require.NoError(t, failed)
-	assert.Equal(t, want, string(got))
-	assert.Zero(t, allocs)
+	assert.Zero(t, e904AllocsPerLine(t, c, client))
 }
 
 // BenchmarkFastFailLoopbackDepth1Proxied is BenchmarkFastFailLoopbackDepth1
@@ -349,32 +296,7 @@ func BenchmarkFastFailLoopbackDepth1Proxied(b *testing.B) {
 	go func() { _ = srv.Serve(ln) }()
 	hdr, err := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 4711}, ln.Addr()).Format()
 	require.NoError(b, err)
-	req := []byte("TX-000123|CORE|XFER 1001 1002 2500\n")
-	b.SetParallelism(8)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer nc.Close()
-		if _, err := nc.Write(hdr); err != nil {
-			b.Error(err)
-			return
-		}
-		r := bufio.NewReader(nc)
-		for pb.Next() {
-			if _, err := nc.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if _, err := r.ReadSlice('\n'); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	depth1Clients(b, ln.Addr().String(), hdr)
 }
 
 // BenchmarkReadProxyHeader measures what reading a PROXY v2 header costs a

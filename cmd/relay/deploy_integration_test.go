@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/logtest"
 	"github.com/relayhub/relayhub/internal/proctest"
 )
 
@@ -281,7 +281,7 @@ func TestHAProxyRecipeTakesAStoppingHubOutOfRotation(t *testing.T) {
 	require.NotContains(t, cfg, "10.0.0.1", "the test must replace every address of the recipe")
 	cfgPath := filepath.Join(t.TempDir(), "haproxy.cfg")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
-	var hlog syncBuffer
+	var hlog logtest.Buffer
 	lb := exec.Command(haproxy, "-db", "-f", cfgPath)
 	lb.Stdout, lb.Stderr = &hlog, &hlog
 	require.NoError(t, lb.Start())
@@ -358,23 +358,4 @@ func TestHAProxyRecipeTakesAStoppingHubOutOfRotation(t *testing.T) {
 		}
 	}
 	assert.Equal(t, n, seen, "every client's line is in a hub's access log")
-}
-
-// syncBuffer is a bytes.Buffer that a program's output and a test may use
-// at once. It is safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -21,22 +21,31 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func TestAppendFileReopenMovesWritingToANewFile(t *testing.T) {
-	// Given an access log with a line in it, renamed as logrotate does
-	dir := t.TempDir()
-	path := filepath.Join(dir, "access.log")
+// writtenAndRenamed opens an access log in a temporary directory, writes
+// first to it, renames it to path.1 as logrotate does, and writes then. It
+// returns the file and its path.
+func writtenAndRenamed(t *testing.T, first, then string) (*appendFile, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "access.log")
 	a, err := openAppendFile(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
-	_, err = a.Write([]byte("one\n"))
+	_, err = a.Write([]byte(first))
 	require.NoError(t, err)
 	require.NoError(t, os.Rename(path, path+".1"))
-	_, err = a.Write([]byte("two\n"))
+	_, err = a.Write([]byte(then))
 	require.NoError(t, err)
+	return a, path
+}
+
+func TestAppendFileReopenMovesWritingToANewFile(t *testing.T) {
+	// Given an access log with a line in it, renamed as logrotate does,
+	// and a line after the rename
+	a, path := writtenAndRenamed(t, "one\n", "two\n")
 
 	// When it is reopened, the next lines go to a new file at the path.
 	require.NoError(t, a.Reopen())
-	_, err = a.Write([]byte("three\n"))
+	_, err := a.Write([]byte("three\n"))
 	require.NoError(t, err)
 	assert.Equal(t, "one\ntwo\n", readFile(t, path+".1"))
 	assert.Equal(t, "three\n", readFile(t, path))
@@ -47,14 +56,7 @@ func TestAppendFileReopenMovesWritingToANewFile(t *testing.T) {
 
 func TestAppendFileReopenNeverSplitsALine(t *testing.T) {
 	// Given a line half written when the file is rotated and reopened
-	dir := t.TempDir()
-	path := filepath.Join(dir, "access.log")
-	a, err := openAppendFile(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Close() })
-	_, err = a.Write([]byte("one\ntw"))
-	require.NoError(t, err)
-	require.NoError(t, os.Rename(path, path+".1"))
+	a, path := writtenAndRenamed(t, "one\ntw", "")
 	require.NoError(t, a.Reopen())
 
 	// When the rest of it comes, with the next lines, in chunks

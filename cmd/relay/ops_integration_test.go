@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -43,17 +42,7 @@ func logMessages(p *proctest.Process, msg string) []map[string]any {
 // the status and the body.
 func (r *policyRelay) reload(t *testing.T, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.admin+"/reload", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := adminClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, strings.TrimSpace(string(body))
+	return r.post(t, "/reload", "", token)
 }
 
 func TestShutdownDelayServesWhileReadyzSays503(t *testing.T) {

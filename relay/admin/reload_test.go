@@ -76,12 +76,7 @@ func TestReloadEndpoint(t *testing.T) {
 	}
 
 	// Each reload request is logged, with who made it and from where.
-	var requested []map[string]any
-	for _, l := range logs.Lines(t) {
-		if l["message"] == "reload requested" {
-			requested = append(requested, l)
-		}
-	}
+	requested := logs.Messages(t, "reload requested")
 	require.Len(t, requested, 4)
 	assert.Equal(t, "token", requested[0]["auth"])
 	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, requested[0]["remote"])
@@ -149,10 +144,8 @@ func TestOperatorActionsSayWhoAndFromWhere(t *testing.T) {
 
 			var action map[string]any
 			hubtest.Eventually(t, func() bool {
-				for _, l := range logs.Lines(t) {
-					if l["message"] == "breaker action" {
-						action = l
-					}
+				if got := logs.Messages(t, "breaker action"); len(got) == 1 {
+					action = got[0]
 				}
 				return action != nil
 			}, "no breaker action logged")
