@@ -47,6 +47,13 @@ bench:
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
+# The status page's screenshots, docs/status-page.png and
+# docs/status-page-dark.png: a CORE outage played against the real binaries
+# and taken in a headless chromium (about 3 minutes).
+.PHONY: screenshot
+screenshot:
+	$(GO) test -count=1 -run '^TestStatusPageInABrowser$$' -timeout 10m ./cmd/relay/ -update-screenshot
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

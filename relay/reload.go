@@ -142,7 +142,7 @@ func (s *Server) newRoute(p targetPlan) *route {
 		Clock:        s.clock,
 		OnTransition: rt.observer(s.onTransition),
 		Rand:         s.rand,
-		ProbeTimeout: p.settings.TargetTimeout + probeGrace,
+		ProbeTimeout: p.settings.TargetTimeout + ProbeGrace,
 	})
 	return rt
 }
@@ -274,7 +274,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 			rt.metrics = s.metrics.forTarget(rt.name)
 		} else {
 			rt.breaker.SetPolicy(confs[i].settings.Policy)
-			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + probeGrace)
+			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
 			rt.bulkhead.SetLimit(confs[i].settings.MaxInflight)
 		}
 		rt.conf.Store(confs[i])

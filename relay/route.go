@@ -32,6 +32,7 @@ type route struct {
 	log         zerolog.Logger
 	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions transitionLog
+	lastFailure lastFailure // the latest failed call, for status pages
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -190,22 +191,25 @@ func (c *conn) dispatch(req protocol.Request) {
 		admitted bool // ticket is held
 		acquired bool // a bulkhead slot is held
 		async    bool // the call goroutine owns what is held
+		asked    time.Time
 	)
 	defer func() {
 		if async {
 			return
 		}
 		if p := recover(); p != nil {
+			var note breakerNote
 			if admitted {
 				admitted = false
 				rt.breaker.Cancel(ticket)
+				note = breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked}
 			}
 			if acquired {
 				acquired = false
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal)
+			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal, note)
 			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		s.activeCalls.Add(-1)
@@ -214,13 +218,13 @@ func (c *conn) dispatch(req protocol.Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable)
+		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
+		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
@@ -229,14 +233,17 @@ func (c *conn) dispatch(req protocol.Request) {
 		retryAfter time.Duration
 	)
 	conf := rt.conf.Load()
+	// Read for the access log just before the breaker decides (see
+	// accessLog): a replay of the log puts the decision here.
+	asked = s.access.now()
 	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
 		fb := conf.fallback
 		if fb == nil {
-			c.refuseOpen(rt, req, retryAfter, err)
+			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
 		if ticket, _, err = fb.breaker.Admit(); err != nil {
-			c.refuseOpen(rt, req, retryAfter, err)
+			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
 		conf.countFallback()
@@ -249,7 +256,8 @@ func (c *conn) dispatch(req protocol.Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull)
+		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
+			breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked})
 		msg := protocol.MsgBulkheadFull
 		if primary != nil {
 			msg = rt.viaBusy
@@ -260,6 +268,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	acquired = true
 
 	cl := getCall(c, rt, conf, primary, ticket, req)
+	cl.asked = asked
 	c.calls.Add(1)
 	s.startCall(rt, cl)
 	async = true
@@ -304,11 +313,11 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 }
 
 // refuseOpen answers E904 for rt, whose breaker refused the request with
-// err and retryAfter (and its fallback's too, if it has one). The message is
-// rt's: "held open by operator" while an operator holds it, else its retry
-// hint.
-func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error) {
-	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen)
+// err and retryAfter (and its fallback's too, if it has one) when asked at
+// asked. The message is rt's: "held open by operator" while an operator
+// holds it, else its retry hint.
+func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
+	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
 	if errors.Is(err, breaker.ErrHeld) {
 		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
 		return
@@ -327,8 +336,8 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 // configured, else (rt nil) to no target, where code must be one the hub
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback rt took the
-// request.
-func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel) {
+// request; b is what rt's breaker did with it.
+func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
 	s := c.srv
 	target := req.Target
 	if rt != nil {
@@ -338,7 +347,7 @@ func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code stri
 		s.metrics.countUnrouted(code)
 	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload),
+		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
 			client: c.client})
 	}
 }
@@ -381,6 +390,8 @@ type call struct {
 	line    []byte // TXID then payload
 	txidN   int    // length of the TXID at the start of line
 	msg     []byte // scratch for "via NAME: " and the target's message
+
+	asked time.Time // the breakers' clock when the breaker was asked, for the access log
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -419,11 +430,13 @@ func (cl *call) run() {
 	s := c.srv
 	txid := cl.line[:cl.txidN]
 	reported, released, answered := false, false, false
+	note := breakerNote{use: breakerAdmitted, probe: cl.ticket.Probe(), start: cl.asked}
 	defer func() {
 		if p := recover(); p != nil {
 			if !reported {
 				reported = true
 				rt.breaker.Cancel(cl.ticket)
+				note.use, note.end = breakerHandedBack, time.Time{}
 			}
 			if !released {
 				released = true
@@ -438,7 +451,7 @@ func (cl *call) run() {
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
 			if !answered {
 				rt.metrics.count(lblInternal)
-				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN,
+				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
 					client: c.client})
 				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
 			}
@@ -457,6 +470,7 @@ func (cl *call) run() {
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
+	note.end = s.access.now()
 	rt.breaker.DoneAfter(cl.ticket, failed, took)
 	rt.logTransitions()
 	released = true
@@ -465,7 +479,7 @@ func (cl *call) run() {
 	// client holding its answer finds it in the metrics.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
 	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN,
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
 			client: c.client})
 	}
 	if cl.primary != nil {
@@ -481,6 +495,7 @@ func (cl *call) run() {
 	// the metrics count every one.
 	var ev *zerolog.Event
 	if failed {
+		rt.lastFailure.note(code, msg, start.Add(took))
 		if ev = rt.failLog.Warn(); ev == nil {
 			ev = rt.log.Debug()
 		}

@@ -337,7 +337,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes.Store(&routes)
 	if cfg.AccessLog != nil {
-		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
+		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
 		s.bg.Go(s.writeAccessLog)
 	}
 	return s, nil
@@ -402,10 +402,11 @@ func (ts TargetSettings) check() error {
 	return nil
 }
 
-// probeGrace is what a probe gets on top of the target timeout before the
+// ProbeGrace is what a probe gets on top of the target timeout before the
 // breaker may replace it: time for the timed-out call to be classified and
-// reported.
-const probeGrace = time.Second
+// reported. A breaker's ProbeTimeout is its target's TargetTimeout plus
+// ProbeGrace.
+const ProbeGrace = time.Second
 
 // failLogBurst is how many failed calls per target and second are logged at
 // warn; past it they are counted by the metrics and logged at debug only,
@@ -482,6 +483,9 @@ type TargetSnapshot struct {
 	// is set only for a target with settings of its own (it is zero
 	// otherwise; the bulkhead size of every target is MaxInFlight).
 	Settings TargetSettings
+	// LastFailure is the target's most recent failed call; its At is zero
+	// when there has been none.
+	LastFailure Failure
 }
 
 // TargetSettings are a target's bulkhead, call and breaker settings: the
@@ -557,6 +561,7 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		MaxInFlight:  r.bulkhead.Limit(),
 		ProbeTimeout: bs.ProbeTimeout,
 		Settings:     settings,
+		LastFailure:  r.lastFailure.load(),
 	}
 }
 

@@ -22,10 +22,14 @@
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); relay RSS per connection, fresh relay every run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
+#   7. the status page on and off: the full path at 64 connections and
+#      fast-fail at depth 16, each against a relay with the page on and a
+#      browser's stream open and one with --no-status-page, alternating.
+#      ONLY=page runs this scenario alone (about two minutes).
 #
 # Installs redis-server from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
-# default). Takes about 6 minutes with the defaults below.
+# default). Takes about 7 minutes with the defaults below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +45,7 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
+ONLY=${ONLY:-}                    # "page": scenario 7 alone
 
 # ---------------------------------------------------------------- setup --
 
@@ -225,6 +230,40 @@ row() {
   echo "| ${s//|/ | } |" >>"$out/table.md"
 }
 
+# load_row SCENARIO SERVER NOTE FILE...: the row of a load measured in
+# FILE...: answers/s, p50, p99, the first server's and the load tool's CPU
+# per answer, and the errors, followed by NOTE.
+load_row() {
+  local scenario=$1 server=$2 note=$3
+  shift 3
+  row "$scenario" "$server" \
+    "$(agg %.0f .throughput "$@")" \
+    "$(agg %.2f '.latency_us.p50/1000' "$@")" \
+    "$(agg %.2f '.latency_us.p99/1000' "$@")" \
+    "$(agg %.2f '.server_cpu[0].us_per_answer' "$@")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "$@")" \
+    "$(errors "$@")$note"
+}
+
+# start_table: the table's header, in a new table.md.
+start_table() {
+  : >"$out/table.md"
+  row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
+  row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
+}
+
+# end_table: appends the targets of the performance record to the table,
+# and prints it.
+end_table() {
+  {
+    echo
+    echo "Targets:"
+    printf '  %s\n' "${targets[@]}"
+  } >>"$out/table.md"
+  echo
+  cat "$out/table.md"
+}
+
 targets=()
 verdict() { # TEXT OK(1/0)
   if (($2)); then targets+=("MET      $1"); else targets+=("NOT MET  $1"); fi
@@ -235,6 +274,82 @@ lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' && echo 1 || echo 0; }
 fmt() { awk -v f="$1" -v v="$2" 'BEGIN { printf f, v }'; }
 
 echo "bench: results in $out; $RUNS runs of ${DURATION}s per measurement" >&2
+
+# ------------------------------------- 7. the status page on and off --
+# Defined first so that ONLY=page can run it alone; the full run calls it
+# after scenario 5.
+
+# page_bench: scenario 7's runs, s7-*.json: each relay of a pair started
+# alike but for --no-status-page, both serving throughout.
+page_bench() {
+  echo "bench: 7. the status page on and off" >&2
+  start_fixture CORE core
+  local fix=$FIX_PID url=$FIX_URL closed side admin run
+  local -A full_addr full_pid ff_addr ff_pid
+  closed=$(free_port)
+  for side in on off; do
+    local flag=()
+    [[ $side == off ]] && flag=(--no-status-page)
+    start_relay "page-full-$side" --target "CORE=$url" --max-inflight "$FULL_INFLIGHT" "${flag[@]}"
+    full_addr[$side]=$RELAY_ADDR full_pid[$side]=$RELAY_PID
+    start_relay "page-ff-$side" --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h "${flag[@]}"
+    ff_addr[$side]=$RELAY_ADDR ff_pid[$side]=$RELAY_PID
+    # The one call that trips the breaker: refused by the closed port.
+    bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" >/dev/null || true
+  done
+  # A browser watching each page-on relay: its stream of updates open, read
+  # and dropped, for the whole scenario.
+  for name in page-full-on page-ff-on; do
+    admin=$(grep -o '"admin_addr":"[^"]*"' "$out/relay-$name.log" | head -n 1 | cut -d'"' -f4)
+    curl -sfN "http://$admin/events" >/dev/null &
+    pids+=("$!")
+  done
+  for run in $(seq "$RUNS"); do
+    for side in on off; do
+      load "s7-full-$side-$run" --addr "${full_addr[$side]}" --conns 64 --payload 'BAL ACC{conn}' \
+        --server-pid "${full_pid[$side]}" --server-pid "$fix"
+      load "s7-ff-$side-$run" --addr "${ff_addr[$side]}" --conns 64 --depth 16 --server-pid "${ff_pid[$side]}"
+    done
+    pair "s7-pair-full-$run" "$out/s7-full-on-$run.json" "$out/s7-full-off-$run.json"
+    pair "s7-pair-ff-$run" "$out/s7-ff-on-$run.json" "$out/s7-ff-off-$run.json"
+  done
+  for side in on off; do
+    stop "${full_pid[$side]}"
+    stop "${ff_pid[$side]}"
+  done
+  stop "$fix"
+}
+
+# page_report: scenario 7's rows of the table, and its targets: with the
+# page on and watched, relay CPU per answer within 5 % of off (the steady
+# figure; answers/s moves by tens of percent from run to run here, and is
+# reported beside it).
+page_report() {
+  local m label r c
+  for m in full ff; do
+    case $m in
+    full) label="7 status page, full path, 64 conns" ;;
+    ff) label="7 status page, fast-fail, 64 conns, depth 16" ;;
+    esac
+    load_row "$label" "page on, a browser watching" "" "$out"/s7-$m-on-*.json
+    load_row "$label" "page off" "" "$out"/s7-$m-off-*.json
+    r=$(med .ratio "$out"/s7-pair-$m-*.json)
+    c=$(med .cpu_ratio "$out"/s7-pair-$m-*.json)
+    verdict "status page ($m): relay CPU per answer on/off ≤ 1.05×: $(fmt %.2f "$c")× (answers/s $(fmt %.2f "$r")×)" "$(le "$c" 1.05)"
+  done
+}
+
+if [[ $ONLY == page ]]; then
+  page_bench
+  start_table
+  page_report
+  {
+    echo
+    echo "Machine: $(nproc) CPUs, $(go version | cut -d' ' -f3-). Medians of $RUNS runs of ${DURATION}s, (min–max); the ratios are medians of the on/off pairs."
+  } >>"$out/table.md"
+  end_table
+  exit 0
+fi
 
 # ------------------------------------------------- 1. fast-fail vs redis --
 
@@ -344,21 +459,14 @@ if ! go test -run '^$' -bench 'FastFailLine|BulkheadFullLine|CallLine|ParseReque
   echo "bench: relay micro-benchmarks did not run (see $out/s5-relay.txt)" >&2
 fi
 
+page_bench
+
 # ------------------------------------------------------------- report --
 
-: >"$out/table.md"
-row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
-row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
+start_table
 for d in 1 16; do
   for s in relay redis; do
-    f=("$out"/s1-$s-d$d-*.json)
-    row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" \
-      "$(agg %.0f .throughput "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-      "$(errors "${f[@]}")"
+    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" "" "$out"/s1-$s-d$d-*.json
   done
 done
 for c in c16 c64 paced; do
@@ -400,14 +508,11 @@ for s in alone during-flat during-paced; do
 done
 for s in flat paced; do
   f=("$out"/s3-storm-$s-*.json)
-  row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
-    "$(agg %.0f .throughput "${f[@]}")" \
-    "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-    "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-    "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-    "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-    "$(errors "${f[@]}"); E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')"
+  load_row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
+    "; E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')" "${f[@]}"
 done
+
+page_report
 
 {
   echo
@@ -485,10 +590,5 @@ fi
   relay_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer + .server_cpu[1].us_per_answer' "$out"/s2-relay-c64-*.json)
   direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
-  echo
-  echo "Targets:"
-  printf '  %s\n' "${targets[@]}"
 } >>"$out/table.md"
-
-echo
-cat "$out/table.md"
+end_table

@@ -48,6 +48,7 @@ import (
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/settingsfile"
+	"github.com/relayhub/relayhub/relay/statuspage"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -71,6 +72,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
 	// wait for the disk (docs/OPERATING.md has the cost).
@@ -459,6 +461,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		OnTransition:   transitionObserver(blog, logger),
 		Metrics:        metrics,
 	}
+	rec := statusPageRecorder(c)
+	if rec != nil {
+		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
+	}
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}
@@ -482,6 +488,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		adminLn   net.Listener
 		adminAddr string
 	)
+	// Closed on every return from here, after the admin server.
+	page := newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
+	if page != nil {
+		defer page.Close()
+	}
 	if c.AdminListen != "" {
 		if adminLn, err = net.Listen("tcp", c.AdminListen); err != nil {
 			_ = ln.Close()
@@ -490,7 +501,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		}
 		adminAddr = adminLn.Addr().String()
 		adminLn = adminProxyListener(adminLn, cfg.ProxyProtocol, cfg.ProxyTrusted)
-		if admin, err = newAdminServer(srv, reg, c.AdminToken, rl, logger); err != nil {
+		if admin, err = newAdminServer(srv, reg, c.AdminToken, rl, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -526,6 +537,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Bool("admin_token", c.AdminToken != "")
 	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).
 		Strs("proxy_trusted", c.ProxyTrusted)
+	start = start.Bool("status_page", page != nil)
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
@@ -629,15 +641,16 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 }
 
 // newAdminServer returns the HTTP server of the admin port, where token,
-// when not empty, guards every POST and rl serves POST /reload. Its timeouts
-// keep a slow or idle admin client from holding a connection for long; its
-// own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, rl *reloader, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token, Reload: rl.reloadForAdmin})
+// when not empty, guards every POST and rl serves POST /reload, with the
+// status page when page is not nil. Its timeouts keep a slow or idle admin
+// client from holding a connection for long; its own errors (a client that
+// sends garbage) are logged at debug.
+func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token, Reload: rl.reloadForAdmin, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}
-	return &http.Server{
+	return withStatusPage(&http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -645,7 +658,7 @@ func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, r
 		IdleTimeout:       time.Minute,
 		ErrorLog:          stdlog.New(debugWriter{logger.With().Str("component", "admin").Logger()}, "", 0),
 		ConnContext:       admin.ConnContext,
-	}, nil
+	}, page), nil
 }
 
 // closeAdmin shuts the admin server down, waiting briefly for requests in

@@ -21,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,6 +163,11 @@ type Config struct {
 	// Gatherer is what GET /metrics serves, usually the registry given to
 	// NewMetrics. Nil means /metrics is not served (404).
 	Gatherer prometheus.Gatherer
+	// Page, when set, is the status page (see package statuspage): it
+	// answers GET / for clients that accept text/html, such as browsers,
+	// and GET /events. Nil means GET / is the text index for everyone and
+	// /events is 404.
+	Page http.Handler
 	// Logger receives the operators' breaker actions, refused
 	// authorizations, and the errors of gathering metrics and of encoding
 	// the status. The zero Logger logs nothing.
@@ -186,6 +192,10 @@ type Config struct {
 //     it is withdrawn or Shutdown has begun, so a load balancer stops
 //     sending new connections;
 //   - GET /status: Status as JSON, indented with ?pretty;
+//   - GET /: with Config.Page, the status page for a client whose Accept
+//     header takes text/html; otherwise a short text index of the
+//     endpoints;
+//   - GET /events: with Config.Page, the page's live updates;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
@@ -202,11 +212,14 @@ type Config struct {
 type Handler struct {
 	hub       Hub
 	mux       *http.ServeMux
+	page      http.Handler                // nil without the status page
+	origins   *http.CrossOriginProtection // refuses other sites' POSTs (ServeHTTP)
 	log       zerolog.Logger
 	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
 	tokenHash [sha256.Size]byte
 	hasToken  bool
 	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
+	index     string                             // the text index: adminIndex and the lines of what else is served
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -228,6 +241,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("admin: no Hub")
 	}
 	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a.page, a.origins = cfg.Page, http.NewCrossOriginProtection()
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
 		// Only the hash is kept: hashes of equal length compared in
@@ -251,12 +265,36 @@ func New(cfg Config) (*Handler, error) {
 			ErrorHandling: promhttp.ContinueOnError,
 		}))
 	}
+	if cfg.Page != nil {
+		a.mux.Handle("GET /events", cfg.Page)
+	}
+	a.index = adminIndex
+	if cfg.Reload != nil {
+		a.index += reloadIndex
+	}
+	if cfg.Page != nil {
+		a.index += pageIndex
+	}
 	return a, nil
 }
 
 // ServeHTTP implements http.Handler. The token is checked before routing,
 // so a request without it learns nothing about the paths behind it.
+//
+// Before the token, every request other than GET, HEAD and OPTIONS that a
+// browser marks as sent from another origin (Sec-Fetch-Site, or else an
+// Origin header that is not the Host) is answered 403 with a JSON error,
+// whatever token it carries, so that no other web page an operator has
+// open can act on the breakers; tools such as curl send neither header and
+// are not affected.
 func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := a.origins.Check(r); err != nil {
+		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			Str("origin", r.Header.Get("Origin")).Str("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")).
+			Msg("admin request refused: sent from another origin")
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused: act from the admin port's own page, or from a tool that sends no Origin")
+		return
+	}
 	if a.hasToken && r.Method != http.MethodGet && r.Method != http.MethodHead && !a.authorized(r) {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Msg("admin request refused: missing or wrong bearer token")
@@ -337,12 +375,56 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 	return action, nil
 }
 
-// adminIndex is the body of GET /, for an operator who opens the port in a
-// browser.
+// adminIndex is the body of GET / for a client that does not take HTML,
+// such as curl.
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
-func (a *Handler) serveIndex(w http.ResponseWriter, _ *http.Request) {
-	writeText(w, http.StatusOK, adminIndex)
+// reloadIndex is the line the index adds when POST /reload is served.
+const reloadIndex = "POST /reload  re-read the settings file and apply it without a restart\n"
+
+// pageIndex is the lines the index adds when the status page is on.
+const pageIndex = "/         this index; a browser (Accept: text/html) gets the live status page\n/events   the status page's live updates (Server-Sent Events)\n"
+
+// serveIndex is GET /: the status page for a client that takes HTML, when
+// the page is on, else the text index.
+func (a *Handler) serveIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Vary", "Accept")
+	if a.page != nil && acceptsHTML(r.Header.Values("Accept")) {
+		a.page.ServeHTTP(w, r)
+		return
+	}
+	writeText(w, http.StatusOK, a.index)
+}
+
+// acceptsHTML reports whether Accept header values name text/html with a
+// quality above zero. A wildcard alone does not count: curl sends "*/*"
+// and gets the text index.
+func acceptsHTML(accept []string) bool {
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			mediaType, params, _ := strings.Cut(part, ";")
+			if !strings.EqualFold(strings.TrimSpace(mediaType), "text/html") {
+				continue
+			}
+			if q, ok := qualityOf(params); !ok || q > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// qualityOf returns the q parameter among a media range's parameters
+// (";"-separated), and whether there is one that parses.
+func qualityOf(params string) (float64, bool) {
+	for p := range strings.SplitSeq(params, ";") {
+		name, value, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(name), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			return q, err == nil
+		}
+	}
+	return 0, false
 }
 
 func (a *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {

@@ -88,6 +88,30 @@ func TestReloadEndpoint(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code)
 }
 
+func TestIndexListsReloadWhenServed(t *testing.T) {
+	reload := func() (relay.ReloadResult, error) { return relay.ReloadResult{}, nil }
+	tests := []struct {
+		name             string
+		cfg              Config
+		wantReload, page bool
+	}{
+		{name: "neither", cfg: Config{}},
+		{name: "reload", cfg: Config{Reload: reload}, wantReload: true},
+		{name: "the page", cfg: Config{Page: fakePage}, page: true},
+		{name: "reload and the page", cfg: Config{Reload: reload, Page: fakePage}, wantReload: true, page: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base, _ := serveAdmin(t, tt.cfg)
+			code, body, _ := getAccept(t, base+"/", "*/*")
+			require.Equal(t, http.StatusOK, code)
+			assert.True(t, strings.HasPrefix(body, adminIndex), body)
+			assert.Equal(t, tt.wantReload, strings.Contains(body, "\nPOST /reload "), body)
+			assert.Equal(t, tt.page, strings.Contains(body, "\n/events "), body)
+		})
+	}
+}
+
 // TestOperatorActionsSayWhoAndFromWhere serves the admin handler behind a
 // listener that reads PROXY headers from loopback, as the relay does when
 // --proxy-protocol is on, and checks that an operator's breaker action is

@@ -142,6 +142,14 @@ func Load(path string, defaults relay.TargetSettings, base []relay.Target) ([]re
 	return parse(path, string(data), defaults, base)
 }
 
+// Parse is Load on data, the contents of a settings file, which errors name
+// name: for settings that come from somewhere other than a file of their
+// own, such as a command line, and must mean exactly what they would mean
+// in one.
+func Parse(name, data string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
+	return parse(name, data, defaults, base)
+}
+
 // fileTarget is one target while the file is read.
 type fileTarget struct {
 	name     string // canonical
