@@ -465,6 +465,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if rec != nil {
 		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
 	}
+	rl.rec = rec
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}

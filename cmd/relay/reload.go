@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -15,19 +16,27 @@ import (
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/settingsfile"
+	"github.com/relayhub/relayhub/relay/statuspage"
 )
 
 // reloader re-reads the settings file (--config) and applies it to the
 // running hub, for SIGHUP and the admin port's POST /reload. The flags and
 // the environment are read once, at start: a reload takes the file over
 // the same defaults and --target list. It is safe for concurrent use;
-// relay.Server.Reload applies one reload at a time.
+// reloads are applied one at a time.
 type reloader struct {
 	path     string               // --config; empty when there is none
 	defaults relay.TargetSettings // the flags' settings, every target's defaults
 	base     []relay.Target       // the --target list
 	log      zerolog.Logger
-	srv      atomic.Pointer[relay.Server] // nil until the hub is built
+	// rec, the status page's Recorder, hears of every reload applied; nil
+	// without the page. Set before srv is stored, and read only after srv
+	// is loaded.
+	rec *statuspage.Recorder
+	srv atomic.Pointer[relay.Server] // nil until the hub is built
+	// mu is held through a reload, so that rec hears of reloads in the
+	// order the hub applied them.
+	mu sync.Mutex
 }
 
 // baseTargets returns the --target list as the relay takes it.
@@ -54,14 +63,22 @@ func (rl *reloader) reload(trigger string) (relay.ReloadResult, error) {
 	if srv == nil {
 		return relay.ReloadResult{}, errStarting
 	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	targets, err := settingsfile.Load(rl.path, rl.defaults, rl.base)
 	var res relay.ReloadResult
+	// The relay's breakers run on the real clock: read it before the
+	// reload, so that the Recorder keeps every change of a target added.
+	at := time.Now()
 	if err == nil {
 		res, err = srv.Reload(targets)
 	}
 	if err != nil {
 		rl.log.Error().Err(err).Str("config", rl.path).Str("trigger", trigger).Msg("settings reload refused; running settings unchanged")
 		return relay.ReloadResult{}, err
+	}
+	if rl.rec != nil {
+		rl.rec.Reloaded(res, at)
 	}
 	rl.log.Info().Str("config", rl.path).Str("trigger", trigger).
 		Strs("added", res.Added).Strs("removed", res.Removed).Strs("changed", res.Changed).Msg("settings reloaded")
