@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -374,32 +372,6 @@ func TestSIGHUPWhileLinesFlowLosesNone(t *testing.T) {
 	assert.Equal(t, total, seen)
 }
 
-// pageHTML returns the status page as a browser gets it from the admin
-// port at base.
-func pageHTML(t *testing.T, base string) string {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/", nil)
-	require.NoError(t, err)
-	req.Header.Set("Accept", "text/html")
-	resp, err := adminClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	require.NoError(t, err)
-	return string(body)
-}
-
-// pageCell returns the cell of the status page with the given id, up to
-// its closing tag.
-func pageCell(t *testing.T, page, id string) string {
-	t.Helper()
-	m := regexp.MustCompile(`(?s)<td id="` + regexp.QuoteMeta(id) + `".*?</td>`).FindString(page)
-	require.NotEmpty(t, m, "no cell %s in the page", id)
-	return m
-}
-
 func TestReloadedTargetsOnTheStatusPageAndInTheAccessLog(t *testing.T) {
 	// Given a relay with CORE, and CLAIM from its settings file held open
 	// by an operator,
@@ -408,32 +380,41 @@ func TestReloadedTargetsOnTheStatusPageAndInTheAccessLog(t *testing.T) {
 	withClaim := fmt.Sprintf("[CLAIM]\nurl = %q\n", claim.URL)
 	config := writeFile(t, "relay.toml", withClaim)
 	access := filepath.Join(t.TempDir(), "access.log")
-	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--config", config, "--access-log", access)
-	r.mustControl(t, "CLAIM", "open", "")
-	assert.Contains(t, pageCell(t, pageHTML(t, r.admin), "t-CLAIM-state"), "OPEN")
+	r := startAdminRelay(t, "--target", "CORE="+core.URL, "--config", config, "--access-log", access)
+	page := func() string {
+		t.Helper()
+		code, body, _ := getHTML(t, r, "/")
+		require.Equal(t, http.StatusOK, code)
+		return body
+	}
+	reload := func() string {
+		t.Helper()
+		code, body := adminPost(t, r, "/reload", "", "")
+		require.Equal(t, http.StatusOK, code, body)
+		return body
+	}
+	code, body := adminPost(t, r, "/breakers/CLAIM", `{"action":"open"}`, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, pageCell(t, page(), "t-CLAIM-state"), "OPEN")
 
 	// when a reload removes CLAIM, its row leaves the page;
 	require.NoError(t, os.WriteFile(config, nil, 0o600))
-	code, body := r.reload(t, "")
-	require.Equal(t, http.StatusOK, code, body)
-	assert.JSONEq(t, `{"added":[],"removed":["CLAIM"],"changed":[]}`, body)
-	page := pageHTML(t, r.admin)
-	assert.NotContains(t, page, `id="t-CLAIM-`)
-	assert.Contains(t, pageCell(t, page, "t-CORE-state"), "CLOSED")
+	assert.JSONEq(t, `{"added":[],"removed":["CLAIM"],"changed":[]}`, reload())
+	html := page()
+	assert.NotContains(t, html, `id="t-CLAIM-`)
+	assert.Contains(t, pageCell(t, html, "t-CORE-state"), "CLOSED")
 
 	// when another adds it back, its row shows the new breaker, CLOSED
 	// since the reload and never open, not the old one's hold,
 	require.NoError(t, os.WriteFile(config, []byte(withClaim), 0o600))
-	code, body = r.reload(t, "")
-	require.Equal(t, http.StatusOK, code, body)
-	assert.JSONEq(t, `{"added":["CLAIM"],"removed":[],"changed":[]}`, body)
-	page = pageHTML(t, r.admin)
-	assert.Contains(t, pageCell(t, page, "t-CLAIM-state"), "CLOSED")
-	assert.NotContains(t, pageCell(t, page, "t-CLAIM-state"), "held open")
-	since := pageCell(t, page, "t-CLAIM-since")
+	assert.JSONEq(t, `{"added":["CLAIM"],"removed":[],"changed":[]}`, reload())
+	html = page()
+	assert.Contains(t, pageCell(t, html, "t-CLAIM-state"), "CLOSED")
+	assert.NotContains(t, pageCell(t, html, "t-CLAIM-state"), "held open")
+	since := pageCell(t, html, "t-CLAIM-since")
 	assert.Regexp(t, `since \d\d:\d\d:\d\d<`, since)
 	assert.NotContains(t, since, "not closed")
-	history := pageCell(t, page, "t-CLAIM-history")
+	history := pageCell(t, html, "t-CLAIM-history")
 	assert.Contains(t, history, `class="tl closed"`)
 	assert.NotContains(t, history, `class="tl open"`, "the removed breaker's hold is not drawn")
 
