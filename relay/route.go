@@ -475,9 +475,13 @@ func (cl *call) run() {
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
-	// Counted before the answer, like the breaker's record, so that a
-	// client holding its answer finds it in the metrics.
+	// Counted and noted before the answer, like the breaker's record, so
+	// that a client holding its answer finds it in the metrics and in the
+	// target's last failure.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if failed {
+		rt.lastFailure.note(code, msg, start.Add(took))
+	}
 	if s.access != nil {
 		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
 			client: c.client})
@@ -495,7 +499,6 @@ func (cl *call) run() {
 	// the metrics count every one.
 	var ev *zerolog.Event
 	if failed {
-		rt.lastFailure.note(code, msg, start.Add(took))
 		if ev = rt.failLog.Warn(); ev == nil {
 			ev = rt.log.Debug()
 		}
