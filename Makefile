@@ -74,7 +74,7 @@ install: build
 	chmod 0644 $(DESTDIR)$(UNITDIR)/relayhub.service
 	install -m 0644 deploy/relayhub.sysusers $(DESTDIR)$(SYSUSERSDIR)/relayhub.conf
 	install -m 0644 deploy/relayhub.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/relayhub
-	install -m 0644 README.md docs/*.md docs/relay.example.toml $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/*.md docs/*.png docs/relay.example.toml $(DESTDIR)$(DOCDIR)/
 	@env=$(DESTDIR)$(SYSCONFDIR)/relayhub/relayhub.env; \
 	if [ -e "$$env" ]; then \
 		install -m 0640 deploy/relayhub.env "$$env.dist"; \

@@ -97,6 +97,7 @@ func TestMakeInstallAndTheUnitVerifies(t *testing.T) {
 		"usr/local/lib/systemd/system/relayhub.service": 0o644,
 		"usr/local/lib/sysusers.d/relayhub.conf":        0o644,
 		"usr/local/share/doc/relayhub/OPERATING.md":     0o644,
+		"usr/local/share/doc/relayhub/status-page.png":  0o644,
 		"etc/relayhub/relayhub.env":                     0o640,
 		"etc/logrotate.d/relayhub":                      0o644,
 	}
