@@ -51,8 +51,9 @@ func (b *Breaker) AdoptClose() {
 	if b.held {
 		return
 	}
-	b.period = b.resetTimeout
-	if b.rateOn {
+	p := b.pol.Load()
+	b.period = p.resetTimeout
+	if p.rateOn {
 		b.win.clear()
 	}
 	w := b.word.Load()

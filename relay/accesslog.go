@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -29,11 +30,13 @@ const StampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 
 // accessLog writes one JSON line per answered request line:
 //
-//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","code":"0000","duration_ms":1.843217,"bytes":12,
+//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","client":"203.0.113.7:51234","code":"0000","duration_ms":1.843217,"bytes":12,
 //	 "breaker":"admitted","start":"2026-11-30T05:31:19.121279870Z","end":"2026-11-30T05:31:19.123123087Z"}
 //
 // target is the target that answered; when it answered as the fallback of
-// the target the client named, that one is in "fallback_for".
+// the target the client named, that one is in "fallback_for". client is
+// the client's address, from the PROXY header when a trusted load balancer
+// sent one.
 //
 // A line whose request reached a breaker also says what that breaker did
 // with it ("breaker": admitted, refused or handed_back; "probe" when it was
@@ -76,6 +79,7 @@ type accessEntry struct {
 	targetN uint8
 	txid    [protocol.MaxTxIDLen]byte
 	target  [protocol.MaxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
+	client  netip.AddrPort            // the client's address; zero when not known
 }
 
 // accessNote describes one answer for the access log: the TXID (empty for
@@ -93,6 +97,9 @@ type accessNote struct {
 	took        time.Duration
 	size        int
 	breaker     breakerNote
+	// client is the client's address: the PROXY header's source when a
+	// trusted load balancer sent one, else the connection's peer.
+	client netip.AddrPort
 }
 
 // breakerNote is what a target's breaker did with a request, for the
@@ -152,7 +159,7 @@ func (a *accessLog) record(n accessNote) {
 	if a == nil {
 		return
 	}
-	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor, breaker: n.breaker}
+	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor, breaker: n.breaker, client: n.client}
 	e.txidN = uint8(copy(e.txid[:], n.txid))
 	e.targetN = uint8(copy(e.target[:], n.target))
 	select {
@@ -184,7 +191,7 @@ func (a *accessLog) writeLoop() {
 	w := bufio.NewWriterSize(a.out, 64<<10)
 	var line bytes.Buffer
 	enc := zerolog.New(&line)
-	var ts []byte
+	var ts, addr []byte
 	failing := false
 	fail := func(err error) {
 		a.dropBuffered()
@@ -222,6 +229,10 @@ func (a *accessLog) writeLoop() {
 		}
 		if e.via != "" {
 			ev = ev.Str("fallback_for", e.via)
+		}
+		if e.client.IsValid() {
+			addr = e.client.AppendTo(addr[:0])
+			ev = ev.Bytes("client", addr)
 		}
 		ev = ev.Str("code", e.code).
 			Float64("duration_ms", float64(e.took)/float64(time.Millisecond)).

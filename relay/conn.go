@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/relay/protocol"
 )
@@ -40,6 +43,10 @@ import (
 type conn struct {
 	srv *Server
 	nc  net.Conn
+
+	// Set by begin, before the read loop starts and the calls it admits.
+	client    netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
+	proxyPeer netip.AddrPort // the load balancer that sent the PROXY header; zero when none
 
 	// Owned by the read loop.
 	rc       syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
@@ -133,11 +140,30 @@ func (c *conn) serve() {
 			c.nc.Close()
 		}
 	}()
+	if !c.begin() {
+		close(c.readDone)
+		c.releaseReadBuf()
+		c.nc.Close()
+		return
+	}
 	end := c.readLoop()
 	close(c.readDone)
 	c.calls.Wait()
 	c.finish(end)
-	c.srv.log.Debug().Str("remote", c.nc.RemoteAddr().String()).Stringer("end", end).Msg("connection closed")
+	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+}
+
+// logAddrs adds to ev the client's address and, when a PROXY header gave
+// it, the load balancer's.
+func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
+	if !c.client.IsValid() {
+		return ev.Str("remote", c.nc.RemoteAddr().String())
+	}
+	ev = ev.Stringer("remote", c.client)
+	if c.proxyPeer.IsValid() {
+		ev = ev.Stringer("proxy", c.proxyPeer)
+	}
+	return ev
 }
 
 // readLoop reads and handles request lines until the connection ends. It
@@ -155,10 +181,10 @@ func (c *conn) readLoop() readEnd {
 		line, tooLong, err := c.readLine()
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
-			c.srv.noteUnparsed(line, protocol.CodeUnavailable)
+			c.noteUnparsed(line, protocol.CodeUnavailable)
 			answer(c, line, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		case tooLong:
-			c.srv.noteUnparsed(line, protocol.CodeMalformed)
+			c.noteUnparsed(line, protocol.CodeMalformed)
 			answer(c, line, protocol.CodeMalformed, protocol.MsgLineTooLong, false)
 		case len(line) > 0:
 			c.serveLine(line)
@@ -407,7 +433,7 @@ func (c *conn) serveLine(line []byte) {
 		code, msg = protocol.CodeUnavailable, protocol.MsgShuttingDown
 	}
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
-	c.srv.noteUnparsed(line[:len(pe.TxID)], code)
+	c.noteUnparsed(line[:len(pe.TxID)], code)
 	answer(c, pe.TxID, code, msg, false)
 }
 
@@ -569,5 +595,5 @@ func (c *conn) writeOutLocked(now time.Time) error {
 func (c *conn) failLocked(err error) {
 	c.werr = err
 	c.nc.Close()
-	c.srv.log.Debug().Err(err).Str("remote", c.nc.RemoteAddr().String()).Msg("client write failed; connection closed")
+	c.logAddrs(c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
 }

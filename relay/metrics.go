@@ -256,16 +256,16 @@ func (m *Metrics) bind(srv *Server) error {
 	return nil
 }
 
-// forTarget resolves the label children of one configured target and, when
-// it has one, of its fallback (fallback is empty otherwise).
-func (m *Metrics) forTarget(name, fallback string) *routeMetrics {
+// forTarget resolves the label children of one configured target, its
+// breaker state at CLOSED. It returns nil on a nil Metrics.
+func (m *Metrics) forTarget(name string) *routeMetrics {
+	if m == nil {
+		return nil
+	}
 	rm := &routeMetrics{
 		state:       m.breakerState.WithLabelValues(name),
 		duration:    m.duration.WithLabelValues(name),
 		connsOpened: m.connsOpened.WithLabelValues(name),
-	}
-	if fallback != "" {
-		rm.fallbacks = m.fallbacks.WithLabelValues(name, fallback)
 	}
 	rm.state.Set(float64(breaker.Closed))
 	for i, code := range codeLabelValues {
@@ -292,9 +292,6 @@ type routeMetrics struct {
 	// transitions is indexed [from][to] by breaker.State; nil where from
 	// equals to, which is no change.
 	transitions [3][3]prometheus.Counter
-	// fallbacks counts the requests sent on to the fallback; nil when the
-	// target has none.
-	fallbacks prometheus.Counter
 	// connsOpened counts the connections opened to the target.
 	connsOpened prometheus.Counter
 }
@@ -303,14 +300,6 @@ type routeMetrics struct {
 func (rm *routeMetrics) countConnOpened() {
 	if rm != nil {
 		rm.connsOpened.Inc()
-	}
-}
-
-// countFallback counts a request the target's breaker refused and its
-// fallback's breaker admitted.
-func (rm *routeMetrics) countFallback() {
-	if rm != nil && rm.fallbacks != nil {
-		rm.fallbacks.Inc()
 	}
 }
 
@@ -383,7 +372,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	for _, r := range s.routes {
+	for _, r := range s.routeList() {
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		if r.metrics != nil {
 			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
@@ -406,3 +395,22 @@ func counterValue(c prometheus.Counter) float64 {
 }
 
 var _ prometheus.Collector = (*liveCollector)(nil)
+
+// fallbackCounter resolves relay_fallbacks_total of a target and its
+// fallback. It returns nil on a nil Metrics or without a fallback.
+func (m *Metrics) fallbackCounter(name, fallback string) prometheus.Counter {
+	if m == nil || fallback == "" {
+		return nil
+	}
+	return m.fallbacks.WithLabelValues(name, fallback)
+}
+
+// forgetTarget removes the breaker state series of a target no longer
+// served, so that no dashboard or alert sees a target that is gone as open
+// or closed. Its counters stay: they only ever grow. It does nothing on a
+// nil Metrics.
+func (m *Metrics) forgetTarget(name string) {
+	if m != nil {
+		m.breakerState.DeleteLabelValues(name)
+	}
+}

@@ -13,30 +13,26 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // route is everything the hub holds for one target: its breaker, its
-// bulkhead, its HTTP side, its fallback and its metrics. It is safe for
-// concurrent use; its fields other than transitions are set once by New.
+// bulkhead, its metrics, and in conf its HTTP side and its fallback. A
+// reload keeps a target's route and replaces its conf. It is safe for
+// concurrent use; its fields other than conf and transitions are set once,
+// before the route is published.
 type route struct {
-	name         string
-	nameBytes    []byte
-	url          string
-	fallbackName string // canonical name of the fallback target; empty when none
-	fallback     *route // the fallback's route; nil when none
-	ownSettings  bool   // the target came with Settings of its own
-	breaker      *breaker.Breaker
-	bulkhead     *bulkhead.Bulkhead
-	client       *targethttp.Client
-	failureCodes []string
-	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
-	viaBusy      string        // viaPrefix + protocol.MsgBulkheadFull
-	metrics      *routeMetrics // nil without metrics
-	log          zerolog.Logger
-	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
-	transitions  transitionLog
-	lastFailure  lastFailure // the latest failed call, for status pages
+	name        string
+	nameBytes   []byte
+	conf        atomic.Pointer[routeConf]
+	breaker     *breaker.Breaker
+	bulkhead    *bulkhead.Bulkhead
+	viaPrefix   string        // "via NAME: ", before the messages this route answers as a fallback
+	viaBusy     string        // viaPrefix + protocol.MsgBulkheadFull
+	metrics     *routeMetrics // nil without metrics
+	log         zerolog.Logger
+	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
+	transitions transitionLog
+	lastFailure lastFailure // the latest failed call, for status pages
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -137,22 +133,11 @@ func RetryAfterSeconds(d time.Duration) float64 {
 	return float64(ms) / 1000
 }
 
-// isFailure reports whether a call that ended with code counts as a breaker
-// failure for this route.
-func (r *route) isFailure(code string) bool {
-	for _, c := range r.failureCodes {
-		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
 // lookup returns the route for a target name as a client wrote it, matched
 // case-insensitively, or nil. A linear scan: there are few targets, and it
 // needs no allocation to fold case.
 func (s *Server) lookup(name []byte) *route {
-	for _, r := range s.routes {
+	for _, r := range s.routeList() {
 		if bytes.EqualFold(r.nameBytes, name) {
 			return r
 		}
@@ -224,7 +209,7 @@ func (c *conn) dispatch(req protocol.Request) {
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			s.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal, note)
+			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal, note)
 			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		s.activeCalls.Add(-1)
@@ -233,13 +218,13 @@ func (c *conn) dispatch(req protocol.Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		s.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		s.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
+		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
@@ -247,11 +232,12 @@ func (c *conn) dispatch(req protocol.Request) {
 		err        error
 		retryAfter time.Duration
 	)
+	conf := rt.conf.Load()
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()
 	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
-		fb := rt.fallback
+		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
@@ -260,8 +246,8 @@ func (c *conn) dispatch(req protocol.Request) {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		primary, rt = rt, fb
-		primary.metrics.countFallback()
+		conf.countFallback()
+		primary, rt, conf = rt, fb, fb.conf.Load()
 	}
 	admitted = true
 	if ticket.Probe() {
@@ -270,7 +256,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		s.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
+		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
 			breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked})
 		msg := protocol.MsgBulkheadFull
 		if primary != nil {
@@ -281,7 +267,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	}
 	acquired = true
 
-	cl := getCall(c, rt, primary, ticket, req)
+	cl := getCall(c, rt, conf, primary, ticket, req)
 	cl.asked = asked
 	c.calls.Add(1)
 	s.startCall(rt, cl)
@@ -331,7 +317,7 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // asked. The message is rt's: "held open by operator" while an operator
 // holds it, else its retry hint.
 func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
-	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
+	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
 	if errors.Is(err, breaker.ErrHeld) {
 		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
 		return
@@ -351,7 +337,8 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback rt took the
 // request; b is what rt's breaker did with it.
-func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
+func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
+	s := c.srv
 	target := req.Target
 	if rt != nil {
 		rt.metrics.count(l)
@@ -360,7 +347,8 @@ func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code st
 		s.metrics.countUnrouted(code)
 	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b})
+		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
+			client: c.client})
 	}
 }
 
@@ -375,9 +363,9 @@ func (r *route) nameOrEmpty() string {
 // noteUnparsed counts an answer to a line that did not parse (E900, or
 // E906 once shutting down): no target can be credited with it. txid is
 // the line's TXID when it could be read.
-func (s *Server) noteUnparsed(txid []byte, code string) {
-	s.metrics.countUnrouted(code)
-	s.access.record(accessNote{txid: txid, code: code})
+func (c *conn) noteUnparsed(txid []byte, code string) {
+	c.srv.metrics.countUnrouted(code)
+	c.srv.access.record(accessNote{txid: txid, code: code, client: c.client})
 }
 
 // retryHintSeconds is the N of an E904's "retry after Ns": d in whole
@@ -396,7 +384,8 @@ func retryHintSeconds(d time.Duration) int64 {
 type call struct {
 	c       *conn
 	rt      *route
-	primary *route // the target the client named, when rt is its fallback; else nil
+	conf    *routeConf // rt's configuration at admission, kept to the end
+	primary *route     // the target the client named, when rt is its fallback; else nil
 	ticket  breaker.Ticket
 	line    []byte // TXID then payload
 	txidN   int    // length of the TXID at the start of line
@@ -408,10 +397,11 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // getCall returns a pooled call holding copies of req's TXID and payload.
-// primary is the target the client named when rt is its fallback, else nil.
-func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
+// conf is rt's configuration at admission; primary is the target the
+// client named when rt is its fallback, else nil.
+func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
-	cl.c, cl.rt, cl.primary, cl.ticket = c, rt, primary, ticket
+	cl.c, cl.rt, cl.conf, cl.primary, cl.ticket = c, rt, conf, primary, ticket
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
 	cl.txidN = len(req.TxID)
 	return cl
@@ -420,7 +410,7 @@ func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Re
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt, cl.primary = nil, nil, nil
+	cl.c, cl.rt, cl.conf, cl.primary = nil, nil, nil, nil
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -461,7 +451,8 @@ func (cl *call) run() {
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
 			if !answered {
 				rt.metrics.count(lblInternal)
-				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note})
+				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
+					client: c.client})
 				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
 			}
 		}
@@ -473,9 +464,9 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := rt.client.Call(txid, cl.line[cl.txidN:])
+	code, msg := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
-	failed := rt.isFailure(code)
+	failed := cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
@@ -484,11 +475,16 @@ func (cl *call) run() {
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
-	// Counted before the answer, like the breaker's record, so that a
-	// client holding its answer finds it in the metrics.
+	// Counted and noted before the answer, like the breaker's record, so
+	// that a client holding its answer finds it in the metrics and in the
+	// target's last failure.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if failed {
+		rt.lastFailure.note(code, msg, start.Add(took))
+	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note})
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
+			client: c.client})
 	}
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.
@@ -503,7 +499,6 @@ func (cl *call) run() {
 	// the metrics count every one.
 	var ev *zerolog.Event
 	if failed {
-		rt.lastFailure.note(code, msg, start.Add(took))
 		if ev = rt.failLog.Warn(); ev == nil {
 			ev = rt.log.Debug()
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -18,7 +19,6 @@ import (
 	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
@@ -190,13 +190,29 @@ type Config struct {
 	// for good. False means each breaker probes on its own, as a single hub
 	// does.
 	ProbePermits bool
+	// ProxyProtocol says whether client connections open with a PROXY
+	// protocol header from a load balancer, whose source address is then
+	// the client's in the access log and the logs. Zero is ProxyOff.
+	ProxyProtocol ProxyProtocol
+	// ProxyTrusted are the addresses whose PROXY headers are believed (the
+	// load balancers); required unless ProxyProtocol is ProxyOff.
+	ProxyTrusted []netip.Prefix
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
 // given to Serve and relays each admitted transaction to its target through
 // that target's breaker and bulkhead. It is safe for concurrent use.
 type Server struct {
-	routes       []*route
+	// routes is the table of targets, replaced whole by Reload: the hot
+	// path reads it without a lock.
+	routes       atomic.Pointer[[]*route]
+	defaults     TargetSettings // effective settings of a target without its own
+	defaultCodes []string       // the failure codes of defaults, parsed
+	clock        breaker.Clock
+	rand         func() float64
+	onTransition func(breaker.Transition)
+	probePermits bool       // every breaker waits for PermitProbe (Config.ProbePermits)
+	reloadMu     sync.Mutex // held by Reload: one at a time
 	maxLineBytes int
 	maxConns     int
 	idleTimeout  time.Duration
@@ -209,11 +225,19 @@ type Server struct {
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
 
+	// The PROXY protocol settings, Config's, set once by New, and the log
+	// of the connections they refuse, sampled to proxyLogBurst lines a
+	// second.
+	proxyProtocol ProxyProtocol
+	proxyTrusted  []netip.Prefix
+	proxyLog      zerolog.Logger
+
 	// targetConns holds every open target connection, so that abortCalls
 	// can cut the calls blocked on them.
 	targetConns *targethttp.Conns
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
+	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
 	activeCalls atomic.Int64 // requests between admission and their answer
 	lingering   atomic.Int64 // turned-away connections still draining
 
@@ -273,6 +297,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{
+		defaults:     defaults,
+		defaultCodes: defaultCodes,
+		clock:        cfg.Clock,
+		rand:         cfg.Rand,
+		probePermits: cfg.ProbePermits,
+		onTransition: cfg.OnTransition,
 		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
 		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
 		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
@@ -285,61 +315,21 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
-	s.targetConns = targethttp.NewConns(cfg.DialTarget)
-	for _, t := range cfg.Targets {
-		name, txURL, err := t.canonical()
-		if err != nil {
-			return nil, fmt.Errorf("relay: %w", err)
-		}
-		for _, r := range s.routes {
-			if r.name == name {
-				return nil, fmt.Errorf("relay: target %s configured twice", name)
-			}
-		}
-		settings, codes, own := defaults, defaultCodes, t.Settings != nil
-		if own {
-			settings = t.Settings.WithDefaults()
-			if err := settings.check(); err != nil {
-				return nil, fmt.Errorf("relay: target %s: %w", name, err)
-			}
-			if codes, err = parseFailureCodes(settings.FailureCodes); err != nil {
-				return nil, fmt.Errorf("relay: target %s: %w", name, err)
-			}
-		}
-		rt := &route{
-			name:         name,
-			nameBytes:    []byte(name),
-			url:          t.URL,
-			fallbackName: strings.ToUpper(t.Fallback),
-			ownSettings:  own,
-			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			failureCodes: codes,
-			viaPrefix:    "via " + name + ": ",
-			viaBusy:      "via " + name + ": " + protocol.MsgBulkheadFull,
-			work:         make(chan *call),
-			log:          s.log.With().Str("target", name).Logger(),
-		}
-		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
-		rt.client, err = targethttp.New(targethttp.Config{
-			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
-			IdleTimeout: settings.TargetIdleTimeout, OnDial: rt.connOpened,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("relay: target %s: %w", name, err)
-		}
-		rt.breaker = breaker.New(breaker.Settings{
-			Name:         name,
-			Policy:       settings.Policy,
-			Clock:        cfg.Clock,
-			OnTransition: rt.observer(cfg.OnTransition),
-			Rand:         cfg.Rand,
-			ProbePermits: cfg.ProbePermits,
-			ProbeTimeout: settings.TargetTimeout + ProbeGrace,
-		})
-		s.routes = append(s.routes, rt)
-	}
-	if err := s.linkFallbacks(); err != nil {
+	if err := s.setProxyProtocol(cfg.ProxyProtocol, cfg.ProxyTrusted); err != nil {
 		return nil, err
+	}
+	s.targetConns = targethttp.NewConns(cfg.DialTarget)
+	plans, err := s.plan(cfg.Targets)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]*route, len(plans))
+	confs := make([]*routeConf, len(plans))
+	for i, p := range plans {
+		routes[i] = s.newRoute(p)
+		if confs[i], err = s.newConf(p, routes[i], nil); err != nil {
+			return nil, err
+		}
 	}
 	// Label children are resolved once the whole configuration is known to
 	// be good, so a refused Config leaves no series behind. No breaker can
@@ -348,38 +338,20 @@ func New(cfg Config) (*Server, error) {
 		if err := cfg.Metrics.bind(s); err != nil {
 			return nil, err
 		}
-		for _, rt := range s.routes {
-			rt.metrics = cfg.Metrics.forTarget(rt.name, rt.fallbackName)
+		for _, rt := range routes {
+			rt.metrics = cfg.Metrics.forTarget(rt.name)
 		}
 	}
+	s.linkConfs(routes, confs)
+	for i, rt := range routes {
+		rt.conf.Store(confs[i])
+	}
+	s.routes.Store(&routes)
 	if cfg.AccessLog != nil {
 		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
 		s.bg.Go(s.writeAccessLog)
 	}
 	return s, nil
-}
-
-// linkFallbacks points each route with a fallback at the fallback's route,
-// refusing a name that is no configured target, the target itself, or a
-// target that has a fallback of its own: one step only, which also rules
-// out every cycle.
-func (s *Server) linkFallbacks() error {
-	for _, rt := range s.routes {
-		if rt.fallbackName == "" {
-			continue
-		}
-		fb := s.lookup([]byte(rt.fallbackName))
-		switch {
-		case fb == nil:
-			return fmt.Errorf("relay: target %s: fallback %q is not a configured target", rt.name, rt.fallbackName)
-		case fb == rt:
-			return fmt.Errorf("relay: target %s: fallback to itself", rt.name)
-		case fb.fallbackName != "":
-			return fmt.Errorf("relay: target %s: fallback %s has a fallback of its own (%s); fallbacks go one step only", rt.name, fb.name, fb.fallbackName)
-		}
-		rt.fallback = fb
-	}
-	return nil
 }
 
 // parseFailureCodes checks failure codes with protocol.ParseFailureCode and
@@ -560,8 +532,9 @@ type TargetSettings struct {
 
 // Targets returns a snapshot of every target, in configuration order.
 func (s *Server) Targets() []TargetSnapshot {
-	out := make([]TargetSnapshot, 0, len(s.routes))
-	for _, r := range s.routes {
+	routes := s.routeList()
+	out := make([]TargetSnapshot, 0, len(routes))
+	for _, r := range routes {
 		out = append(out, s.snapshot(r))
 	}
 	return out
@@ -593,20 +566,21 @@ func (s *Server) Target(name string) (TargetSnapshot, bool) {
 
 // snapshot returns r's state now.
 func (s *Server) snapshot(r *route) TargetSnapshot {
+	rc := r.conf.Load()
 	bs := r.breaker.Settings()
 	settings := TargetSettings{
-		TargetTimeout:     r.client.Timeout(),
-		TargetIdleTimeout: r.client.IdleTimeout(),
-		FailureCodes:      append([]string(nil), r.failureCodes...),
+		TargetTimeout:     rc.client.Timeout(),
+		TargetIdleTimeout: rc.client.IdleTimeout(),
+		FailureCodes:      append([]string(nil), rc.failureCodes...),
 		Policy:            bs.Policy,
 	}
-	if r.ownSettings {
+	if rc.own {
 		settings.MaxInflight = r.bulkhead.Limit()
 	}
 	return TargetSnapshot{
 		Name:         r.name,
-		URL:          r.url,
-		Fallback:     r.fallbackName,
+		URL:          rc.url,
+		Fallback:     rc.fallbackName,
 		Snapshot:     r.breaker.Snapshot(),
 		InFlight:     r.bulkhead.InFlight(),
 		MaxInFlight:  r.bulkhead.Limit(),
@@ -616,10 +590,11 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 	}
 }
 
-// Draining reports whether Shutdown or Close has begun: the Server no longer
-// accepts connections and answers new lines E906.
+// Draining reports whether the Server is leaving service: Withdraw has
+// been called (it still serves), or Shutdown or Close has begun (it no
+// longer accepts connections and answers new lines E906).
 func (s *Server) Draining() bool {
-	return s.inShutdown.Load()
+	return s.withdrawn.Load() || s.inShutdown.Load()
 }
 
 // ConnectionsOpen returns the number of client connections being served,
@@ -928,8 +903,8 @@ func (s *Server) abortCalls() {
 
 // closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
-	for _, rt := range s.routes {
-		rt.client.CloseIdle()
+	for _, rt := range s.routeList() {
+		rt.conf.Load().client.CloseIdle()
 	}
 }
 

@@ -33,7 +33,6 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -96,6 +95,11 @@ type cli struct {
 	// Fleet mode, off by default (docs/FLEET.md).
 	StateStore string `help:"Fleet mode: share every target's breaker state with the other hubs through this Redis (redis://[user:pass@]host:port/db, rediss:// for TLS, ?master_name=NAME for Sentinel, ?addr=HOST:PORT for Cluster seeds). Requests never wait for it; while it is unreachable each breaker decides alone. Empty means a hub on its own." placeholder:"URL" env:"RELAY_STATE_STORE"`
 	HubID      string `help:"This hub's name in the fleet, its logs and /status: 1 to 64 of A-Z a-z 0-9 . _ : -, unique in the fleet. Empty means HOSTNAME:PORT of --listen." env:"RELAY_HUB_ID"`
+	// Running behind a load balancer (docs/OPERATING.md, "Behind a load
+	// balancer").
+	ShutdownDelay duration `help:"On SIGTERM or SIGINT, answer 503 on /readyz at once and go on serving this long before the drain, so a load balancer's health check takes the hub out of rotation first; a second signal ends the wait. 0 drains at once." default:"0" env:"RELAY_SHUTDOWN_DELAY"`
+	ProxyProtocol string   `help:"Read a PROXY protocol header (v1 or v2, as HAProxy's send-proxy-v2 writes it) at the start of client connections from --proxy-trusted, and take its address as the client's: off; optional (used when present); required (refuse connections without one, and every connection from elsewhere)." enum:"off,optional,required" default:"off" env:"RELAY_PROXY_PROTOCOL"`
+	ProxyTrusted  []string `help:"Addresses or CIDR ranges of the load balancers whose PROXY headers are believed, comma-separated or repeated." placeholder:"CIDR" env:"RELAY_PROXY_TRUSTED"`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
@@ -278,6 +282,9 @@ func (c *cli) Validate() error {
 	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
 		return errors.New("--access-log: must name a file, or be empty to turn it off")
 	}
+	if err := c.validateService(); err != nil {
+		return err
+	}
 	return c.validatePolicies()
 }
 
@@ -406,10 +413,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return usageError{fmt.Errorf("--failure-codes: %w", err)}
 		}
 	}
-	targets := make([]relay.Target, len(c.Target))
-	for i, t := range c.Target {
-		targets[i] = relay.Target(t)
-	}
+	targets := baseTargets(c)
 	if c.Config != "" {
 		// The flags are every target's defaults; the file overrides them
 		// per target and may add targets.
@@ -417,6 +421,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return usageError{err}
 		}
 	}
+
+	rl := &reloader{path: c.Config, defaults: c.targetDefaults(codes), base: baseTargets(c), log: logger}
 
 	blog, err := breakerlog.New(breakerlog.Config{Path: c.BreakerLog, Sync: c.BreakerLogSync})
 	if err != nil {
@@ -428,10 +434,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
-	defer reopenOnHangup(blog, logger)()
-	var accessLog *os.File
+	hangup := []func(){func() { reopenBreakerLog(blog, logger) }}
+	var accessLog *appendFile
 	if c.AccessLog != "" {
-		accessLog, err = os.OpenFile(c.AccessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		accessLog, err = openAppendFile(c.AccessLog)
 		if err != nil {
 			return fmt.Errorf("--access-log: %w", err)
 		}
@@ -440,7 +446,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--access-log: close: %w", cerr)
 			}
 		}()
+		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
 	}
+	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
 	reg, metrics, err := newMetrics()
 	if err != nil {
 		return err
@@ -464,14 +472,18 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if rec != nil {
 		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
 	}
+	rl.rec = rec
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}
+	cfg.ProxyProtocol, cfg.ProxyTrusted = c.proxyConfig()
 	srv, err := relay.New(cfg)
 	if err != nil {
 		// New refuses only a configuration it cannot run with.
 		return usageError{err}
 	}
+	rl.srv.Store(srv)
+	checkFileLimit(srv, c.MaxConns, logger)
 	// From here on srv may own the access log's writer: every return stops
 	// it first.
 	ln, err := net.Listen("tcp", c.Listen)
@@ -511,7 +523,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
-		if admin, err = newAdminServer(hub, reg, c.AdminToken, page, logger); err != nil {
+		adminLn = adminProxyListener(adminLn, cfg.ProxyProtocol, cfg.ProxyTrusted)
+		if admin, err = newAdminServer(hub, reg, c.AdminToken, rl, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -545,6 +558,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
+	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).
+		Strs("proxy_trusted", c.ProxyTrusted)
 	start = start.Bool("status_page", page != nil)
 	if fl != nil {
 		start = start.Str("state_store", redactURL(c.StateStore)).Str("hub_id", fl.HubID())
@@ -580,6 +595,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 
 	// The admin server outlives the drain, so /readyz answers 503 while it
 	// lasts and /status shows the calls still in flight.
+	delayShutdown(srv, time.Duration(c.ShutdownDelay), logger)
 	logger.Info().Stringer("drain_timeout", c.DrainTimeout).Msg("shutting down")
 	drain, cancel := context.WithTimeout(context.Background(), time.Duration(c.DrainTimeout))
 	defer cancel()
@@ -651,12 +667,12 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 }
 
 // newAdminServer returns the HTTP server of the admin port, where token,
-// when not empty, guards every POST, with the status page when page is not
-// nil. Its timeouts
-// keep a slow or idle admin client from holding a connection for long; its
-// own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token, Page: pageHandler(page)})
+// when not empty, guards every POST and rl serves POST /reload, with the
+// status page when page is not nil. Its timeouts keep a slow or idle admin
+// client from holding a connection for long; its own errors (a client that
+// sends garbage) are logged at debug.
+func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token, Reload: rl.reloadForAdmin, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}
@@ -667,6 +683,7 @@ func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, page 
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          stdlog.New(debugWriter{logger.With().Str("component", "admin").Logger()}, "", 0),
+		ConnContext:       admin.ConnContext,
 	}, page), nil
 }
 
@@ -702,41 +719,6 @@ func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breake
 	return func(t breaker.Transition) {
 		if err := blog.Write(t); err != nil {
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
-		}
-	}
-}
-
-// reopenOnHangup reopens the breaker log on every SIGHUP until the returned
-// stop is called, so that logrotate can rename the file and then signal the
-// relay (docs/OPERATING.md). Catching SIGHUP also keeps it from ending the
-// relay, Go's default. A failed reopen is logged and the log goes on in the
-// file it had. stop waits for a reopen in progress; call it before closing
-// the log.
-func reopenOnHangup(blog *breakerlog.Log, logger zerolog.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { reopenLoop(blog, logger, hup, done) })
-	return func() {
-		signal.Stop(hup)
-		close(done)
-		wg.Wait()
-	}
-}
-
-// reopenLoop reopens blog for each signal on hup until done is closed.
-func reopenLoop(blog *breakerlog.Log, logger zerolog.Logger, hup <-chan os.Signal, done <-chan struct{}) {
-	for {
-		select {
-		case <-hup:
-			if err := blog.Reopen(); err != nil {
-				logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
-				continue
-			}
-			logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
-		case <-done:
-			return
 		}
 	}
 }

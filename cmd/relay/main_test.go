@@ -453,8 +453,8 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	require.Len(t, lines, 2)
-	assert.Contains(t, lines[0], `"txid":"T1","target":"CORE","code":"E500"`)
-	assert.Contains(t, lines[1], `"txid":"T2","target":"CORE","code":"E904"`)
+	assert.Regexp(t, `"txid":"T1","target":"CORE","client":"127\.0\.0\.1:\d+","code":"E500"`, lines[0])
+	assert.Regexp(t, `"txid":"T2","target":"CORE","client":"127\.0\.0\.1:\d+","code":"E904"`, lines[1])
 	_, err = net.DialTimeout("tcp", bound[1], time.Second)
 	assert.Error(t, err, "admin port still open after the relay stopped")
 }

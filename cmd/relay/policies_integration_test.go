@@ -55,7 +55,14 @@ func startPolicyRelay(t *testing.T, env []string, args ...string) *policyRelay {
 // token (none when empty) and returns the status and the body.
 func (r *policyRelay) control(t *testing.T, target, action, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.admin+"/breakers/"+target, strings.NewReader(`{"action":"`+action+`"}`))
+	return r.post(t, "/breakers/"+target, `{"action":"`+action+`"}`, token)
+}
+
+// post posts body to path on the admin port with the bearer token (none
+// when empty) and returns the status and the body.
+func (r *policyRelay) post(t *testing.T, path, body, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.admin+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -63,12 +70,12 @@ func (r *policyRelay) control(t *testing.T, target, action, token string) (int, 
 	resp, err := adminClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	require.NoError(t, err)
 	if resp.StatusCode == http.StatusUnauthorized {
 		assert.Equal(t, "Bearer", resp.Header.Get("WWW-Authenticate"))
 	}
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, string(got)
 }
 
 // mustControl is control expecting 200, and returns the target's status.

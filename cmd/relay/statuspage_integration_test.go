@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -320,9 +319,20 @@ func adminPost(t *testing.T, r *adminRelay, path, body, token string) (int, stri
 	resp, err := adminClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = fmt.Fprint(&b, json.NewDecoder(resp.Body))
-	return resp.StatusCode, b.String()
+	got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	require.NoError(t, err)
+	return resp.StatusCode, string(got)
+}
+
+// pageCell returns the cell of the status page with the given id, up to
+// its closing tag.
+func pageCell(t *testing.T, page, id string) string {
+	t.Helper()
+	i := strings.Index(page, `<td id="`+id+`"`)
+	require.GreaterOrEqual(t, i, 0, "no cell %s in the page", id)
+	n := strings.Index(page[i:], "</td>")
+	require.Positive(t, n, "cell %s is not closed", id)
+	return page[i : i+n+len("</td>")]
 }
 
 // screenshots takes the page in tab, light and dark, 1440 px wide: into

@@ -103,3 +103,16 @@ func isReset(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) && !ne.Timeout()
 }
+
+// DialFrom connects to the hub at addr from the local address local, such
+// as 127.0.0.2 (any 127.0.0.0/8 address is the loopback on Linux), so that
+// one machine can play peers the hub tells apart by address. It fails the
+// test if it cannot; the connection is closed when the test ends.
+func DialFrom(t testing.TB, local, addr string) *Client {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: IOTimeout}
+	nc, err := d.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
+}

@@ -35,7 +35,8 @@ import (
 // Hub is what the admin endpoints need of the hub. *relay.Server implements
 // it; an implementation must be safe for concurrent use.
 type Hub interface {
-	// Draining reports that the hub has begun to shut down.
+	// Draining reports that the hub is leaving service: withdrawn ahead of
+	// its shutdown (still serving), or shutting down.
 	Draining() bool
 	// ConnectionsOpen returns the number of client connections served.
 	ConnectionsOpen() int
@@ -95,7 +96,8 @@ type TargetFleet struct {
 // Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as
 // relayctl decode: fields may be added, never renamed. It is a plain value.
 type Status struct {
-	// Draining reports that Shutdown has begun.
+	// Draining reports that the hub is leaving service, withdrawn or
+	// shutting down: /readyz answers 503.
 	Draining bool `json:"draining"`
 	// Goroutines is runtime.NumGoroutine() of the whole process, so that a
 	// test or an operator can see the hub come back to its idle baseline.
@@ -238,6 +240,11 @@ type Config struct {
 	// without it is answered 401. Empty means no check: keep the admin port
 	// on loopback or a management network then.
 	Token string
+	// Reload, when set, serves POST /reload: it re-reads the hub's settings
+	// and applies them, returning what changed, or why nothing did (the
+	// running settings are then kept; ErrNothingToReload when there are
+	// none to re-read). Nil means POST /reload answers 404.
+	Reload func() (relay.ReloadResult, error)
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -245,7 +252,8 @@ type Config struct {
 //   - GET /metrics: the Gatherer's metrics in the Prometheus formats;
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
-//     Shutdown has begun, so a load balancer stops sending new connections;
+//     it is withdrawn or Shutdown has begun, so a load balancer stops
+//     sending new connections;
 //   - GET /status: Status as JSON, indented with ?pretty;
 //   - GET /: with Config.Page, the status page for a client whose Accept
 //     header takes text/html; otherwise a short text index of the
@@ -255,6 +263,10 @@ type Config struct {
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
+//   - POST /reload, when Config.Reload is set: the hub re-reads its
+//     settings, answered 200 with the targets added, removed and changed,
+//     409 when there is nothing to reload, 422 with the reason when the
+//     new settings were refused and the running ones kept.
 //
 // With Config.Token set, every request other than GET and HEAD needs
 // the bearer token, or is answered 401 with a JSON error and
@@ -269,6 +281,8 @@ type Handler struct {
 	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
 	tokenHash [sha256.Size]byte
 	hasToken  bool
+	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
+	index     string                             // the text index: adminIndex and the lines of what else is served
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -303,6 +317,10 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
+	if cfg.Reload != nil {
+		a.reloadFn = cfg.Reload
+		a.mux.HandleFunc("/reload", a.serveReload)
+	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -312,6 +330,13 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Page != nil {
 		a.mux.Handle("GET /events", cfg.Page)
+	}
+	a.index = adminIndex
+	if cfg.Reload != nil {
+		a.index += reloadIndex
+	}
+	if cfg.Page != nil {
+		a.index += pageIndex
 	}
 	return a, nil
 }
@@ -379,7 +404,7 @@ func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	a.log.Info().Str("target", target.Name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
+	a.operator(a.log.Info().Str("target", target.Name).Str("action", string(action)), r).Msg("breaker action")
 	st, err := a.hub.ControlBreaker(target.Name, action)
 	if err != nil {
 		// Both the target and the action were checked above.
@@ -417,22 +442,21 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 // such as curl.
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
-// pageIndex is the line the index adds when the status page is on.
+// reloadIndex is the line the index adds when POST /reload is served.
+const reloadIndex = "POST /reload  re-read the settings file and apply it without a restart\n"
+
+// pageIndex is the lines the index adds when the status page is on.
 const pageIndex = "/         this index; a browser (Accept: text/html) gets the live status page\n/events   the status page's live updates (Server-Sent Events)\n"
 
 // serveIndex is GET /: the status page for a client that takes HTML, when
 // the page is on, else the text index.
 func (a *Handler) serveIndex(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Vary", "Accept")
-	if a.page == nil {
-		writeText(w, http.StatusOK, adminIndex)
-		return
-	}
-	if acceptsHTML(r.Header.Values("Accept")) {
+	if a.page != nil && acceptsHTML(r.Header.Values("Accept")) {
 		a.page.ServeHTTP(w, r)
 		return
 	}
-	writeText(w, http.StatusOK, adminIndex+pageIndex)
+	writeText(w, http.StatusOK, a.index)
 }
 
 // acceptsHTML reports whether Accept header values name text/html with a

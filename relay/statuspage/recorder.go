@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay"
 )
 
 // HistorySpan is how far back the page draws each target's breaker
@@ -20,8 +21,9 @@ const maxChanges = 4096
 // page's timelines and its "last probe" and "in state" columns: those of
 // the last HistorySpan (at most maxChanges per target), and whatever their
 // age each target's latest change and latest probe. Its Observe is the
-// hub's transition observer; give the Recorder to New. It is safe for
-// concurrent use; its memory is bounded by the number of targets.
+// hub's transition observer, and its Reloaded hears of the hub's reloads;
+// give the Recorder to New. It is safe for concurrent use; its memory is
+// bounded by the number of targets.
 type Recorder struct {
 	mu      sync.Mutex
 	targets map[string]*targetChanges // guarded by mu; keyed by target name
@@ -46,6 +48,9 @@ type targetChanges struct {
 	// leftClosed is when the breaker last left CLOSED: the start of the
 	// outage while it is not closed.
 	leftClosed time.Time
+	// added is when a reload added the target; zero for a target the hub
+	// started with.
+	added time.Time
 }
 
 // change is one breaker state change, as a Recorder keeps it.
@@ -88,6 +93,35 @@ func (r *Recorder) Observe(t breaker.Transition) {
 	}
 }
 
+// Reloaded tells r what a reload of the hub changed: res is what
+// relay.Server.Reload returned, and at the breakers' clock read just before
+// it was called. A target removed is forgotten, as the page no longer shows
+// it. A target added starts afresh at at, with no change before it: its
+// breaker is a new one, CLOSED, whatever a target of the same name removed
+// earlier went through; changes observed from at on are its own and stay.
+func (r *Recorder) Reloaded(res relay.ReloadResult, at time.Time) {
+	r.mu.Lock()
+	for _, name := range res.Removed {
+		delete(r.targets, name)
+	}
+	for _, name := range res.Added {
+		tc := &targetChanges{added: at}
+		if old := r.targets[name]; old != nil {
+			for _, c := range old.recent[old.first:] {
+				if !c.at.Before(at) {
+					tc.add(c)
+				}
+			}
+		}
+		r.targets[name] = tc
+	}
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
 // add appends c, drops what is older than HistorySpan before it or beyond
 // maxChanges, and follows the probe.
 func (tc *targetChanges) add(c change) {
@@ -119,6 +153,7 @@ type history struct {
 	last       change    // the latest change; zero at when there has been none
 	probe      probe     // the latest probe; zero start when there has been none
 	leftClosed time.Time // when the breaker last left CLOSED; zero when it never has
+	added      time.Time // when a reload added the target; zero for a target the hub started with
 }
 
 // history returns what r holds for target name, with the changes since
@@ -130,7 +165,7 @@ func (r *Recorder) history(name string, since time.Time) history {
 	if tc == nil {
 		return history{}
 	}
-	h := history{last: tc.last, probe: tc.probe, leftClosed: tc.leftClosed}
+	h := history{last: tc.last, probe: tc.probe, leftClosed: tc.leftClosed, added: tc.added}
 	i := tc.first
 	for i < len(tc.recent) && tc.recent[i].at.Before(since) {
 		i++

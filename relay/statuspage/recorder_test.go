@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay"
 )
 
 // t0 is the start of the tests' fake time.
@@ -125,6 +126,47 @@ func TestRecorderBoundsAFlappingBreaker(t *testing.T) {
 	assert.LessOrEqual(t, cap(r.targets["CORE"].recent), 3*maxChanges)
 }
 
+func TestRecorderReloaded(t *testing.T) {
+	// Given CORE opened, CLAIM opened, and LOANS opened and then removed by
+	// an earlier reload, its old breaker still reporting a late change,
+	r := NewRecorder()
+	on := func(name string, at time.Duration, from, to breaker.State) {
+		r.Observe(breaker.Transition{Name: name, From: from, To: to, At: t0.Add(at), Cause: breaker.CauseResults})
+	}
+	on("CORE", 0, breaker.Closed, breaker.Open)
+	on("CLAIM", time.Second, breaker.Closed, breaker.Open)
+	on("LOANS", 2*time.Second, breaker.Closed, breaker.Open)
+	on("LOANS", 3*time.Second, breaker.Open, breaker.HalfOpen)
+	reloadAt := t0.Add(10 * time.Second)
+
+	// when a reload at 10 s removes CLAIM and adds LOANS back, whose new
+	// breaker opens at 12 s, before the Recorder hears of the reload,
+	on("LOANS", 12*time.Second, breaker.Closed, breaker.Open)
+	<-r.changed
+	r.Reloaded(relay.ReloadResult{Added: []string{"LOANS"}, Removed: []string{"CLAIM"}, Changed: []string{"CORE"}}, reloadAt)
+
+	// then CORE keeps its history, CLAIM is forgotten, and LOANS starts at
+	// the reload with only its new breaker's change, no probe and its outage
+	// from 12 s; the page is told to draw again.
+	core := r.history("CORE", t0)
+	require.Len(t, core.recent, 1)
+	assert.Zero(t, core.added)
+	assert.Zero(t, r.history("CLAIM", t0))
+	assert.NotContains(t, r.targets, "CLAIM")
+	loans := r.history("LOANS", t0)
+	assert.Equal(t, reloadAt, loans.added)
+	require.Len(t, loans.recent, 1)
+	assert.Equal(t, t0.Add(12*time.Second), loans.last.at)
+	assert.Equal(t, breaker.Open, loans.last.to)
+	assert.Zero(t, loans.probe)
+	assert.Equal(t, t0.Add(12*time.Second), loans.leftClosed)
+	assert.Len(t, r.changed, 1)
+
+	// A target added for the first time starts at the reload, empty.
+	r.Reloaded(relay.ReloadResult{Added: []string{"CARDS"}}, reloadAt)
+	assert.Equal(t, history{added: reloadAt}, r.history("CARDS", t0))
+}
+
 func TestRecorderObserveNeverWaits(t *testing.T) {
 	// Given nobody draining the change signal, many changes are observed
 	// without blocking, and one token says there was a change.
@@ -152,6 +194,18 @@ func TestRecorderHammer(t *testing.T) {
 			}
 		})
 	}
+	wg.Go(func() {
+		// Reloads add and remove LOANS while the others change.
+		for i := range 400 {
+			at := t0.Add(time.Duration(i) * time.Second)
+			r.Observe(breaker.Transition{Name: "LOANS", From: breaker.Closed, To: breaker.Open, At: at})
+			res := relay.ReloadResult{Added: []string{"LOANS"}}
+			if i%2 == 1 {
+				res = relay.ReloadResult{Removed: []string{"LOANS"}}
+			}
+			r.Reloaded(res, at)
+		}
+	})
 	wg.Go(func() {
 		for range 1000 {
 			select {

@@ -22,6 +22,11 @@
 //	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Page: page})
 //	adminServer := &http.Server{Handler: h}
 //	adminServer.RegisterOnShutdown(page.EndStreams)
+//	// On each reload, with the breakers' clock read just before it:
+//	at := time.Now()
+//	if res, err := srv.Reload(targets); err == nil {
+//		rec.Reloaded(res, at)
+//	}
 package statuspage
 
 import (

@@ -30,7 +30,7 @@ type targetView struct {
 	Name, URL string
 	State     stateView
 	InState   string // how long the breaker has been in its state
-	Since     string // when it entered it, hh:mm:ss, or "start"
+	Since     string // when it entered it, hh:mm:ss; unchanged, "start" or when a reload added the target
 	NotClosed string // while not closed, how long since it left CLOSED
 	Retry     string
 	RetryNote string
@@ -173,8 +173,13 @@ func newTargetView(in targetInput) targetView {
 		MaxInFlight: s.MaxInFlight,
 	}
 	v.State.Held, v.State.Disabled = s.Held, s.Disabled
+	// A target a reload added is watched from then on.
+	watched, since := in.started, "start"
+	if in.hist.added.After(watched) {
+		watched, since = in.hist.added, clockText(in.hist.added)
+	}
 	if in.hist.last.at.IsZero() {
-		v.InState, v.Since = agoText(in.now.Sub(in.started)), "start"
+		v.InState, v.Since = agoText(in.now.Sub(watched)), since
 	} else {
 		v.InState, v.Since = agoText(in.now.Sub(in.hist.last.at)), clockText(in.hist.last.at)
 	}
@@ -202,7 +207,7 @@ func newTargetView(in targetInput) targetView {
 			Rate:   rateText(in.rates.fallbacksPerSecond),
 		}
 	}
-	v.Timeline = timeline(in.hist, s.State, in.started, in.now)
+	v.Timeline = timeline(in.hist, s.State, watched, in.now)
 	v.Probes = probeMarks(in.hist, in.now)
 	v.Spark = sparkline(in.spark)
 	v.HistoryOK = in.rates.ok
@@ -392,7 +397,8 @@ func failureText(f relay.Failure, now time.Time) failureView {
 // timeline returns the runs of breaker state over the HistorySpan before
 // now, one unit a second, each second drawn in the worst state it saw so
 // a probe of a few milliseconds still shows. current is the state now;
-// nothing is drawn before started, when the page began to watch.
+// nothing is drawn before started, when the page began to watch the target
+// (when a reload added it, for a target added so).
 func timeline(h history, current breaker.State, started, now time.Time) []spanView {
 	start := now.Add(-HistorySpan)
 	var cols [timelineWidth]int // severity of each second; -1 before started

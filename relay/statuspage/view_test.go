@@ -199,3 +199,28 @@ func TestTargetView(t *testing.T) {
 	core.State = breaker.Closed
 	assert.Empty(t, newTargetView(targetInput{snap: core, hist: h, rates: r, started: t0, now: now}).NotClosed)
 }
+
+func TestTargetViewOfATargetAddedByAReload(t *testing.T) {
+	// Given a page watching since t0, and LOANS added by a reload 30 s ago
+	// with no change since,
+	now := t0.Add(10 * time.Minute)
+	loans := relay.TargetSnapshot{Name: "LOANS", Snapshot: breaker.Snapshot{State: breaker.Closed}, MaxInFlight: 10}
+	h := history{added: now.Add(-30 * time.Second)}
+
+	// then its row has been CLOSED since the reload, and its timeline
+	// starts there.
+	v := newTargetView(targetInput{snap: loans, hist: h, started: t0, now: now})
+	assert.Equal(t, "30 s", v.InState)
+	assert.Equal(t, "07:09:30", v.Since)
+	assert.Equal(t, []string{"closed 869+31"}, spansOf(v.Timeline))
+
+	// Once its breaker opens, the row tells that change, and the timeline
+	// draws it after the reload's closed span.
+	h.recent = []change{{at: now.Add(-10 * time.Second), from: breaker.Closed, to: breaker.Open}}
+	h.last, h.leftClosed = h.recent[0], h.recent[0].at
+	loans.State = breaker.Open
+	v = newTargetView(targetInput{snap: loans, hist: h, started: t0, now: now})
+	assert.Equal(t, "10 s", v.InState)
+	assert.Equal(t, "07:09:50", v.Since)
+	assert.Equal(t, []string{"closed 869+21", "open 890+10"}, spansOf(v.Timeline))
+}
