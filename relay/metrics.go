@@ -139,16 +139,15 @@ var unroutedCodes = [...]string{protocol.CodeMalformed, protocol.CodeUnknownTarg
 // configuration and the fixed code set, never from client input. A Metrics
 // is safe for concurrent use.
 type Metrics struct {
-	breakerState *prometheus.GaugeVec
-	transitions  *prometheus.CounterVec
-	requests     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	fallbacks    *prometheus.CounterVec
-	connsOpened  *prometheus.CounterVec
-	unrouted     [len(unroutedCodes)]prometheus.Counter
-	dropped      prometheus.Counter
-	panics       [numTasks]prometheus.Counter
-	live         *liveCollector
+	transitions *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	fallbacks   *prometheus.CounterVec
+	connsOpened *prometheus.CounterVec
+	unrouted    [len(unroutedCodes)]prometheus.Counter
+	dropped     prometheus.Counter
+	panics      [numTasks]prometheus.Counter
+	live        *liveCollector
 }
 
 // NewMetrics creates the hub's metrics and registers them with reg. A nil
@@ -160,10 +159,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reg = prometheus.NewRegistry()
 	}
 	m := &Metrics{
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricBreakerState,
-			Help: "State of the target's circuit breaker: 0 closed, 1 open, 2 half-open.",
-		}, []string{labelTarget}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricTransitions,
 			Help: "State changes of the target's circuit breaker.",
@@ -206,7 +201,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.panics[i] = panics.WithLabelValues(name)
 	}
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, unrouted, m.dropped, panics, m.live,
+		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, unrouted, m.dropped, panics, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -256,18 +251,16 @@ func (m *Metrics) bind(srv *Server) error {
 	return nil
 }
 
-// forTarget resolves the label children of one configured target, its
-// breaker state at CLOSED. It returns nil on a nil Metrics.
+// forTarget resolves the label children of one configured target. It
+// returns nil on a nil Metrics.
 func (m *Metrics) forTarget(name string) *routeMetrics {
 	if m == nil {
 		return nil
 	}
 	rm := &routeMetrics{
-		state:       m.breakerState.WithLabelValues(name),
 		duration:    m.duration.WithLabelValues(name),
 		connsOpened: m.connsOpened.WithLabelValues(name),
 	}
-	rm.state.Set(float64(breaker.Closed))
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
 	}
@@ -288,7 +281,6 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 type routeMetrics struct {
 	requests [numCodeLabels]prometheus.Counter
 	duration prometheus.Observer
-	state    prometheus.Gauge
 	// transitions is indexed [from][to] by breaker.State; nil where from
 	// equals to, which is no change.
 	transitions [3][3]prometheus.Counter
@@ -328,19 +320,21 @@ func (rm *routeMetrics) transition(t breaker.Transition) {
 	if rm == nil || int(t.From) >= len(rm.transitions) || int(t.To) >= len(rm.transitions) {
 		return
 	}
-	rm.state.Set(float64(t.To))
 	if c := rm.transitions[t.From][t.To]; c != nil {
 		c.Inc()
 	}
 }
 
 // liveCollector reports what is read from the bound Server at scrape time
-// rather than kept up to date on every request: the bulkheads' calls in
+// rather than kept up to date on every request: the breakers' states (of
+// the targets served now: a target a reload removed has no series), the
+// bulkheads' calls in
 // flight, the open connections, and the rejections, which are the
 // E904 and E905 answers of relay_requests_total under another name, so a
 // refusal costs one increment, not two. Safe for concurrent use.
 type liveCollector struct {
 	srv        atomic.Pointer[Server]
+	state      *prometheus.Desc
 	inflight   *prometheus.Desc
 	conns      *prometheus.Desc
 	rejections *prometheus.Desc
@@ -348,6 +342,8 @@ type liveCollector struct {
 
 func newLiveCollector() *liveCollector {
 	return &liveCollector{
+		state: prometheus.NewDesc(metricBreakerState,
+			"State of the target's circuit breaker: 0 closed, 1 open, 2 half-open.", []string{labelTarget}, nil),
 		inflight: prometheus.NewDesc(metricInflight,
 			"Calls to the target holding a bulkhead slot now.", []string{labelTarget}, nil),
 		conns: prometheus.NewDesc(metricConnectionsOpen,
@@ -360,6 +356,7 @@ func newLiveCollector() *liveCollector {
 
 // Describe implements prometheus.Collector.
 func (lc *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lc.state
 	ch <- lc.inflight
 	ch <- lc.conns
 	ch <- lc.rejections
@@ -373,6 +370,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, r := range s.routeList() {
+		ch <- prometheus.MustNewConstMetric(lc.state, prometheus.GaugeValue, float64(r.breaker.Snapshot().State), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		if r.metrics != nil {
 			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
@@ -403,14 +401,4 @@ func (m *Metrics) fallbackCounter(name, fallback string) prometheus.Counter {
 		return nil
 	}
 	return m.fallbacks.WithLabelValues(name, fallback)
-}
-
-// forgetTarget removes the breaker state series of a target no longer
-// served, so that no dashboard or alert sees a target that is gone as open
-// or closed. Its counters stay: they only ever grow. It does nothing on a
-// nil Metrics.
-func (m *Metrics) forgetTarget(name string) {
-	if m != nil {
-		m.breakerState.DeleteLabelValues(name)
-	}
 }

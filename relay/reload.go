@@ -220,7 +220,9 @@ var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
 // calls in flight (a smaller size refuses until they fall below it). A
 // call already admitted runs to its end with the URL, timeouts and failure
 // codes of its admission. A target added starts CLOSED with an empty
-// bulkhead. A target removed drains: new lines for it are answered E903,
+// bulkhead, unless a reload removed it earlier: then it gets back the
+// breaker and bulkhead it had, so its state and its line of the breaker
+// log go on where they stopped. A target removed drains: new lines for it are answered E903,
 // its calls in flight finish and are answered and recorded, and its
 // relay_breaker_state series goes away (its counters stay). A target's
 // pooled connections are kept unless its URL, timeouts or bulkhead size
@@ -252,10 +254,16 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	for i, p := range plans {
 		rt, kept := byName[p.name]
 		var old *routeConf
-		if kept {
+		switch retired, back := s.retired[p.name]; {
+		case kept:
 			old = rt.conf.Load()
 			delete(byName, p.name)
-		} else {
+		case back:
+			// Added back: the breaker it had, whose last logged state
+			// the breaker log's chain goes on from.
+			rt, old = retired, retired.conf.Load()
+			res.Added = append(res.Added, p.name)
+		default:
 			rt = s.newRoute(p)
 			res.Added = append(res.Added, p.name)
 		}
@@ -286,10 +294,16 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 		}
 	}
 	s.routes.Store(&routes)
+	for _, rt := range routes {
+		delete(s.retired, rt.name)
+	}
 	for _, rt := range current {
 		if _, removed := byName[rt.name]; removed {
 			res.Removed = append(res.Removed, rt.name)
-			s.metrics.forgetTarget(rt.name)
+			if s.retired == nil {
+				s.retired = make(map[string]*route)
+			}
+			s.retired[rt.name] = rt
 			rt.conf.Load().client.CloseIdle()
 		}
 	}

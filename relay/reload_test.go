@@ -52,6 +52,8 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 	loans := hubtest.NewTarget(t, hubtest.Echo)
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: claim.URL})
 	reg := withMetrics(t, &cfg)
+	var tr hubtest.Transitions
+	cfg.OnTransition = tr.Observe
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
 	c.Send("C1|CLAIM|slow")
@@ -81,11 +83,25 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 	assert.False(t, hasSeries(t, reg, metricBreakerState, labelTarget, "CLAIM"), "a removed target keeps no state series")
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CLAIM", labelCode, "0000"), "its counters stay")
 
-	// and a target added back starts afresh.
+	// A target added back gets its breaker back: when CLAIM, served again,
+	// is held open by an operator, removed, and added back,
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}, {Name: "CLAIM", URL: core.URL}})
 	require.NoError(t, err)
 	assert.Equal(t, "C3|0000|got y", c.RoundTrip("C3|CLAIM|y"))
-	assert.Equal(t, breaker.Closed, status(t, srv, "CLAIM").State)
+	_, err = srv.ControlBreaker("CLAIM", ActionOpen)
+	require.NoError(t, err)
+	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}})
+	require.NoError(t, err)
+	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}, {Name: "CLAIM", URL: core.URL}})
+	require.NoError(t, err)
+
+	// so it is still open, and its breaker's changes form one chain, as the
+	// breaker log must.
+	assert.Equal(t, "C4|E904|"+protocol.MsgHeldOpen, c.RoundTrip("C4|CLAIM|x"))
+	_, err = srv.ControlBreaker("CLAIM", ActionClose)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"CLAIM:CLOSED->OPEN", "CLAIM:OPEN->CLOSED"}, tr.List())
+	assert.Equal(t, 0.0, hubtest.MetricValue(t, reg, metricBreakerState, labelTarget, "CLAIM"), "its state series is back")
 }
 
 // hasSeries reports whether g has a series of the named family whose label

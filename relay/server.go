@@ -213,6 +213,11 @@ type Server struct {
 	onTransition func(breaker.Transition)
 	probePermits bool       // every breaker waits for PermitProbe (Config.ProbePermits)
 	reloadMu     sync.Mutex // held by Reload: one at a time
+	// retired holds the routes of targets a reload removed, by name, so
+	// that a target added back gets its breaker back: its state and its
+	// line of the breaker log go on where they stopped. Guarded by
+	// reloadMu.
+	retired      map[string]*route
 	maxLineBytes int
 	maxConns     int
 	idleTimeout  time.Duration
