@@ -222,7 +222,9 @@ var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
 // codes of its admission. A target added starts CLOSED with an empty
 // bulkhead, unless a reload removed it earlier: then it gets back the
 // breaker and bulkhead it had, so its state and its line of the breaker
-// log go on where they stopped. A target removed drains: new lines for it are answered E903,
+// log go on where they stopped. With Config.ProbePermits a reload cannot
+// add a target never served before: whoever gives its breaker probe
+// permits knows only the targets it started with. A target removed drains: new lines for it are answered E903,
 // its calls in flight finish and are answered and recorded, and its
 // relay_breaker_state series goes away (its counters stay). A target's
 // pooled connections are kept unless its URL, timeouts or bulkhead size
@@ -263,6 +265,11 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 			// the breaker log's chain goes on from.
 			rt, old = retired, retired.conf.Load()
 			res.Added = append(res.Added, p.name)
+		case s.probePermits:
+			// Its breaker would wait for probe permits that nobody gives:
+			// whoever shares the breakers' state knows the targets it was
+			// started with.
+			return ReloadResult{}, fmt.Errorf("relay: target %s: a reload cannot add a target while the breakers share their state with other hubs; restart the hub to add it", p.name)
 		default:
 			rt = s.newRoute(p)
 			res.Added = append(res.Added, p.name)

@@ -283,3 +283,23 @@ func TestReloadUnderLoad(t *testing.T) {
 	assert.Positive(t, reloads)
 	assert.Equal(t, conns*wave*waves, a.Calls()+b.Calls())
 }
+
+func TestReloadCannotAddATargetWhenBreakersShareState(t *testing.T) {
+	// Given a hub whose breakers wait for probe permits (fleet mode),
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: core.URL})
+	cfg.ProbePermits = true
+	srv, _ := startServer(t, cfg)
+
+	// a reload that adds a new target is refused whole,
+	_, err := srv.Reload([]Target{{Name: "CORE", URL: core.URL}, {Name: "CLAIM", URL: core.URL}, {Name: "LOANS", URL: core.URL}})
+	require.ErrorContains(t, err, "target LOANS: a reload cannot add a target")
+	assert.Len(t, srv.Targets(), 2)
+
+	// while removing a target and adding it back, with its breaker, works.
+	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}})
+	require.NoError(t, err)
+	res, err := srv.Reload([]Target{{Name: "CORE", URL: core.URL}, {Name: "CLAIM", URL: core.URL}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"CLAIM"}, res.Added)
+}
