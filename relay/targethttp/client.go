@@ -21,6 +21,7 @@ package targethttp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,7 @@ const (
 	msgResetConn      = "target unreachable: connection reset"
 	msgClosedEarly    = "target unreachable: connection closed before a full answer"
 	msgUnreachable    = "target unreachable"
+	msgTLSFailed      = "target unreachable: TLS handshake failed"
 	msgAnswerTooLarge = "target answer too large"
 	msgNotProtocol    = "target answer is not the target protocol"
 	msgNotHTTP        = "target answer is not HTTP"
@@ -79,6 +81,10 @@ type Config struct {
 	// Conns dials and tracks the connections. Required; every target of a
 	// hub shares one, so that one Abort cuts all their calls.
 	Conns *Conns
+	// TLS configures the connections to an https URL: the CAs the target
+	// is verified against, a client certificate, a server name. Nil means
+	// the system's roots, no client certificate and the URL's host.
+	TLS *tls.Config
 }
 
 // Client is the HTTP side of one target: a pool of kept-alive connections
@@ -115,6 +121,7 @@ func New(cfg Config) (*Client, error) {
 		client: &fasthttp.HostClient{
 			Addr:                     fasthttp.AddMissingPort(u.Host, tls),
 			IsTLS:                    tls,
+			TLSConfig:                cfg.TLS,
 			DialTimeout:              cfg.Conns.dial,
 			NoDefaultUserAgentHeader: true,
 			DisablePathNormalizing:   true,
@@ -364,6 +371,8 @@ func classifyCallError(abort context.Context, err error) (code, msg string) {
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errStaleConn):
 		return protocol.CodeUnreachable, msgClosedEarly
+	case isTLSFailure(err):
+		return protocol.CodeUnreachable, msgTLSFailed
 	case errors.As(err, &opErr), errors.As(err, &dnsErr):
 		// Any other socket-level failure: no route, name not found, ...
 		return protocol.CodeUnreachable, msgUnreachable
