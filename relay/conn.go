@@ -63,6 +63,11 @@ type conn struct {
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
+
+	// Set by the TLS handshake, before the read loop starts; read-only
+	// afterwards.
+	client  string // the client certificate's identities, comma-separated; empty without one
+	permits []bool // by route index, the targets the client may use; nil when no target restricts its clients
 }
 
 // Buffer sizes of a connection.
@@ -116,15 +121,16 @@ const (
 	endIdle                   // no complete line within IdleTimeout
 	endStopped                // Shutdown stopped reading
 	endError                  // the connection failed or was closed
+	endTLS                    // the TLS handshake failed: the loop never ran
 )
 
 func (e readEnd) String() string {
-	return [...]string{"eof", "idle timeout", "shutdown", "error"}[e]
+	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed"}[e]
 }
 
-// serve runs the connection: the read loop, then, once reading has ended,
-// the wait for this connection's calls in flight to answer, the final
-// flush and the close.
+// serve runs the connection: the TLS handshake when it is served over
+// TLS, the read loop, then, once reading has ended, the wait for this
+// connection's calls in flight to answer, the final flush and the close.
 func (c *conn) serve() {
 	defer c.srv.untrack(c.nc)
 	defer func() {
@@ -133,7 +139,10 @@ func (c *conn) serve() {
 			c.nc.Close()
 		}
 	}()
-	end := c.readLoop()
+	end := endTLS
+	if c.handshake() {
+		end = c.readLoop()
+	}
 	close(c.readDone)
 	c.calls.Wait()
 	c.finish(end)

@@ -39,6 +39,13 @@ type route struct {
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
+
+	// idx is the route's index in Server.routes, where a connection's
+	// permits are kept.
+	idx int
+	// clients are the target's allowed_clients patterns; nil means every
+	// client may use it.
+	clients []string
 }
 
 // observer returns the breaker's transition observer for r: next (the
@@ -156,7 +163,10 @@ func (s *Server) lookup(name []byte) *route {
 // order:
 //
 //  1. shutting down: E906 at once;
-//  2. the target is looked up: unknown, E903 at once;
+//  2. the target is looked up: unknown, E903 at once; one the client's
+//     certificate does not allow it to use (Target.AllowedClients), E908 at
+//     once. Only the target the client names is checked: its fallback
+//     serves its requests;
 //  3. the target's breaker admits the call. When it refuses (open, held
 //     open, or half-open with the probe out) and the target has a fallback,
 //     the fallback's breaker is asked instead, and from here on the request
@@ -230,6 +240,10 @@ func (c *conn) dispatch(req protocol.Request) {
 	if rt == nil {
 		s.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
+		return
+	}
+	if !c.mayUse(rt) {
+		c.refuseNotAllowed(rt, req)
 		return
 	}
 	var (

@@ -1,0 +1,437 @@
+package relay
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/relay/protocol"
+)
+
+// DefaultTLSHandshakeTimeout bounds a client's TLS handshake when
+// TLSConfig.HandshakeTimeout is zero.
+const DefaultTLSHandshakeTimeout = 5 * time.Second
+
+// TLSConfig makes a Server speak TLS to its clients (docs/OPERATING.md,
+// "TLS"). It is a plain value; New copies it.
+//
+// The handshake runs on the connection's own goroutine, never in the
+// accept loop, and the connection counts against MaxConns from accept, so
+// clients that stall their handshakes hold no more than MaxConns
+// connections, each for HandshakeTimeout at most. A handshake that fails
+// closes the connection and is counted in relay_tls_handshake_failures_total
+// with its reason.
+type TLSConfig struct {
+	// Certificate returns the hub's certificate for a handshake. It is
+	// called for every full handshake, so the certificate may change while
+	// the Server runs: new handshakes get the new one, established
+	// connections keep theirs. It must be safe for concurrent use.
+	// Required.
+	Certificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// ClientCAs, when set, requires mutual TLS: every client must present
+	// a certificate for client authentication that chains to the pool
+	// ClientCAs returns. The pool is asked for at every handshake, resumed
+	// ones included, so a CA taken out of it is refused from the next
+	// handshake on, even to a client resuming an earlier session. It must
+	// be safe for concurrent use. Nil means clients present no certificate.
+	ClientCAs func() *x509.CertPool
+	// MinVersion is the oldest TLS version accepted: tls.VersionTLS12 or
+	// tls.VersionTLS13. Zero means TLS 1.2.
+	MinVersion uint16
+	// HandshakeTimeout bounds a client's handshake, from the moment its
+	// connection is served. Zero means DefaultTLSHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
+
+// tlsServer is the TLS side of a Server: the configuration every
+// handshake starts from, and how failures are counted and logged. It is
+// safe for concurrent use; its fields are set once by newTLSServer.
+type tlsServer struct {
+	config    *tls.Config
+	timeout   time.Duration
+	clientCAs func() *x509.CertPool // nil: no client certificates
+	failLog   zerolog.Logger        // sampled to tlsLogBurst lines a second
+	metrics   *Metrics              // nil without metrics
+}
+
+// tlsLogBurst is how many refused handshakes and refused requests (E908)
+// a second are logged at warn; the metrics count every one.
+const tlsLogBurst = 5
+
+// newTLSServer checks cfg and returns the TLS side of a Server.
+func newTLSServer(cfg TLSConfig, log zerolog.Logger, m *Metrics) (*tlsServer, error) {
+	switch {
+	case cfg.Certificate == nil:
+		return nil, errors.New("relay: TLS needs a Certificate")
+	case cfg.HandshakeTimeout < 0:
+		return nil, errors.New("relay: TLS HandshakeTimeout must not be negative")
+	}
+	minVersion := cfg.MinVersion
+	switch minVersion {
+	case 0:
+		minVersion = tls.VersionTLS12
+	case tls.VersionTLS12, tls.VersionTLS13:
+	default:
+		return nil, fmt.Errorf("relay: TLS MinVersion %#04x: want TLS 1.2 or 1.3", cfg.MinVersion)
+	}
+	t := &tlsServer{
+		timeout:   orDefault(cfg.HandshakeTimeout, DefaultTLSHandshakeTimeout),
+		clientCAs: cfg.ClientCAs,
+		failLog:   log.Sample(&zerolog.BurstSampler{Burst: tlsLogBurst, Period: time.Second}),
+		metrics:   m,
+	}
+	t.config = &tls.Config{
+		MinVersion:     minVersion,
+		GetCertificate: cfg.Certificate,
+	}
+	if cfg.ClientCAs != nil {
+		// The hub verifies the client's chain itself, in VerifyConnection,
+		// rather than leaving it to crypto/tls: so the pool can change
+		// while the Server runs, a session resumed after a CA was removed
+		// is refused, and every refusal has a reason the metrics can tell
+		// apart. crypto/tls still checks that the client holds the key of
+		// the certificate it presents.
+		t.config.ClientAuth = tls.RequestClientCert
+		t.config.VerifyConnection = t.verifyClient
+	}
+	return t, nil
+}
+
+// errNoClientCert is the handshake error of a client that presented no
+// certificate where mutual TLS requires one.
+var errNoClientCert = errors.New("relay: client presented no certificate")
+
+// errClientCertRefused wraps the x509 error of a client certificate that
+// does not verify.
+var errClientCertRefused = errors.New("relay: client certificate refused")
+
+// verifyClient is the handshake's VerifyConnection under mutual TLS: the
+// client's certificate must chain to a CA of the current pool and be valid
+// now for client authentication. It also runs for resumed sessions.
+func (t *tlsServer) verifyClient(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errNoClientCert
+	}
+	opts := x509.VerifyOptions{
+		Roots:     t.clientCAs(),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(cs.PeerCertificates) > 1 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return fmt.Errorf("%w: %w", errClientCertRefused, err)
+	}
+	return nil
+}
+
+// tlsFailure is why a TLS handshake with a client failed: an index into
+// the fixed reason label values of relay_tls_handshake_failures_total.
+type tlsFailure uint8
+
+const (
+	tlsTimeout       tlsFailure = iota // no complete handshake within the handshake timeout
+	tlsClosed                          // the client hung up mid-handshake
+	tlsNotTLS                          // the first bytes were no TLS record: plain text on the TLS port
+	tlsNoClientCert                    // mutual TLS, and the client presented no certificate
+	tlsExpired                         // the client's certificate has expired
+	tlsUnknownCA                       // the client's certificate chains to no CA of the hub's
+	tlsBadCert                         // another refused client certificate: not yet valid, not for client authentication, ...
+	tlsClientRefused                   // the client ended the handshake with an alert, as a client that does not trust the hub's certificate does
+	tlsProtocol                        // anything else: no common version or cipher suite, a malformed message
+	numTLSFailures
+)
+
+// tlsFailureNames are the reason label values, by tlsFailure.
+var tlsFailureNames = [numTLSFailures]string{
+	tlsTimeout:       "timeout",
+	tlsClosed:        "closed",
+	tlsNotTLS:        "not_tls",
+	tlsNoClientCert:  "no_client_cert",
+	tlsExpired:       "expired",
+	tlsUnknownCA:     "unknown_ca",
+	tlsBadCert:       "bad_cert",
+	tlsClientRefused: "client_refused",
+	tlsProtocol:      "protocol",
+}
+
+// classifyHandshake returns the reason a handshake failed with err.
+func classifyHandshake(err error) tlsFailure {
+	var (
+		invalid   x509.CertificateInvalidError
+		unknownCA x509.UnknownAuthorityError
+		header    tls.RecordHeaderError
+		timeout   interface{ Timeout() bool }
+		op        *net.OpError
+	)
+	switch {
+	case errors.Is(err, errNoClientCert):
+		return tlsNoClientCert
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return tlsExpired
+	case errors.As(err, &unknownCA):
+		return tlsUnknownCA
+	case errors.Is(err, errClientCertRefused):
+		return tlsBadCert
+	case errors.As(err, &header):
+		return tlsNotTLS
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+		return tlsTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		return tlsClosed
+	case errors.As(err, &op) && op.Op == "remote error":
+		// crypto/tls reports an alert from the peer this way.
+		return tlsClientRefused
+	default:
+		return tlsProtocol
+	}
+}
+
+// handshake runs the TLS handshake of a connection served over TLS,
+// bounded by the handshake timeout, and resolves which targets the client
+// may use. It reports false, having counted and logged the failure, when
+// the connection cannot be served; a connection that is not TLS needs no
+// handshake. A handshake cut short by Shutdown is no failure.
+func (c *conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	t := c.srv.tls
+	c.dmu.Lock()
+	if c.stopped {
+		c.dmu.Unlock()
+		return false
+	}
+	// The read loop sets its own deadlines: the idle one before its first
+	// read, the write one before its first write.
+	_ = c.nc.SetDeadline(time.Now().Add(t.timeout))
+	c.dmu.Unlock()
+	if err := tc.Handshake(); err != nil {
+		c.dmu.Lock()
+		stopped := c.stopped
+		c.dmu.Unlock()
+		if !stopped {
+			t.noteFailure(err, c.nc)
+		}
+		return false
+	}
+	cs := tc.ConnectionState()
+	t.metrics.countHandshake(cs.DidResume)
+	if len(cs.PeerCertificates) > 0 {
+		ids := clientIdentities(cs.PeerCertificates[0])
+		c.client = strings.Join(ids, ",")
+		c.permits = c.srv.permitsFor(ids)
+	}
+	c.srv.log.Debug().Str("remote", c.nc.RemoteAddr().String()).Str("client", c.client).
+		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
+	return true
+}
+
+// handshakeTurnedAway runs the TLS handshake of a connection turned away
+// over MaxConns, so that it can be told why in a line it can read. The
+// handshake and that line share turnAwayWriteTimeout. It reports false,
+// having counted the failure, when the handshake fails; a connection that
+// is not TLS needs none.
+func (s *Server) handshakeTurnedAway(nc net.Conn) bool {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	_ = nc.SetDeadline(time.Now().Add(turnAwayWriteTimeout))
+	if err := tc.Handshake(); err != nil {
+		s.tls.noteFailure(err, nc)
+		return false
+	}
+	return true
+}
+
+// noteFailure counts and logs a handshake that failed with err.
+func (t *tlsServer) noteFailure(err error, nc net.Conn) {
+	reason := classifyHandshake(err)
+	t.metrics.countHandshakeFailure(reason)
+	t.failLog.Warn().Err(err).Str("reason", tlsFailureNames[reason]).Str("remote", nc.RemoteAddr().String()).
+		Msg("tls handshake failed; connection closed")
+}
+
+// clientIdentities returns the identities of a client certificate that
+// allowed_clients patterns match: its URI SANs, its DNS SANs and its
+// subject CN, in that order.
+func clientIdentities(leaf *x509.Certificate) []string {
+	ids := make([]string, 0, len(leaf.URIs)+len(leaf.DNSNames)+1)
+	for _, u := range leaf.URIs {
+		ids = append(ids, u.String())
+	}
+	ids = append(ids, leaf.DNSNames...)
+	if leaf.Subject.CommonName != "" {
+		ids = append(ids, leaf.Subject.CommonName)
+	}
+	return ids
+}
+
+// permitsFor returns, by route index, whether a client with identities ids
+// may use each target: always for a target that does not restrict its
+// clients, else when one of its patterns matches one of ids. Nil when no
+// target restricts its clients. It is resolved once per connection, at the
+// handshake, so a request line pays one slice lookup.
+func (s *Server) permitsFor(ids []string) []bool {
+	if !s.restricted {
+		return nil
+	}
+	permits := make([]bool, len(s.routes))
+	for i, rt := range s.routes {
+		permits[i] = rt.clients == nil || matchAnyPattern(rt.clients, ids)
+	}
+	return permits
+}
+
+// mayUse reports whether the connection's client may send requests to rt.
+func (c *conn) mayUse(rt *route) bool {
+	return rt.clients == nil || c.permits != nil && c.permits[rt.idx]
+}
+
+// refuseNotAllowed answers E908 to a request for rt, a target the client's
+// certificate does not allow it to use. No breaker or bulkhead is asked:
+// it is not a call.
+func (c *conn) refuseNotAllowed(rt *route, req protocol.Request) {
+	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed)
+	c.srv.tls.failLog.Warn().Str("target", rt.name).Str("client", c.client).Bytes("txid", req.TxID).
+		Str("remote", c.nc.RemoteAddr().String()).Msg("request refused: client not allowed to use target")
+	answer(c, req.TxID, protocol.CodeNotAllowed, protocol.MsgNotAllowed, false)
+}
+
+// matchAnyPattern reports whether one of patterns matches one of names.
+func matchAnyPattern(patterns, names []string) bool {
+	for _, p := range patterns {
+		for _, n := range names {
+			if MatchClientPattern(p, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// MatchClientPattern reports whether the client identity name matches
+// pattern, an entry of a target's allowed_clients: '*' stands for any run
+// of characters, none included, and every other character for itself,
+// case included ("branch-*" matches "branch-7" and "branch-", not
+// "Branch-7").
+func MatchClientPattern(pattern, name string) bool {
+	// The classic greedy match with one backtrack point: the last star and
+	// the position in name it was last tried at.
+	p, n := 0, 0
+	star, mark := -1, 0
+	for n < len(name) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, n
+			p++
+		case p < len(pattern) && pattern[p] == name[n]:
+			p++
+			n++
+		case star >= 0:
+			mark++
+			p, n = star+1, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// tlsMetrics count the TLS handshakes of clients. Safe for concurrent use.
+type tlsMetrics struct {
+	failures   [numTLSFailures]prometheus.Counter
+	handshakes [2]prometheus.Counter // by resumed: 0 full, 1 resumed
+}
+
+// Names of the TLS metrics (docs/OPERATING.md, "TLS").
+const (
+	metricTLSHandshakes        = "relay_tls_handshakes_total"
+	metricTLSHandshakeFailures = "relay_tls_handshake_failures_total"
+	labelResumed               = "resumed"
+)
+
+// registerTLSMetrics creates the TLS metrics and registers them with reg.
+func registerTLSMetrics(reg prometheus.Registerer) (*tlsMetrics, error) {
+	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricTLSHandshakeFailures,
+		Help: "TLS handshakes of clients that failed, each closing its connection, by reason: timeout, closed, not_tls, no_client_cert, expired, unknown_ca, bad_cert, client_refused, protocol.",
+	}, []string{labelReason})
+	handshakes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricTLSHandshakes,
+		Help: "TLS handshakes of clients that succeeded: resumed=\"true\" for a resumed session, \"false\" for a full handshake.",
+	}, []string{labelResumed})
+	tm := &tlsMetrics{}
+	for i, name := range tlsFailureNames {
+		tm.failures[i] = failures.WithLabelValues(name)
+	}
+	tm.handshakes[0] = handshakes.WithLabelValues("false")
+	tm.handshakes[1] = handshakes.WithLabelValues("true")
+	for _, c := range []prometheus.Collector{failures, handshakes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("relay: register metrics: %w", err)
+		}
+	}
+	return tm, nil
+}
+
+// countHandshake counts a successful handshake. It does nothing on a nil
+// Metrics.
+func (m *Metrics) countHandshake(resumed bool) {
+	if m == nil {
+		return
+	}
+	if resumed {
+		m.tls.handshakes[1].Inc()
+	} else {
+		m.tls.handshakes[0].Inc()
+	}
+}
+
+// countHandshakeFailure counts a failed handshake. It does nothing on a
+// nil Metrics.
+func (m *Metrics) countHandshakeFailure(reason tlsFailure) {
+	if m != nil {
+		m.tls.failures[reason].Inc()
+	}
+}
+
+// checkTargetTLS refuses the TLS settings of target t, canonically named
+// name, that cannot work: client settings for a target that is not https,
+// and allowed clients without mutual TLS, or with an empty pattern.
+func (s *Server) checkTargetTLS(name string, t Target) error {
+	if t.TLS != nil && !strings.HasPrefix(strings.ToLower(t.URL), "https://") {
+		return fmt.Errorf("relay: target %s: TLS settings need an https:// URL, got %q", name, t.URL)
+	}
+	if len(t.AllowedClients) == 0 {
+		return nil
+	}
+	if s.tls == nil || s.tls.clientCAs == nil {
+		return fmt.Errorf("relay: target %s: AllowedClients need TLS with ClientCAs: without a verified client certificate there is no identity to match", name)
+	}
+	for _, p := range t.AllowedClients {
+		if p == "" {
+			return fmt.Errorf("relay: target %s: AllowedClients: empty pattern", name)
+		}
+	}
+	return nil
+}
