@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/tlsfiles"
 )
 
 // Keys of a target's table in the settings file (docs/CONFIG.md).
@@ -49,6 +51,13 @@ const (
 	keyMaxResetTimeout = "max_reset_timeout"
 	keyResetJitter     = "reset_jitter"
 	keyFallback        = "fallback"
+
+	keyAllowedClients     = "allowed_clients"
+	keyCAFile             = "ca_file"
+	keyClientCert         = "client_cert"
+	keyClientKey          = "client_key"
+	keyServerName         = "server_name"
+	keyInsecureSkipVerify = "insecure_skip_verify"
 )
 
 // keyNames are the keys a table may set, in the order an unknown key's
@@ -57,6 +66,7 @@ var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
 	keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
+	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
 // Error reports what is wrong with a per-target settings file: the
@@ -148,6 +158,7 @@ type fileTarget struct {
 	target   relay.Target
 	settings relay.TargetSettings
 	added    bool // the file adds it: not in base
+	tlsFiles tlsfiles.ClientFiles
 }
 
 // table is one target's table as the decoder reads it. Only the fields of
@@ -167,6 +178,13 @@ type table struct {
 	MaxResetTimeout offDuration  `toml:"max_reset_timeout"`
 	ResetJitter     share        `toml:"reset_jitter"`
 	Fallback        targetName   `toml:"fallback"`
+
+	AllowedClients     clientPatterns `toml:"allowed_clients"`
+	CAFile             filePath       `toml:"ca_file"`
+	ClientCert         filePath       `toml:"client_cert"`
+	ClientKey          filePath       `toml:"client_key"`
+	ServerName         serverName     `toml:"server_name"`
+	InsecureSkipVerify flag           `toml:"insecure_skip_verify"`
 }
 
 // parse is Load on the file's contents.
@@ -267,6 +285,11 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
+	for _, ft := range order {
+		if err := ft.finishTLS(&md, filepath.Dir(path)); err != nil {
+			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
+		}
+	}
 	out := make([]relay.Target, len(order))
 	for i, ft := range order {
 		out[i] = ft.target
@@ -334,6 +357,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.FailureCodes, err = t.FailureCodes.get()
 	case keyFallback:
 		ft.target.Fallback, err = t.Fallback.get()
+	default:
+		err = ft.applyTLS(t, key)
 	}
 	return err
 }
