@@ -19,6 +19,8 @@ type idleCmd struct {
 	Timeout   time.Duration `help:"Limit on each connect, and on the answers to the probe lines sent to every connection at once." default:"5s" env:"RELAYBENCH_TIMEOUT"`
 	ServerPID int           `name:"server-pid" help:"Hub process whose resident memory (VmRSS) is read before the connections open and at the end of the hold (Linux only); 0 reads none." default:"0" placeholder:"PID" env:"RELAYBENCH_SERVER_PID"`
 	JSON      bool          `name:"json" help:"Print the summary as JSON." env:"RELAYBENCH_JSON"`
+
+	loadgen.TLSFlags `embed:"" envprefix:"RELAYBENCH_"`
 }
 
 // Validate checks what the tags cannot.
@@ -40,6 +42,10 @@ func (c *idleCmd) Validate() error {
 // status: 2 when no connection could be opened, 1 when some could not be
 // opened or did not survive the hold, 0 otherwise.
 func (c *idleCmd) Run(ctx context.Context, s *streams) error {
+	tlsConfig, err := c.ClientConfig()
+	if err != nil {
+		return err
+	}
 	p, err := loadgen.NewIdleProbe(loadgen.IdleConfig{
 		Addr:      c.Addr,
 		Conns:     c.Conns,
@@ -47,6 +53,7 @@ func (c *idleCmd) Run(ctx context.Context, s *streams) error {
 		Warm:      c.Warm,
 		Timeout:   c.Timeout,
 		ServerPID: c.ServerPID,
+		TLS:       tlsConfig,
 	})
 	if err != nil {
 		return err
