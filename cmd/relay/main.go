@@ -88,6 +88,8 @@ type cli struct {
 	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME) must carry; GETs stay open. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 
+	TLSFlags `embed:""`
+
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -268,6 +270,9 @@ func (c *cli) Validate() error {
 	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
 		return errors.New("--access-log: must name a file, or be empty to turn it off")
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	return c.validatePolicies()
 }
 
@@ -407,6 +412,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return usageError{err}
 		}
 	}
+	htls, err := c.loadTLS(targets)
+	if err != nil {
+		return usageError{err}
+	}
 
 	blog, err := breakerlog.New(breakerlog.Config{Path: c.BreakerLog, Sync: c.BreakerLogSync})
 	if err != nil {
@@ -418,7 +427,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
-	defer reopenOnHangup(blog, logger)()
+	defer onHangup(append([]func(){reopenBreakerLog(blog, logger)}, htls.reloads(logger)...)...)()
 	var accessLog *os.File
 	if c.AccessLog != "" {
 		accessLog, err = os.OpenFile(c.AccessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
@@ -449,6 +458,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}
+	cfg.TLS = htls.relayConfig(c)
 	srv, err := relay.New(cfg)
 	if err != nil {
 		// New refuses only a configuration it cannot run with.
@@ -473,6 +483,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
+		adminLn = htls.adminListener(adminLn, c)
 		if admin, err = newAdminServer(srv, reg, c.AdminToken, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
@@ -510,6 +521,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		start = start.Str("admin_addr", adminAddr)
 	}
 	start.Msg("relay listening")
+	htls.log(logger, c, targets)
 	if ready != nil {
 		ready(addr, adminAddr)
 	}
@@ -661,18 +673,18 @@ func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breake
 	}
 }
 
-// reopenOnHangup reopens the breaker log on every SIGHUP until the returned
-// stop is called, so that logrotate can rename the file and then signal the
-// relay (docs/OPERATING.md). Catching SIGHUP also keeps it from ending the
-// relay, Go's default. A failed reopen is logged and the log goes on in the
-// file it had. stop waits for a reopen in progress; call it before closing
-// the log.
-func reopenOnHangup(blog *breakerlog.Log, logger zerolog.Logger) (stop func()) {
+// onHangup runs every reload, in order, on each SIGHUP until the returned
+// stop is called: the breaker log's reopen, so that logrotate can rename
+// the file and then signal the relay (docs/OPERATING.md), and the reload of
+// the TLS files. Catching SIGHUP also keeps it from ending the relay, Go's
+// default. Each reload logs its own outcome. stop waits for reloads in
+// progress; call it before closing the breaker log.
+func onHangup(reloads ...func()) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { reopenLoop(blog, logger, hup, done) })
+	wg.Go(func() { reloadLoop(reloads, hup, done) })
 	return func() {
 		signal.Stop(hup)
 		close(done)
@@ -680,18 +692,28 @@ func reopenOnHangup(blog *breakerlog.Log, logger zerolog.Logger) (stop func()) {
 	}
 }
 
-// reopenLoop reopens blog for each signal on hup until done is closed.
-func reopenLoop(blog *breakerlog.Log, logger zerolog.Logger, hup <-chan os.Signal, done <-chan struct{}) {
+// reloadLoop runs reloads for each signal on hup until done is closed.
+func reloadLoop(reloads []func(), hup <-chan os.Signal, done <-chan struct{}) {
 	for {
 		select {
 		case <-hup:
-			if err := blog.Reopen(); err != nil {
-				logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
-				continue
+			for _, reload := range reloads {
+				reload()
 			}
-			logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
 		case <-done:
 			return
 		}
+	}
+}
+
+// reopenBreakerLog returns the reload that reopens blog. A failed reopen
+// is logged and the log goes on in the file it had.
+func reopenBreakerLog(blog *breakerlog.Log, logger zerolog.Logger) func() {
+	return func() {
+		if err := blog.Reopen(); err != nil {
+			logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
+			return
+		}
+		logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
 	}
 }
