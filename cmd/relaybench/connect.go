@@ -9,18 +9,16 @@ import (
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
-// connectCmd is `relaybench connect`: its flags, filled by kong. Not for
-// concurrent use.
+// connectCmd holds the flags of `relaybench connect` as kong fills them;
+// it is not for concurrent use.
 type connectCmd struct {
-	Addr      string        `help:"Hub client address, host:port." default:"127.0.0.1:9200" env:"RELAYBENCH_ADDR"`
 	Workers   int           `help:"Connections being made at a time." default:"8" env:"RELAYBENCH_WORKERS"`
 	Duration  time.Duration `help:"How long to make new connections." default:"5s" env:"RELAYBENCH_DURATION"`
 	Resume    bool          `help:"Keep a TLS session cache per worker, so that connections after its first resume a session (with --tls)." env:"RELAYBENCH_RESUME"`
 	Timeout   time.Duration `help:"Limit on each connection, from connect to answer." default:"5s" env:"RELAYBENCH_TIMEOUT"`
 	ServerPID []int         `name:"server-pid" help:"Measure the CPU time this process uses during the run and report it per connection (repeatable; Linux only)." placeholder:"PID" env:"RELAYBENCH_SERVER_PID"`
-	JSON      bool          `name:"json" help:"Print the summary as JSON." env:"RELAYBENCH_JSON"`
 
-	loadgen.TLSFlags `embed:"" envprefix:"RELAYBENCH_"`
+	HubFlags `embed:""`
 }
 
 // Validate checks what the tags cannot.
@@ -72,20 +70,5 @@ func (c *connectCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return err
 	}
-	sum, err := p.Run(ctx)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	if c.JSON {
-		err = sum.WriteJSON(s.Out)
-	} else {
-		err = sum.WriteText(s.Out)
-	}
-	if err != nil {
-		return err
-	}
-	if bad := sum.Problems(); bad != "" {
-		return &exitError{code: 1, err: errors.New(bad)}
-	}
-	return nil
+	return reportTo(s, c.JSON)(p.Run(ctx))
 }

@@ -49,6 +49,16 @@ type cli struct {
 	Connect connectCmd       `cmd:"" help:"Connect, send one line and hang up, over and over: connections (TLS handshakes, full or resumed) per second and their server CPU."`
 }
 
+// HubFlags are the flags that idle and connect share: the hub's address,
+// TLS to it, and the summary as JSON. Filled by kong, not for concurrent
+// use.
+type HubFlags struct {
+	Addr string `help:"Hub client address, host:port." default:"127.0.0.1:9200" env:"RELAYBENCH_ADDR"`
+	JSON bool   `name:"json" help:"Print the summary as JSON." env:"RELAYBENCH_JSON"`
+
+	loadgen.TLSFlags `embed:"" envprefix:"RELAYBENCH_"`
+}
+
 // streams are where a command writes. The summary goes to Out, progress
 // and diagnostics to Err, so Out stays clean for --json. Each writer is
 // used by one goroutine at a time.
@@ -76,6 +86,28 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // ExitCode makes kong exit with the command's status.
 func (e *exitError) ExitCode() int { return e.code }
+
+// exitFor is the result of a command that printed its report with
+// loadgen.Print: the error of the printing, else exit status 1 when the
+// run had problems.
+func exitFor(problems string, err error) error {
+	if err == nil && problems != "" {
+		return &exitError{code: 1, err: errors.New(problems)}
+	}
+	return err
+}
+
+// reportTo returns what ends a command that ran a probe: given the run's
+// report, or why the run failed (exit status 2), it prints the report with
+// loadgen.Print and returns as exitFor does.
+func reportTo(s *streams, asJSON bool) func(loadgen.Report, error) error {
+	return func(r loadgen.Report, err error) error {
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		return exitFor(loadgen.Print(s.Out, r, asJSON))
+	}
+}
 
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{

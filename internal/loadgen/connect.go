@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -58,12 +59,8 @@ type ConnectProbe struct {
 // NewConnectProbe checks cfg, fills in its defaults and returns a
 // ConnectProbe for it.
 func NewConnectProbe(cfg ConnectConfig) (*ConnectProbe, error) {
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
-	}
+	cfg.Workers = cmp.Or(cfg.Workers, 1)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Second)
 	switch {
 	case cfg.Workers < 0 || cfg.Workers > MaxConns:
 		return nil, fmt.Errorf("loadgen: Workers %d: want 1 to %d", cfg.Workers, MaxConns)
