@@ -180,10 +180,10 @@ type table struct {
 	Fallback        targetName   `toml:"fallback"`
 
 	AllowedClients     clientPatterns `toml:"allowed_clients"`
-	CAFile             filePath       `toml:"ca_file"`
-	ClientCert         filePath       `toml:"client_cert"`
-	ClientKey          filePath       `toml:"client_key"`
-	ServerName         serverName     `toml:"server_name"`
+	CAFile             text           `toml:"ca_file"`
+	ClientCert         text           `toml:"client_cert"`
+	ClientKey          text           `toml:"client_key"`
+	ServerName         text           `toml:"server_name"`
 	InsecureSkipVerify flag           `toml:"insecure_skip_verify"`
 }
 

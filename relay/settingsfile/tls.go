@@ -19,29 +19,19 @@ var tlsKeys = []string{keyCAFile, keyClientCert, keyClientKey, keyServerName, ke
 type (
 	// clientPatterns is a non-empty list of allowed_clients patterns.
 	clientPatterns struct{ checked[[]string] }
-	// filePath is the path of a PEM file, as the file writes it.
-	filePath struct{ checked[string] }
-	// serverName is a host name a target's certificate must hold.
-	serverName struct{ checked[string] }
+	// text is a string that is not empty: a file's path, a server name.
+	text struct{ checked[string] }
 	// flag is a boolean.
 	flag struct{ checked[bool] }
 )
 
-var (
-	_ toml.Unmarshaler = (*clientPatterns)(nil)
-	_ toml.Unmarshaler = (*filePath)(nil)
-	_ toml.Unmarshaler = (*serverName)(nil)
-	_ toml.Unmarshaler = (*flag)(nil)
-)
+var _ = []toml.Unmarshaler{(*clientPatterns)(nil), (*text)(nil), (*flag)(nil)}
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
 func (f *clientPatterns) UnmarshalTOML(v any) error { f.value, f.err = asPatterns(v); return nil }
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
-func (f *filePath) UnmarshalTOML(v any) error { f.value, f.err = asNonEmpty(v); return nil }
-
-// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
-func (f *serverName) UnmarshalTOML(v any) error { f.value, f.err = asNonEmpty(v); return nil }
+func (f *text) UnmarshalTOML(v any) error { f.value, f.err = asNonEmpty(v); return nil }
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
 func (f *flag) UnmarshalTOML(v any) error {
@@ -87,20 +77,22 @@ func asNonEmpty(v any) (string, error) {
 }
 
 // applyTLS sets one TLS key of ft's table, which the decoder read into t.
-func (ft *fileTarget) applyTLS(t *table, key string) error {
+func (ft *fileTarget) applyTLS(t *table, key string) (err error) {
 	f := &ft.tlsFiles
-	var err error
+	texts := map[string]struct {
+		dst *string
+		src text
+	}{
+		keyCAFile: {&f.CAFile, t.CAFile}, keyClientCert: {&f.CertFile, t.ClientCert},
+		keyClientKey: {&f.KeyFile, t.ClientKey}, keyServerName: {&f.ServerName, t.ServerName},
+	}
+	if v, ok := texts[key]; ok {
+		*v.dst, err = v.src.get()
+		return err
+	}
 	switch key {
 	case keyAllowedClients:
 		ft.target.AllowedClients, err = t.AllowedClients.get()
-	case keyCAFile:
-		f.CAFile, err = t.CAFile.get()
-	case keyClientCert:
-		f.CertFile, err = t.ClientCert.get()
-	case keyClientKey:
-		f.KeyFile, err = t.ClientKey.get()
-	case keyServerName:
-		f.ServerName, err = t.ServerName.get()
 	case keyInsecureSkipVerify:
 		f.InsecureSkipVerify, err = t.InsecureSkipVerify.get()
 	}

@@ -76,20 +76,20 @@ func TestLoadRefusesBadTLSSettings(t *testing.T) {
 	tests := []struct {
 		name, body, key, want string
 	}{
-		{"TLS for an http target", "[CORE]\nca_file = \"" + caFile + "\"\n", "ca_file", `TLS settings need an https:// url, and CORE's is "http://127.0.0.1:9201"`},
-		{"server name for an http target", "[CORE]\nserver_name = \"core\"\n", "server_name", "need an https:// url"},
-		{"certificate without key", https + "client_cert = \"" + cert + "\"\n", "client_key", "missing: client_cert needs its key"},
-		{"key without certificate", https + "client_key = \"" + key + "\"\n", "client_cert", "missing: client_key needs its certificate"},
-		{"missing CA file", https + "ca_file = \"nope.pem\"\n", "ca_file", filepath.Join(dir, "nope.pem")},
-		{"CA file without certificates", https + "ca_file = \"" + key + "\"\n", "ca_file", "PRIVATE KEY block"},
-		{"certificate and key that do not match", https + "client_cert = \"" + cert + "\"\nclient_key = \"" + caFile + "\"\n", "client_cert", cert},
-		{"empty path", https + "ca_file = \"\"\n", "ca_file", "must not be empty"},
-		{"skip verify as a string", https + "insecure_skip_verify = \"yes\"\n", "insecure_skip_verify", `want true or false, got "yes"`},
-		{"no patterns", "[CORE]\nallowed_clients = []\n", "allowed_clients", "name at least one client pattern"},
-		{"a pattern as a string", "[CORE]\nallowed_clients = \"branch-*\"\n", "allowed_clients", "want an array of client patterns"},
-		{"an empty pattern", "[CORE]\nallowed_clients = [\"a\", \"\"]\n", "allowed_clients", "must not be empty"},
-		{"a pattern with a control character", "[CORE]\nallowed_clients = [\"a\\tb\"]\n", "allowed_clients", "control character"},
-		{"a misspelt key", "[CORE]\nallowed_client = [\"a\"]\n", "allowed_client", "did you mean allowed_clients?"},
+		{name: "TLS for an http target", body: "[CORE]\nca_file = \"" + caFile + "\"\n", key: "ca_file", want: `TLS settings need an https:// url, and CORE's is "http://127.0.0.1:9201"`},
+		{name: "server name for an http target", body: "[CORE]\nserver_name = \"core\"\n", key: "server_name", want: "need an https:// url"},
+		{name: "certificate without key", body: https + "client_cert = \"" + cert + "\"\n", key: "client_key", want: "missing: client_cert needs its key"},
+		{name: "key without certificate", body: https + "client_key = \"" + key + "\"\n", key: "client_cert", want: "missing: client_key needs its certificate"},
+		{name: "missing CA file", body: https + "ca_file = \"nope.pem\"\n", key: "ca_file", want: filepath.Join(dir, "nope.pem")},
+		{name: "CA file without certificates", body: https + "ca_file = \"" + key + "\"\n", key: "ca_file", want: "PRIVATE KEY block"},
+		{name: "certificate and key that do not match", body: https + "client_cert = \"" + cert + "\"\nclient_key = \"" + caFile + "\"\n", key: "client_cert", want: cert},
+		{name: "empty path", body: https + "ca_file = \"\"\n", key: "ca_file", want: "must not be empty"},
+		{name: "skip verify as a string", body: https + "insecure_skip_verify = \"yes\"\n", key: "insecure_skip_verify", want: `want true or false, got "yes"`},
+		{name: "no patterns", body: "[CORE]\nallowed_clients = []\n", key: "allowed_clients", want: "name at least one client pattern"},
+		{name: "a pattern as a string", body: "[CORE]\nallowed_clients = \"branch-*\"\n", key: "allowed_clients", want: "want an array of client patterns"},
+		{name: "an empty pattern", body: "[CORE]\nallowed_clients = [\"a\", \"\"]\n", key: "allowed_clients", want: "must not be empty"},
+		{name: "a pattern with a control character", body: "[CORE]\nallowed_clients = [\"a\\tb\"]\n", key: "allowed_clients", want: "control character"},
+		{name: "a misspelt key", body: "[CORE]\nallowed_client = [\"a\"]\n", key: "allowed_client", want: "did you mean allowed_clients?"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
