@@ -3,6 +3,7 @@ package main_test
 import (
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -98,30 +99,24 @@ func logged(p *proctest.Process, msg string) int {
 	return n
 }
 
+// backendTable is the settings file table of an https target of the back
+// end: its CA, the hub's client certificate for it (the files newPKI
+// writes, next to the settings file), and the one client pattern allowed.
+func backendTable(name, url, allowed string) string {
+	return fmt.Sprintf("[%s]\nurl = %q\nca_file = %q\nclient_cert = %q\nclient_key = %q\nallowed_clients = [%q]\n",
+		name, url, "backend-ca.pem", "relayhub-client.crt", "relayhub-client.key", allowed)
+}
+
 func TestTLSClientToHubToHTTPSTargetsWithIdentities(t *testing.T) {
 	p := newPKI(t)
 	_, coreURL := p.startHTTPSFixture(t, "CORE", "core")
 	_, claimURL := p.startHTTPSFixture(t, "CLAIM", "claim")
 	config := filepath.Join(p.dir, "relay.toml")
-	require.NoError(t, os.WriteFile(config, []byte(`
-[CORE]
-url = "`+coreURL+`"
-ca_file = "backend-ca.pem"
-client_cert = "relayhub-client.crt"
-client_key = "relayhub-client.key"
-allowed_clients = ["branch-*"]
-
-[CLAIM]
-url = "`+claimURL+`"
-ca_file = "backend-ca.pem"
-client_cert = "relayhub-client.crt"
-client_key = "relayhub-client.key"
-allowed_clients = ["spiffe://bank/partner/acme"]
-
-[LAB]
-url = "`+strings.Replace(closedPortURL(t), "http:", "https:", 1)+`"
-insecure_skip_verify = true
-`), 0o600))
+	lab := strings.Replace(closedPortURL(t), "http:", "https:", 1)
+	require.NoError(t, os.WriteFile(config, []byte(
+		backendTable("CORE", coreURL, "branch-*")+
+			backendTable("CLAIM", claimURL, "spiffe://bank/partner/acme")+
+			"[LAB]\nurl = \""+lab+"\"\ninsecure_skip_verify = true\n"), 0o600))
 	relay := startAdminRelay(t, append(p.hubArgs(), "--config", config)...)
 
 	// A branch reaches core banking through the hub, over TLS on both

@@ -21,13 +21,17 @@ func serverFiles(t *testing.T, dir string, ca *certtest.CA) ServerFiles {
 	return ServerFiles{CertFile: cert, KeyFile: key, ClientCAFile: ca.WriteFile(t, dir, "clients")}
 }
 
-func TestLoadServer(t *testing.T) {
-	dir := t.TempDir()
+// loadedServer loads the files serverFiles writes for a new CA.
+func loadedServer(t *testing.T) (*Server, ServerFiles, *certtest.CA) {
 	ca := certtest.NewCA(t, "CA one")
-	files := serverFiles(t, dir, ca)
-
+	files := serverFiles(t, t.TempDir(), ca)
 	s, err := LoadServer(files)
 	require.NoError(t, err)
+	return s, files, ca
+}
+
+func TestLoadServer(t *testing.T) {
+	s, files, ca := loadedServer(t)
 	cert, err := s.Certificate(nil)
 	require.NoError(t, err)
 	assert.Equal(t, "localhost", cert.Leaf.Subject.CommonName)
@@ -43,11 +47,7 @@ func TestLoadServer(t *testing.T) {
 }
 
 func TestReloadTakesNewFilesOrKeepsTheOld(t *testing.T) {
-	dir := t.TempDir()
-	one := certtest.NewCA(t, "CA one")
-	files := serverFiles(t, dir, one)
-	s, err := LoadServer(files)
-	require.NoError(t, err)
+	s, files, one := loadedServer(t)
 	two := certtest.NewCA(t, "CA two")
 
 	// When the files are replaced by good ones, the next handshake gets
@@ -59,7 +59,7 @@ func TestReloadTakesNewFilesOrKeepsTheOld(t *testing.T) {
 	require.NoError(t, s.Reload())
 	got, _ := s.Certificate(nil)
 	assert.Equal(t, next.Cert.Raw, got.Leaf.Raw)
-	_, err = two.Client(t, "branch-1").Cert.Verify(clientOpts(s))
+	_, err := two.Client(t, "branch-1").Cert.Verify(clientOpts(s))
 	assert.NoError(t, err)
 	_, err = one.Client(t, "branch-1").Cert.Verify(clientOpts(s))
 	assert.Error(t, err, "the old CA is gone from the pool")
