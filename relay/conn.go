@@ -26,10 +26,12 @@ import (
 // wait; a line that outgrows it moves to a buffer of MaxLineBytes+2 from the
 // Server's longBufs for as long as the line needs it. On a socket (Unix) the
 // loop waits for input through syscall.RawConn without holding a buffer at
-// all; on other connections it holds a read buffer while it waits. Answers
-// are appended to a buffer from writeBufs, handed back by the write that
-// empties it. An idle connection thus holds no buffer: it costs its
-// goroutine and a few small structures.
+// all; over TLS it waits in a one-byte read (readFirstByte), holding no
+// buffer either; on other connections it holds a read buffer while it
+// waits. Answers are appended to a buffer from writeBufs, handed back by
+// the write that empties it. An idle connection thus holds no buffer of
+// the hub's: it costs its goroutine and a few small structures, and over
+// TLS what crypto/tls keeps (docs/BENCHMARKS.md has the figures).
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than the sum of its targets'
@@ -68,6 +70,8 @@ type conn struct {
 	// afterwards.
 	client  string // the client certificate's identities, comma-separated; empty without one
 	permits []bool // by route index, the targets the client may use; nil when no target restricts its clients
+	tlsIdle bool   // served over TLS: wait for input with readFirstByte, holding no read buffer
+	first   [1]byte
 }
 
 // Buffer sizes of a connection.
@@ -283,6 +287,13 @@ func (c *conn) fill() {
 			c.rerr = err // the wait ended: deadline passed, or connection closed
 		}
 		return
+	}
+	if c.tlsIdle {
+		c.parkReadBuf()
+		if c.rbuf == nil {
+			c.readFirstByte()
+			return
+		}
 	}
 	c.holdReadBuf()
 	// As bufio does, a connection that keeps reading nothing is given up
