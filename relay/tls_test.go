@@ -390,3 +390,35 @@ func TestClassifyHandshake(t *testing.T) {
 		assert.Equal(t, tlsFailureNames[tt.want], tlsFailureNames[classifyHandshake(tt.err)], "%v", tt.err)
 	}
 }
+
+func TestIdleTLSConnectionHoldsNoReadBuffer(t *testing.T) {
+	srv := lineServer(t, DefaultMaxLineBytes)
+	ca := certtest.NewCA(t, "CA")
+	server := ca.Server(t)
+	nc, raw := tcpPair(t)
+	tc := tls.Server(nc, &tls.Config{Certificates: []tls.Certificate{server.TLS}})
+	clientConfig := ca.ClientConfig(nil)
+	clientConfig.ServerName = "localhost"
+	client := tls.Client(raw, clientConfig)
+	handshook := make(chan error, 1)
+	go func() { handshook <- client.Handshake() }()
+	c := newConn(srv, tc)
+	srv.tls = &tlsServer{timeout: hubtest.IOTimeout}
+	require.True(t, c.handshake())
+	require.NoError(t, <-handshook)
+	require.True(t, c.tlsIdle)
+
+	// Lines are read whole, the first byte of each burst included,
+	_, err := io.WriteString(client, "A|CORE|1\nB|CORE|2\nC|CO")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"A|CORE|1", "B|CORE|2"}, readLines(t, c, 2))
+	_, err = io.WriteString(client, "RE|3\n")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"C|CORE|3"}, readLines(t, c, 1), "a partial line waits in a buffer for its end")
+	// and a connection waiting with nothing begun holds no buffer.
+	waitForInput(t, c)
+	assert.Nil(t, c.rbuf)
+	_, err = io.WriteString(client, "D|CORE|4\n")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"D|CORE|4"}, readLines(t, c, 1))
+}
