@@ -139,7 +139,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // target itself, or a target with a fallback of its own (one step only, so
 // no cycles) are each refused with a *Error naming the file, the table and
 // the key. A max_reset_timeout that is set but not above reset_timeout is
-// refused too: backoff could never apply. Of several mistakes, the one
+// refused too: backoff could never apply. So are TLS keys (ca_file,
+// client_cert, client_key, server_name, insecure_skip_verify) for a target
+// whose url is not https, client_cert without client_key or the reverse,
+// and a TLS file that cannot be read or used; their paths, when relative,
+// are taken from the file's directory, and their files are read here, so
+// Target.TLS comes back ready. Of several mistakes, the one
 // reported is always the same: the first in file order among the tables
 // and keys, else the first bad value in file order, else the first target
 // that breaks a rule of the whole file.
