@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,6 +64,7 @@ type tlsServer struct {
 	clientCAs func() *x509.CertPool // nil: no client certificates
 	failLog   zerolog.Logger        // sampled to tlsLogBurst lines a second
 	metrics   *Metrics              // nil without metrics
+	verified  verifiedChains
 }
 
 // tlsLogBurst is how many refused handshakes and refused requests (E908)
@@ -122,9 +125,15 @@ func (t *tlsServer) verifyClient(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errNoClientCert
 	}
+	pool, now := t.clientCAs(), time.Now()
+	key := chainKey(cs.PeerCertificates)
+	if t.verified.holds(pool, key, now) {
+		return nil
+	}
 	opts := x509.VerifyOptions{
-		Roots:     t.clientCAs(),
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Roots:       pool,
+		CurrentTime: now,
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if len(cs.PeerCertificates) > 1 {
 		opts.Intermediates = x509.NewCertPool()
@@ -132,10 +141,71 @@ func (t *tlsServer) verifyClient(cs tls.ConnectionState) error {
 			opts.Intermediates.AddCert(c)
 		}
 	}
-	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+	chains, err := cs.PeerCertificates[0].Verify(opts)
+	if err != nil {
 		return fmt.Errorf("%w: %w", errClientCertRefused, err)
 	}
+	t.verified.add(pool, key, chainExpiry(chains[0]))
 	return nil
+}
+
+// verifiedChains remembers the client certificate chains verified against
+// one pool of client CAs, each until the first of its certificates
+// expires, so that a client that connects again, or resumes its session,
+// is not verified again: verifying a chain is about a third of the hub's
+// part of a resumed handshake. A new pool (a reload) forgets them all. It
+// is safe for concurrent use.
+type verifiedChains struct {
+	mu    sync.Mutex
+	pool  *x509.CertPool         // guarded by mu: what the chains were verified against
+	until map[[32]byte]time.Time // guarded by mu: by chainKey, when the verified chain stops being valid
+}
+
+// maxVerifiedChains bounds verifiedChains: past it, it starts over, so
+// clients that present ever new certificates cannot grow it.
+const maxVerifiedChains = 4096
+
+// holds reports whether the chain of key was verified against pool and is
+// still valid at now.
+func (v *verifiedChains) holds(pool *x509.CertPool, key [32]byte, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	until, ok := v.until[key]
+	return ok && v.pool == pool && now.Before(until)
+}
+
+// add records that the chain of key verified against pool, valid until
+// until.
+func (v *verifiedChains) add(pool *x509.CertPool, key [32]byte, until time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.pool != pool || len(v.until) >= maxVerifiedChains {
+		v.pool, v.until = pool, make(map[[32]byte]time.Time)
+	}
+	v.until[key] = until
+}
+
+// chainKey identifies the certificates a client presented.
+func chainKey(certs []*x509.Certificate) [32]byte {
+	h := sha256.New()
+	for _, c := range certs {
+		h.Write(c.Raw)
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	return key
+}
+
+// chainExpiry returns when the first certificate of a verified chain
+// expires.
+func chainExpiry(chain []*x509.Certificate) time.Time {
+	until := chain[0].NotAfter
+	for _, c := range chain[1:] {
+		if c.NotAfter.Before(until) {
+			until = c.NotAfter
+		}
+	}
+	return until
 }
 
 // tlsFailure is why a TLS handshake with a client failed: an index into
