@@ -551,14 +551,13 @@ done
       echo "| fast-fail, $CONNS_FASTFAIL conns, depth $d | $s | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}") | | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
     done
   done
+  declare -A label=(
+    [plain]="plain, target http" [client]="TLS, target http" [both]="TLS, target https with client certificate"
+    [conn-plain]="plain TCP" [conn-full]="mutual TLS, full handshakes" [conn-resumed]="mutual TLS, resumed sessions"
+  )
   for s in plain client both; do
-    case $s in
-    plain) label="plain, target http" ;;
-    client) label="TLS, target http" ;;
-    both) label="TLS, target https with client certificate" ;;
-    esac
     f=("$out"/s6-full-$s-*.json)
-    echo "| full path, 64 conns | $label | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}") | fixture $(agg %.1f '.server_cpu[1].us_per_answer' "${f[@]}") | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
+    echo "| full path, 64 conns | ${label[$s]} | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}") | fixture $(agg %.1f '.server_cpu[1].us_per_answer' "${f[@]}") | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
   done
   echo
   echo "| memory, $IDLE_CONNS idle mutual-TLS connections | KiB per connection | relay RSS held, MiB | lost |"
@@ -571,13 +570,8 @@ done
   echo "| connections: connect, handshake, one E903, close; $CONNECT_WORKERS at a time | per second | p50 ms | p99 ms | relay CPU µs per connection | load tool CPU µs per connection | resumed | failed |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in plain full resumed; do
-    case $s in
-    plain) label="plain TCP" ;;
-    full) label="mutual TLS, full handshakes" ;;
-    resumed) label="mutual TLS, resumed sessions" ;;
-    esac
     f=("$out"/s6-conn-$s-*.json)
-    echo "| $label | $(agg %.0f .per_second "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.0f '.server_cpu[0].us_per_answer' "${f[@]}") | $(agg %.0f '.client_cpu.us_per_answer' "${f[@]}") | $(agg %.1f%% '100 * .resumed / ([.connections, 1] | max)' "${f[@]}") | $(jq -s 'map(.failures) | add' "${f[@]}") |"
+    echo "| ${label[conn-$s]} | $(agg %.0f .per_second "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.0f '.server_cpu[0].us_per_answer' "${f[@]}") | $(agg %.0f '.client_cpu.us_per_answer' "${f[@]}") | $(agg %.1f%% '100 * .resumed / ([.connections, 1] | max)' "${f[@]}") | $(jq -s 'map(.failures) | add' "${f[@]}") |"
   done
 } >>"$out/table.md"
 
