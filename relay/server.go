@@ -319,9 +319,6 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
 		}
-		if err := s.checkTargetTLS(name, t); err != nil {
-			return nil, err
-		}
 		client, err := targethttp.New(targethttp.Config{
 			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
 			TLS: t.TLS,
@@ -344,8 +341,6 @@ func New(cfg Config) (*Server, error) {
 			log:          s.log.With().Str("target", name).Logger(),
 		}
 		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
-		rt.idx, rt.clients = len(s.routes), slices.Clone(t.AllowedClients)
-		s.restricted = s.restricted || rt.clients != nil
 		rt.breaker = breaker.New(breaker.Settings{
 			Name:         name,
 			Policy:       settings.Policy,
@@ -357,6 +352,9 @@ func New(cfg Config) (*Server, error) {
 		s.routes = append(s.routes, rt)
 	}
 	if err := s.linkFallbacks(); err != nil {
+		return nil, err
+	}
+	if err := s.restrictClients(cfg.Targets); err != nil {
 		return nil, err
 	}
 	// Label children are resolved once the whole configuration is known to

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -508,9 +509,23 @@ func (m *Metrics) countHandshakeFailure(reason tlsFailure) {
 	}
 }
 
+// restrictClients gives each route its index and its target's allowed
+// clients, targets being the Config's, in the order of s.routes. It
+// refuses what cannot work: client TLS settings for a target that is not
+// https, and allowed clients without mutual TLS, or with an empty pattern.
+func (s *Server) restrictClients(targets []Target) error {
+	for i, rt := range s.routes {
+		if err := s.checkTargetTLS(rt.name, targets[i]); err != nil {
+			return err
+		}
+		rt.idx, rt.clients = i, slices.Clone(targets[i].AllowedClients)
+		s.restricted = s.restricted || rt.clients != nil
+	}
+	return nil
+}
+
 // checkTargetTLS refuses the TLS settings of target t, canonically named
-// name, that cannot work: client settings for a target that is not https,
-// and allowed clients without mutual TLS, or with an empty pattern.
+// name, that cannot work.
 func (s *Server) checkTargetTLS(name string, t Target) error {
 	if t.TLS != nil && !strings.HasPrefix(strings.ToLower(t.URL), "https://") {
 		return fmt.Errorf("relay: target %s: TLS settings need an https:// URL, got %q", name, t.URL)

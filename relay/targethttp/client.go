@@ -72,6 +72,10 @@ type Config struct {
 	// URL is where transactions are posted: the target's base URL + "/tx",
 	// http or https, with a host.
 	URL string
+	// TLS configures the connections to an https URL: the CAs the target
+	// is verified against, a client certificate, a server name. Nil means
+	// the system's roots, no client certificate and the URL's host.
+	TLS *tls.Config
 	// Timeout bounds one call: connect, request, answer. Required.
 	Timeout time.Duration
 	// MaxInflight is the target's bulkhead size, which bounds its calls and
@@ -81,10 +85,6 @@ type Config struct {
 	// Conns dials and tracks the connections. Required; every target of a
 	// hub shares one, so that one Abort cuts all their calls.
 	Conns *Conns
-	// TLS configures the connections to an https URL: the CAs the target
-	// is verified against, a client certificate, a server name. Nil means
-	// the system's roots, no client certificate and the URL's host.
-	TLS *tls.Config
 }
 
 // Client is the HTTP side of one target: a pool of kept-alive connections
