@@ -290,21 +290,16 @@ func pack(gen, fails uint32, s State) uint64 {
 // and the count must move together and a result must never land in a window
 // cleared after its generation ended.
 type Breaker struct {
-	settings     Settings // effective settings, never changed after New
 	name         string
-	threshold    uint32
-	resetTimeout time.Duration
 	clock        Clock
 	onTransition func(Transition)
-	rateOn       bool
-	failureRate  float64
-	minSamples   int
-	slowCall     time.Duration
-	maxReset     time.Duration
-	jitter       float64
 	rand         func() float64
-	probeTimeout time.Duration
 	probePermits bool
+
+	// pol is the policy in force. SetPolicy and SetProbeTimeout replace it
+	// under mu, so code holding mu reads a stable one; the lock-free paths
+	// load it once per call.
+	pol atomic.Pointer[policy]
 
 	// word is read without mu; it is changed under mu, except that failure
 	// counts in CLOSED are changed by compare-and-swap without it when
@@ -330,32 +325,56 @@ type Breaker struct {
 	win       window        // guarded by mu; results of the current closed period
 }
 
-// New returns a closed breaker configured by s.
-func New(s Settings) *Breaker {
-	e := s.effective()
-	b := &Breaker{
+// policy is a breaker's effective settings and the values the breaker
+// reads from them. It is never changed once published: SetPolicy and
+// SetProbeTimeout publish a new one.
+type policy struct {
+	settings     Settings // effective settings, as Settings reports them
+	threshold    uint32
+	resetTimeout time.Duration
+	rateOn       bool
+	failureRate  float64
+	minSamples   int
+	slowCall     time.Duration
+	maxReset     time.Duration
+	jitter       float64
+	probeTimeout time.Duration
+}
+
+// newPolicy returns the policy of the effective settings e.
+func newPolicy(e Settings) *policy {
+	return &policy{
 		settings:     e,
-		name:         e.Name,
 		threshold:    uint32(e.FailThreshold),
 		resetTimeout: e.ResetTimeout,
-		clock:        e.Clock,
-		onTransition: e.OnTransition,
 		rateOn:       e.FailureRate > 0,
 		failureRate:  e.FailureRate,
 		minSamples:   e.MinSamples,
 		slowCall:     e.SlowCall,
 		maxReset:     e.MaxResetTimeout,
 		jitter:       e.ResetJitter,
-		rand:         e.Rand,
 		probeTimeout: e.ProbeTimeout,
+	}
+}
+
+// New returns a closed breaker configured by s.
+func New(s Settings) *Breaker {
+	e := s.effective()
+	p := newPolicy(e)
+	b := &Breaker{
+		name:         e.Name,
+		clock:        e.Clock,
+		onTransition: e.OnTransition,
+		rand:         e.Rand,
 		probePermits: e.ProbePermits,
 		period:       e.ResetTimeout,
 		openFor:      e.ResetTimeout,
 	}
-	if b.rateOn {
+	b.pol.Store(p)
+	if p.rateOn {
 		b.win = newWindow(e.Window)
 	}
-	if b.jitter > 0 {
+	if p.jitter > 0 {
 		b.nextShare = b.drawShare()
 	}
 	b.epoch = b.clock.Now()
@@ -365,11 +384,12 @@ func New(s Settings) *Breaker {
 // Name returns the name the breaker was created with.
 func (b *Breaker) Name() string { return b.name }
 
-// Settings returns the settings the breaker runs with: those given to New
-// with every default filled in, values out of range clamped, and the
-// policies that are off zeroed. Status pages show it as the effective
-// per-target configuration.
-func (b *Breaker) Settings() Settings { return b.settings }
+// Settings returns the settings the breaker runs with: those given to New,
+// with the Policy and ProbeTimeout of the last SetPolicy and
+// SetProbeTimeout, every default filled in, values out of range clamped,
+// and the policies that are off zeroed. Status pages show it as the
+// effective per-target configuration.
+func (b *Breaker) Settings() Settings { return b.pol.Load().settings }
 
 // Allow asks to make one call. It returns ErrOpen when the breaker refuses:
 // it is open and its open period has not passed, it is held open (then the
@@ -437,7 +457,7 @@ func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 		// replace a silent probe of its own.
 		b.permitted = permitted
 	default: // HalfOpen
-		if b.probeOut && (b.probeTimeout == 0 || now.Sub(b.probeAt) < b.probeTimeout) {
+		if pt := b.pol.Load().probeTimeout; b.probeOut && (pt == 0 || now.Sub(b.probeAt) < pt) {
 			return Ticket{}, 0, ErrOpen
 		}
 		// A fresh generation, so a probe that was handed back, or one that
@@ -462,14 +482,15 @@ func (b *Breaker) Done(t Ticket, failed bool) {
 // took longer than SlowCall counts as a failure too. A stale ticket is
 // ignored.
 func (b *Breaker) DoneAfter(t Ticket, failed bool, took time.Duration) {
-	if b.slowCall > 0 && took > b.slowCall {
+	p := b.pol.Load()
+	if p.slowCall > 0 && took > p.slowCall {
 		failed = true
 	}
 	if t.probe {
 		b.probeDone(t, failed)
 		return
 	}
-	if b.rateOn {
+	if p.rateOn {
 		b.doneInWindow(t, failed)
 		return
 	}
@@ -487,7 +508,7 @@ func (b *Breaker) DoneAfter(t Ticket, failed bool, took time.Duration) {
 			}
 			continue
 		}
-		if n+1 >= b.threshold {
+		if n+1 >= p.threshold {
 			b.failAtThreshold(t)
 			return
 		}
@@ -510,7 +531,7 @@ func (b *Breaker) failAtThreshold(t Ticket) {
 			return
 		}
 		n := failuresOf(w)
-		if n+1 >= b.threshold && !b.disabled {
+		if n+1 >= b.pol.Load().threshold && !b.disabled {
 			b.setStateLocked(w+failureUnit, Open, now, CauseResults)
 			return
 		}
@@ -522,38 +543,48 @@ func (b *Breaker) failAtThreshold(t Ticket) {
 
 // doneInWindow records a closed-state result when the failure-rate policy is
 // on. Everything happens under mu: the count, the window and the decision
-// to open.
+// to open. The count moves by compare-and-swap all the same, because a
+// SetPolicy that has just turned the policy off lets results that no
+// longer come here update it without mu.
 func (b *Breaker) doneInWindow(t Ticket, failed bool) {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.unlock()
+	p := b.pol.Load()
 	w := b.word.Load()
 	if generationOf(w) != t.generation || stateOf(w) != Closed {
 		return
 	}
-	n := failuresOf(w)
-	switch {
-	case !failed:
-		n = 0
-	case n < maxFailures:
-		n++
+	var total, failures int
+	if p.rateOn {
+		total, failures = b.win.record(now, failed)
 	}
-	nw := pack(generationOf(w), n, Closed)
-	total, failures := b.win.record(now, failed)
-	if !b.disabled && (n >= b.threshold || b.rateTripped(total, failures)) {
-		b.setStateLocked(nw, Open, now, CauseResults)
-		return
-	}
-	if nw != w {
-		b.word.Store(nw)
+	for {
+		n := failuresOf(w)
+		switch {
+		case !failed:
+			n = 0
+		case n < maxFailures:
+			n++
+		}
+		nw := pack(generationOf(w), n, Closed)
+		if !b.disabled && (n >= p.threshold || p.rateTripped(total, failures)) {
+			b.setStateLocked(nw, Open, now, CauseResults)
+			return
+		}
+		if nw == w || b.word.CompareAndSwap(w, nw) {
+			return
+		}
+		// The generation cannot change without mu: only a count moved.
+		w = b.word.Load()
 	}
 }
 
 // rateTripped reports whether the window's counts open the breaker. The
 // share is compared as a quotient because division rounds once, so a share
 // of exactly FailureRate (3 of 10 against 0.3) is not lost to rounding.
-func (b *Breaker) rateTripped(total, failures int) bool {
-	return total >= b.minSamples && float64(failures)/float64(total) >= b.failureRate
+func (p *policy) rateTripped(total, failures int) bool {
+	return p.rateOn && total >= p.minSamples && float64(failures)/float64(total) >= p.failureRate
 }
 
 func (b *Breaker) probeDone(t Ticket, failed bool) {
@@ -569,11 +600,11 @@ func (b *Breaker) probeDone(t Ticket, failed bool) {
 		if failuresOf(w) < maxFailures {
 			w += failureUnit
 		}
-		if b.maxReset > 0 {
+		if maxReset := b.pol.Load().maxReset; maxReset > 0 {
 			// Halve the cap rather than double the period so the product
 			// cannot overflow.
-			if b.period > b.maxReset/2 {
-				b.period = b.maxReset
+			if b.period > maxReset/2 {
+				b.period = maxReset
 			} else {
 				b.period *= 2
 			}
@@ -614,12 +645,13 @@ func (b *Breaker) setStateLocked(w uint64, to State, now time.Time, cause Cause)
 // policy (the base period lengthened by its jitter share). b.mu must be
 // held.
 func (b *Breaker) changeStateLocked(w uint64, to State, now time.Time, cause Cause, openFor time.Duration) uint64 {
+	p := b.pol.Load()
 	from := stateOf(w)
 	fails := failuresOf(w)
 	switch to {
 	case Closed:
 		fails = 0
-		b.period = b.resetTimeout
+		b.period = p.resetTimeout
 	case Open:
 		if !b.held {
 			b.startOpenPeriodLocked(now, openFor)
@@ -627,7 +659,7 @@ func (b *Breaker) changeStateLocked(w uint64, to State, now time.Time, cause Cau
 	}
 	b.probeOut = false
 	b.permitted = false
-	if b.rateOn {
+	if p.rateOn {
 		b.win.clear()
 	}
 	nw := pack(generationOf(w)+1, fails, to)
@@ -650,8 +682,8 @@ func (b *Breaker) startOpenPeriodLocked(now time.Time, openFor time.Duration) {
 	b.openFor = openFor
 	if openFor == 0 {
 		b.openFor = b.period
-		if b.jitter > 0 {
-			b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*b.jitter)))
+		if jitter := b.pol.Load().jitter; jitter > 0 {
+			b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*jitter)))
 			b.redraw = true
 		}
 	}
@@ -725,7 +757,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	if s.State == Open && !b.held {
 		s.RetryAfter = max(b.openedAt.Add(b.openFor).Sub(now), 0)
 	}
-	if b.rateOn {
+	if b.pol.Load().rateOn {
 		s.RecentCalls, s.RecentFailures = b.win.counts(now)
 	}
 	return s

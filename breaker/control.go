@@ -35,8 +35,9 @@ func (b *Breaker) ForceClose() {
 	defer b.unlock()
 	b.held = false
 	b.disabled = false
-	b.period = b.resetTimeout
-	if b.rateOn {
+	p := b.pol.Load()
+	b.period = p.resetTimeout
+	if p.rateOn {
 		b.win.clear()
 	}
 	w := b.word.Load()
@@ -83,6 +84,6 @@ func (b *Breaker) Enable() {
 		return
 	}
 	b.held = false
-	b.period = b.resetTimeout
+	b.period = b.pol.Load().resetTimeout
 	b.startOpenPeriodLocked(now, 0)
 }

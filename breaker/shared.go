@@ -51,8 +51,9 @@ func (b *Breaker) AdoptClose() {
 	if b.held {
 		return
 	}
-	b.period = b.resetTimeout
-	if b.rateOn {
+	p := b.pol.Load()
+	b.period = p.resetTimeout
+	if p.rateOn {
 		b.win.clear()
 	}
 	w := b.word.Load()
@@ -79,4 +80,22 @@ func (b *Breaker) PermitProbe() {
 	if stateOf(w) == Open {
 		b.storeProbeAfterLocked()
 	}
+}
+
+// WithdrawPermit takes back a permit given by PermitProbe that no probe has
+// used: an open breaker goes back to waiting for a permit. It reports
+// whether it took one back; false when there was none, or when the breaker
+// is not open (the probe the permit admitted is out, or the breaker moved
+// on), so the caller knows whether the permit was used. Several hubs
+// sharing a target's breaker use it when the right to probe lapses unused,
+// so that the next hub given the right is the only one that may probe.
+func (b *Breaker) WithdrawPermit() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if stateOf(b.word.Load()) != Open || !b.permitted || b.held {
+		return false
+	}
+	b.permitted = false
+	b.storeProbeAfterLocked()
+	return true
 }

@@ -180,3 +180,37 @@ func TestProbePermits(t *testing.T) {
 	_, err = b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 }
+
+func TestWithdrawPermit(t *testing.T) {
+	// Given a breaker that needs a permit to probe, open with its period
+	// passed and a permit given,
+	b, clk, _ := newSharedBreaker(t, true)
+	trip(t, b, 2)
+	clk.Advance(time.Minute)
+	b.PermitProbe()
+
+	// when the permit is taken back before any call used it, the breaker
+	// refuses again, with no time to wait,
+	require.True(t, b.WithdrawPermit())
+	_, wait, err := b.Admit()
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	assert.Zero(t, wait)
+	assert.False(t, b.WithdrawPermit(), "nothing left to take back")
+
+	// and a permit given again admits the probe, which then cannot be taken
+	// back: the breaker is half-open, the permit used.
+	b.PermitProbe()
+	probe, err := b.Allow()
+	require.NoError(t, err)
+	assert.False(t, b.WithdrawPermit())
+	b.Done(probe, false)
+	assert.Equal(t, breaker.Closed, b.Snapshot().State)
+	assert.False(t, b.WithdrawPermit(), "a closed breaker has no permit")
+
+	// A permit given before the period ends and taken back leaves the
+	// period as it was.
+	trip(t, b, 2)
+	b.PermitProbe()
+	require.True(t, b.WithdrawPermit())
+	assert.Equal(t, 10*time.Second, b.RetryAfter())
+}

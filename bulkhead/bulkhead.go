@@ -38,25 +38,44 @@ type Settings struct {
 // Bulkhead is a non-blocking counting semaphore. It is safe for concurrent
 // use.
 //
-// It is an atomic counter rather than a buffered channel so that acquiring
+// It is one atomic word rather than a buffered channel so that acquiring
 // and releasing a slot costs one compare-and-swap and never allocates or
-// parks a goroutine.
+// parks a goroutine. The word holds both the limit and the slots held, so
+// that every slot is taken against the limit in force at that instant, even
+// while SetLimit changes it.
 type Bulkhead struct {
-	limit    int64 // set by New, never changed, so read without synchronisation
-	inflight atomic.Int64
+	// state is the limit in its high 32 bits and the slots held in its low
+	// 32 bits.
+	state atomic.Uint64
 }
+
+// Parts of Bulkhead.state.
+const (
+	limitShift = 32
+	heldMask   = 1<<limitShift - 1
+	// maxLimit is the largest limit a Bulkhead keeps; a larger one is
+	// taken as this, which no hub reaches.
+	maxLimit = heldMask
+)
 
 // New returns a Bulkhead with the given settings. It panics if
 // s.MaxInflight is negative.
 func New(s Settings) *Bulkhead {
-	limit := s.MaxInflight
+	b := &Bulkhead{}
+	b.state.Store(limitBits(s.MaxInflight, "MaxInflight"))
+	return b
+}
+
+// limitBits returns limit, defaulted and capped, in the place of the limit
+// in Bulkhead.state. A negative limit panics, naming it as what.
+func limitBits(limit int, what string) uint64 {
 	switch {
 	case limit == 0:
 		limit = DefaultMaxInflight
 	case limit < 0:
-		panic(fmt.Sprintf("bulkhead: negative MaxInflight %d", limit))
+		panic(fmt.Sprintf("bulkhead: negative %s %d", what, limit))
 	}
-	return &Bulkhead{limit: int64(limit)}
+	return uint64(min(limit, maxLimit)) << limitShift
 }
 
 // TryAcquire takes a slot and reports true, or reports false at once when
@@ -64,13 +83,13 @@ func New(s Settings) *Bulkhead {
 // exactly one Release.
 func (b *Bulkhead) TryAcquire() bool {
 	for {
-		n := b.inflight.Load()
-		if n >= b.limit {
+		w := b.state.Load()
+		if w&heldMask >= w>>limitShift {
 			return false
 		}
 		// A plain Add could overshoot the limit for an instant and refuse a
 		// caller that should have been admitted; the CAS never overshoots.
-		if b.inflight.CompareAndSwap(n, n+1) {
+		if b.state.CompareAndSwap(w, w+1) {
 			return true
 		}
 	}
@@ -82,11 +101,11 @@ func (b *Bulkhead) TryAcquire() bool {
 // unchanged by the panic.
 func (b *Bulkhead) Release() {
 	for {
-		n := b.inflight.Load()
-		if n <= 0 {
+		w := b.state.Load()
+		if w&heldMask == 0 {
 			panic(overReleaseMsg)
 		}
-		if b.inflight.CompareAndSwap(n, n-1) {
+		if b.state.CompareAndSwap(w, w-1) {
 			return
 		}
 	}
@@ -96,10 +115,25 @@ func (b *Bulkhead) Release() {
 // meant for metrics and status pages: by the time it returns the value may
 // already have changed.
 func (b *Bulkhead) InFlight() int {
-	return int(b.inflight.Load())
+	return int(b.state.Load() & heldMask)
 }
 
 // Limit returns the maximum number of slots, after defaults were applied.
 func (b *Bulkhead) Limit() int {
-	return int(b.limit)
+	return int(b.state.Load() >> limitShift)
+}
+
+// SetLimit makes limit the number of slots from now on. It never blocks
+// and never takes a slot away: a larger limit admits more at once at the
+// next TryAcquire; a smaller one refuses every TryAcquire until the calls
+// holding slots have fallen below it, so for a while InFlight may exceed
+// Limit. Zero means DefaultMaxInflight; a negative limit panics, as in New.
+func (b *Bulkhead) SetLimit(limit int) {
+	bits := limitBits(limit, "limit")
+	for {
+		w := b.state.Load()
+		if b.state.CompareAndSwap(w, bits|w&heldMask) {
+			return
+		}
+	}
 }

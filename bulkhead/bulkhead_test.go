@@ -280,3 +280,112 @@ func BenchmarkTryAcquireFull(b *testing.B) {
 		}
 	}
 }
+
+func TestSetLimit(t *testing.T) {
+	t.Run("a larger limit admits more at once", func(t *testing.T) {
+		// Given a full bulkhead of 2
+		b := bulkhead.New(bulkhead.Settings{MaxInflight: 2})
+		require.True(t, b.TryAcquire())
+		require.True(t, b.TryAcquire())
+		require.False(t, b.TryAcquire())
+
+		// When its limit becomes 3, one more is admitted and no more
+		b.SetLimit(3)
+		assert.Equal(t, 3, b.Limit())
+		assert.True(t, b.TryAcquire())
+		assert.False(t, b.TryAcquire())
+		assert.Equal(t, 3, b.InFlight())
+	})
+
+	t.Run("a smaller limit keeps the calls and refuses until they fall below it", func(t *testing.T) {
+		// Given three slots held of four
+		b := bulkhead.New(bulkhead.Settings{MaxInflight: 4})
+		for range 3 {
+			require.True(t, b.TryAcquire())
+		}
+
+		// When the limit drops to 2, the three keep their slots and every
+		// new caller is refused
+		b.SetLimit(2)
+		assert.Equal(t, 3, b.InFlight())
+		assert.False(t, b.TryAcquire())
+		b.Release()
+		assert.False(t, b.TryAcquire(), "two held of two")
+
+		// until fewer than two are held.
+		b.Release()
+		assert.True(t, b.TryAcquire())
+		assert.False(t, b.TryAcquire())
+		b.Release()
+		b.Release()
+		assert.Equal(t, 0, b.InFlight())
+	})
+
+	t.Run("zero means the default", func(t *testing.T) {
+		b := bulkhead.New(bulkhead.Settings{MaxInflight: 1})
+		b.SetLimit(0)
+		assert.Equal(t, bulkhead.DefaultMaxInflight, b.Limit())
+	})
+
+	t.Run("negative panics and changes nothing", func(t *testing.T) {
+		b := bulkhead.New(bulkhead.Settings{MaxInflight: 3})
+		assert.PanicsWithValue(t, "bulkhead: negative limit -1", func() { b.SetLimit(-1) })
+		assert.Equal(t, 3, b.Limit())
+	})
+}
+
+// TestSetLimitUnderRace changes the limit while many goroutines take and
+// give back slots. Every slot is taken against the limit in force at that
+// instant, so with the limit only ever raised while callers run, at most
+// the limit in force can be inside; lowered, the callers already inside
+// stay and no new one enters above it.
+func TestSetLimitUnderRace(t *testing.T) {
+	const goroutines = 16
+	b := bulkhead.New(bulkhead.Settings{MaxInflight: 1})
+	var (
+		overLimit atomic.Int64
+		admitted  atomic.Int64
+		stop      = make(chan struct{})
+		changer   sync.WaitGroup
+		callers   sync.WaitGroup
+	)
+	changer.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b.SetLimit(1 + i%6)
+			runtime.Gosched()
+		}
+	})
+	for range goroutines {
+		callers.Go(func() {
+			for range 3000 {
+				if !b.TryAcquire() {
+					continue
+				}
+				admitted.Add(1)
+				// The word holds the limit and the slots together, so no
+				// more than six (the largest limit) are ever held.
+				if b.InFlight() > 6 {
+					overLimit.Add(1)
+				}
+				runtime.Gosched()
+				b.Release()
+			}
+		})
+	}
+	callers.Wait()
+	close(stop)
+	changer.Wait()
+
+	assert.Zero(t, overLimit.Load())
+	assert.Positive(t, admitted.Load())
+	assert.Equal(t, 0, b.InFlight())
+	b.SetLimit(2)
+	assert.True(t, b.TryAcquire())
+	assert.True(t, b.TryAcquire())
+	assert.False(t, b.TryAcquire())
+}

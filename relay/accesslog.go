@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -20,12 +22,30 @@ const DefaultAccessLogQueue = 4096
 // milliseconds, as in the breaker log.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
+// StampFormat is how the access log writes the breaker clock's readings
+// ("start" and "end"): RFC 3339 UTC with nanoseconds, so that a replay can
+// put two decisions of one breaker a fraction of a millisecond apart in
+// the order they happened.
+const StampFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
 // accessLog writes one JSON line per answered request line:
 //
-//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","code":"0000","duration_ms":1.84,"bytes":12}
+//	{"time":"2026-11-30T05:31:19.123Z","txid":"T1","target":"CORE","client":"203.0.113.7:51234","code":"0000","duration_ms":1.843217,"bytes":12,
+//	 "breaker":"admitted","start":"2026-11-30T05:31:19.121279870Z","end":"2026-11-30T05:31:19.123123087Z"}
 //
 // target is the target that answered; when it answered as the fallback of
-// the target the client named, that one is in "fallback_for".
+// the target the client named, that one is in "fallback_for". client is
+// the client's address, from the PROXY header when a trusted load balancer
+// sent one.
+//
+// A line whose request reached a breaker also says what that breaker did
+// with it ("breaker": admitted, refused or handed_back; "probe" when it was
+// the half-open probe) and when, on the breaker's clock: "start" is read
+// just before the hub asked the breaker, "end" just before a call's result
+// went to it. Read just before rather than after, each reading is at most
+// a few instructions earlier than the breaker's own, so a replay of the log
+// through the breaker package (relay/replay) sees every decision at the
+// time the breaker saw it, to well within the breaker log's millisecond.
 //
 // Answering never waits for it: record only puts the line on a bounded
 // queue, and a line that finds the queue full is dropped and counted
@@ -35,6 +55,7 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 // concurrent use.
 type accessLog struct {
 	queue   chan accessEntry
+	clock   func() time.Time // the breakers' clock
 	out     io.Writer
 	metrics *Metrics
 	log     zerolog.Logger
@@ -50,6 +71,7 @@ type accessLog struct {
 type accessEntry struct {
 	at      time.Time
 	took    time.Duration
+	breaker breakerNote
 	size    int
 	code    string
 	via     string // the target the client named, when target is its fallback
@@ -57,15 +79,16 @@ type accessEntry struct {
 	targetN uint8
 	txid    [protocol.MaxTxIDLen]byte
 	target  [protocol.MaxTxIDLen]byte // the canonical target name, or the name as a client wrote it, cut to 64 bytes
+	client  netip.AddrPort            // the client's address; zero when not known
 }
 
 // accessNote describes one answer for the access log: the TXID (empty for
 // "-"), the target (the canonical name, or the client's bytes when no
 // configured target matched), the target the client named when target
 // answered as its fallback (else empty), the code, how long the target
-// call took (zero when there was none) and the size of the payload (zero
-// when the line did not parse). It is a plain value whose slices are only
-// read.
+// call took (zero when there was none), the size of the payload (zero
+// when the line did not parse) and what target's breaker did with the
+// request. It is a plain value whose slices are only read.
 type accessNote struct {
 	txid        []byte
 	target      []byte
@@ -73,15 +96,61 @@ type accessNote struct {
 	code        string
 	took        time.Duration
 	size        int
+	breaker     breakerNote
+	// client is the client's address: the PROXY header's source when a
+	// trusted load balancer sent one, else the connection's peer.
+	client netip.AddrPort
 }
 
-func newAccessLog(out io.Writer, queue int, m *Metrics, log zerolog.Logger) *accessLog {
+// breakerNote is what a target's breaker did with a request, for the
+// access log; the zero value says the request reached no breaker. It is a
+// plain value.
+type breakerNote struct {
+	use   breakerUse
+	probe bool      // the breaker admitted the request as its half-open probe
+	start time.Time // the breakers' clock just before the breaker was asked
+	end   time.Time // the breakers' clock just before the call's result went to the breaker; zero when none did
+}
+
+// breakerUse is what a breaker did with a request.
+type breakerUse uint8
+
+const (
+	breakerNotAsked   breakerUse = iota
+	breakerAdmitted              // admitted, and the call's result recorded
+	breakerRefused               // refused: E904
+	breakerHandedBack            // admitted, then handed back with Cancel: E905, or E907 before a result
+)
+
+// breakerUseNames are the values of the access log's "breaker" field.
+var breakerUseNames = [...]string{
+	breakerAdmitted:   "admitted",
+	breakerRefused:    "refused",
+	breakerHandedBack: "handed_back",
+}
+
+func newAccessLog(out io.Writer, queue int, m *Metrics, log zerolog.Logger, clock breaker.Clock) *accessLog {
+	now := time.Now
+	if clock != nil {
+		now = clock.Now
+	}
 	return &accessLog{
 		queue:   make(chan accessEntry, queue),
+		clock:   now,
 		out:     out,
 		metrics: m,
 		log:     log.With().Str("component", "access_log").Logger(),
 	}
+}
+
+// now reads the breakers' clock for a breakerNote, or returns the zero
+// time on a nil accessLog (no access log configured): nothing will be
+// written, so nothing is read.
+func (a *accessLog) now() time.Time {
+	if a == nil {
+		return time.Time{}
+	}
+	return a.clock()
 }
 
 // record queues one line, or drops it when the queue is full. It does
@@ -90,7 +159,7 @@ func (a *accessLog) record(n accessNote) {
 	if a == nil {
 		return
 	}
-	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor}
+	e := accessEntry{at: time.Now(), took: n.took, size: n.size, code: n.code, via: n.fallbackFor, breaker: n.breaker, client: n.client}
 	e.txidN = uint8(copy(e.txid[:], n.txid))
 	e.targetN = uint8(copy(e.target[:], n.target))
 	select {
@@ -122,7 +191,7 @@ func (a *accessLog) writeLoop() {
 	w := bufio.NewWriterSize(a.out, 64<<10)
 	var line bytes.Buffer
 	enc := zerolog.New(&line)
-	var ts []byte
+	var ts, addr []byte
 	failing := false
 	fail := func(err error) {
 		a.dropBuffered()
@@ -148,7 +217,7 @@ func (a *accessLog) writeLoop() {
 	}
 	for e := range a.queue {
 		line.Reset()
-		ts = e.at.UTC().AppendFormat(ts[:0], TimeFormat)
+		ts = appendStamp(ts[:0], e.at, 3)
 		ev := enc.Log().Bytes("time", ts)
 		if e.txidN == 0 {
 			ev = ev.Str("txid", protocol.NoTxID)
@@ -161,10 +230,26 @@ func (a *accessLog) writeLoop() {
 		if e.via != "" {
 			ev = ev.Str("fallback_for", e.via)
 		}
-		ev.Str("code", e.code).
-			Float64("duration_ms", float64(e.took.Microseconds())/1000).
-			Int("bytes", e.size).
-			Send()
+		if e.client.IsValid() {
+			addr = e.client.AppendTo(addr[:0])
+			ev = ev.Bytes("client", addr)
+		}
+		ev = ev.Str("code", e.code).
+			Float64("duration_ms", float64(e.took)/float64(time.Millisecond)).
+			Int("bytes", e.size)
+		if b := e.breaker; b.use != breakerNotAsked {
+			ev = ev.Str("breaker", breakerUseNames[b.use])
+			if b.probe {
+				ev = ev.Bool("probe", true)
+			}
+			ts = appendStamp(ts[:0], b.start, 9)
+			ev = ev.Bytes("start", ts)
+			if !b.end.IsZero() {
+				ts = appendStamp(ts[:0], b.end, 9)
+				ev = ev.Bytes("end", ts)
+			}
+		}
+		ev.Send()
 		a.buffered++
 		if _, err := w.Write(line.Bytes()); err != nil {
 			fail(err)
@@ -175,4 +260,44 @@ func (a *accessLog) writeLoop() {
 		}
 	}
 	flush()
+}
+
+// appendStamp appends t in UTC as TimeFormat (digits 3) or StampFormat
+// (digits 9) would, with the fraction truncated to digits. It is what
+// time.AppendFormat does with those layouts, in a third of the time: the
+// writer formats up to three times a line.
+func appendStamp(b []byte, t time.Time, digits int) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	frac := t.Nanosecond()
+	for range 9 - digits {
+		frac /= 10
+	}
+	b = append(b, '.')
+	b = appendDigits(b, frac, digits)
+	return append(b, 'Z')
+}
+
+// appendDigits appends n, from 0 up, in exactly width decimal digits, at
+// most 9.
+func appendDigits(b []byte, n, width int) []byte {
+	start := len(b)
+	b = append(b, "000000000"[:width]...)
+	for i := len(b) - 1; i >= start && n > 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return b
 }

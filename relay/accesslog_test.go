@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -152,4 +154,113 @@ func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
 	require.Len(t, lines, 1)
 	assert.Equal(t, "kept", lines[0]["txid"])
 	assert.Len(t, withMessage(logs.Lines(t), "access log writes succeed again"), 1)
+}
+
+func TestAccessLogSaysWhatTheBreakerDid(t *testing.T) {
+	// Given a breaker that opens on one failure, a bulkhead of one, and a
+	// target whose calls take 7 ms on the breakers' fake clock: it fails
+	// "fail" and holds "hold" until released.
+	var core *hubtest.Target
+	cfg, clk := testConfig(t)
+	core = hubtest.NewTarget(t, func(w http.ResponseWriter, r *http.Request, p []byte) {
+		clk.Advance(7 * time.Millisecond)
+		switch string(p) {
+		case "fail":
+			hubtest.AnswerStatus(500)(w, r, p)
+		case "hold":
+			core.BlockThen(hubtest.Echo)(w, r, p)
+		default:
+			hubtest.Echo(w, r, p)
+		}
+	})
+	cfg.Targets = []Target{{Name: "CORE", URL: core.URL}}
+	var out logtest.Buffer
+	cfg.AccessLog = &out
+	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 1, 10*time.Second, 1
+	srv, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	t0 := clk.Now()
+
+	// When a call succeeds, one fails and opens the breaker, one is refused,
+	// the reset timeout passes and the probe closes the breaker, a call is
+	// held while another finds the bulkhead full, and a line names no
+	// target,
+	c.RoundTrip("ok|CORE|x")
+	c.RoundTrip("bad|CORE|fail")
+	clk.Advance(time.Second)
+	c.RoundTrip("no|CORE|x")
+	clk.Advance(10 * time.Second)
+	c.RoundTrip("probe|CORE|x")
+	c.Send("held|CORE|hold")
+	core.WaitEntered(t, 1)
+	c.RoundTrip("full|CORE|x")
+	core.UnblockAll()
+	c.Read()
+	c.RoundTrip("lost|NOPE|x")
+	require.NoError(t, srv.Close())
+
+	// then each line says what the breaker did and when, on its clock, to
+	// the nanosecond; a line that reached no breaker says nothing of it.
+	stamp := func(d time.Duration) string { return t0.Add(d).UTC().Format(StampFormat) }
+	lines := out.Lines(t)
+	require.Len(t, lines, 7)
+	want := []map[string]any{
+		{"txid": "ok", "code": "0000", "breaker": "admitted", "start": stamp(0), "end": stamp(7 * time.Millisecond)},
+		{"txid": "bad", "code": "E500", "breaker": "admitted", "start": stamp(7 * time.Millisecond), "end": stamp(14 * time.Millisecond)},
+		{"txid": "no", "code": "E904", "breaker": "refused", "start": stamp(1014 * time.Millisecond)},
+		{"txid": "probe", "code": "0000", "breaker": "admitted", "probe": true, "start": stamp(11014 * time.Millisecond), "end": stamp(11021 * time.Millisecond)},
+		{"txid": "full", "code": "E905", "breaker": "handed_back", "start": stamp(11028 * time.Millisecond)},
+		{"txid": "held", "code": "0000", "breaker": "admitted", "start": stamp(11021 * time.Millisecond)},
+		{"txid": "lost", "code": "E903"},
+	}
+	for i, l := range lines {
+		assert.Subset(t, l, want[i], "line %d", i)
+	}
+	for _, i := range []int{2, 4, 6} {
+		assert.NotContains(t, lines[i], "end", "line %d: no result went to the breaker", i)
+	}
+	for _, i := range []int{0, 1, 2, 4, 5, 6} {
+		assert.NotContains(t, lines[i], "probe", "line %d", i)
+	}
+	assert.NotContains(t, lines[6], "breaker")
+	assert.NotContains(t, lines[6], "start")
+}
+
+func TestAccessLogDurationIsToTheNanosecond(t *testing.T) {
+	// duration_ms keeps every nanosecond of the duration the breaker was
+	// given, so a replay's slow-call policy judges exactly the same value.
+	var out logtest.Buffer
+	a := newAccessLog(&out, 4, nil, zerolog.Nop(), nil)
+	done := make(chan struct{})
+	go func() { a.writeLoop(); close(done) }()
+	took := 1843217 * time.Nanosecond
+	a.record(accessNote{txid: []byte("T1"), target: []byte("CORE"), code: "0000", took: took})
+	a.close()
+	<-done
+	lines := out.Lines(t)
+	require.Len(t, lines, 1)
+	ms, ok := lines[0]["duration_ms"].(float64)
+	require.True(t, ok)
+	assert.Equal(t, took, time.Duration(math.Round(ms*float64(time.Millisecond))))
+}
+
+func TestAppendStampIsAppendFormat(t *testing.T) {
+	// The access log's own formatter writes what time.AppendFormat writes
+	// with the two layouts, in any zone and to the truncated digit.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	zone := time.FixedZone("X", 5*3600+1800)
+	times := []time.Time{
+		time.Date(2026, 11, 30, 5, 31, 19, 123456789, time.UTC),
+		time.Date(2000, 2, 29, 23, 59, 59, 999999999, zone),
+		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 1, time.UTC),
+		time.Now(),
+	}
+	for range 1000 {
+		times = append(times, time.Unix(0, rnd.Int64N(1<<62)).In(zone))
+	}
+	for _, at := range times {
+		assert.Equal(t, at.UTC().Format(TimeFormat), string(appendStamp(nil, at, 3)))
+		assert.Equal(t, at.UTC().Format(StampFormat), string(appendStamp([]byte("x"), at, 9))[1:])
+	}
 }

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/relay/protocol"
 )
@@ -43,6 +46,10 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 
+	// Set by begin, before the read loop starts and the calls it admits.
+	client    netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
+	proxyPeer netip.AddrPort // the load balancer that sent the PROXY header; zero when none
+
 	// Owned by the read loop.
 	rc       syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
 	rawRead  func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
@@ -68,10 +75,9 @@ type conn struct {
 
 	// Set by the TLS handshake, before the read loop starts; read-only
 	// afterwards.
-	client  string // the client certificate's identities, comma-separated; empty without one
-	permits []bool // by route index, the targets the client may use; nil when no target restricts its clients
-	tlsIdle bool   // served over TLS: wait for input with readFirstByte, holding no read buffer
-	first   [1]byte
+	identities []string // the client certificate's identities (clientIdentities); nil without one
+	tlsIdle    bool     // served over TLS: wait for input with readFirstByte, holding no read buffer
+	first      [1]byte
 }
 
 // Buffer sizes of a connection.
@@ -132,8 +138,8 @@ func (e readEnd) String() string {
 	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed"}[e]
 }
 
-// serve runs the connection: the TLS handshake when it is served over
-// TLS, the read loop, then, once reading has ended, the wait for this
+// serve runs the connection: the PROXY header when the Server takes one,
+// the TLS handshake when it is served over TLS, the read loop, then, once reading has ended, the wait for this
 // connection's calls in flight to answer, the final flush and the close.
 func (c *conn) serve() {
 	defer c.srv.untrack(c.nc)
@@ -143,6 +149,12 @@ func (c *conn) serve() {
 			c.nc.Close()
 		}
 	}()
+	if !c.begin() {
+		close(c.readDone)
+		c.releaseReadBuf()
+		c.nc.Close()
+		return
+	}
 	end := endTLS
 	if c.handshake() {
 		end = c.readLoop()
@@ -150,7 +162,20 @@ func (c *conn) serve() {
 	close(c.readDone)
 	c.calls.Wait()
 	c.finish(end)
-	c.srv.log.Debug().Str("remote", c.nc.RemoteAddr().String()).Stringer("end", end).Msg("connection closed")
+	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+}
+
+// logAddrs adds to ev the client's address and, when a PROXY header gave
+// it, the load balancer's.
+func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
+	if !c.client.IsValid() {
+		return ev.Str("remote", c.nc.RemoteAddr().String())
+	}
+	ev = ev.Stringer("remote", c.client)
+	if c.proxyPeer.IsValid() {
+		ev = ev.Stringer("proxy", c.proxyPeer)
+	}
+	return ev
 }
 
 // readLoop reads and handles request lines until the connection ends. It
@@ -168,10 +193,10 @@ func (c *conn) readLoop() readEnd {
 		line, tooLong, err := c.readLine()
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
-			c.srv.noteUnparsed(line, protocol.CodeUnavailable)
+			c.noteUnparsed(line, protocol.CodeUnavailable)
 			answer(c, line, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		case tooLong:
-			c.srv.noteUnparsed(line, protocol.CodeMalformed)
+			c.noteUnparsed(line, protocol.CodeMalformed)
 			answer(c, line, protocol.CodeMalformed, protocol.MsgLineTooLong, false)
 		case len(line) > 0:
 			c.serveLine(line)
@@ -427,7 +452,7 @@ func (c *conn) serveLine(line []byte) {
 		code, msg = protocol.CodeUnavailable, protocol.MsgShuttingDown
 	}
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
-	c.srv.noteUnparsed(line[:len(pe.TxID)], code)
+	c.noteUnparsed(line[:len(pe.TxID)], code)
 	answer(c, pe.TxID, code, msg, false)
 }
 
@@ -589,5 +614,5 @@ func (c *conn) writeOutLocked(now time.Time) error {
 func (c *conn) failLocked(err error) {
 	c.werr = err
 	c.nc.Close()
-	c.srv.log.Debug().Err(err).Str("remote", c.nc.RemoteAddr().String()).Msg("client write failed; connection closed")
+	c.logAddrs(c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
 }

@@ -434,6 +434,16 @@ func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv := openCoreServer(t, cfg)
+	nc, client := tcpPair(t)
+	c := newConn(srv, nc)
+	assert.Zero(t, e904AllocsPerLine(t, c, client))
+}
+
+// openCoreServer returns a Server of cfg whose CORE breaker is open for an
+// hour, closed when the test ends.
+func openCoreServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
 	cfg.FailThreshold, cfg.ResetTimeout = 1, time.Hour
 	srv, err := New(cfg)
 	require.NoError(t, err)
@@ -443,9 +453,15 @@ func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true)
 	require.Equal(t, breaker.Open, rt.breaker.Snapshot().State)
+	return srv
+}
 
-	nc, client := tcpPair(t)
-	c := newConn(srv, nc)
+// e904AllocsPerLine writes an E904 request line to c from client over and
+// over, serving each as the read loop does and reading its answer, and
+// returns the allocations per line. c's server must hold CORE's breaker
+// open for an hour.
+func e904AllocsPerLine(t *testing.T, c *conn, client net.Conn) float64 {
+	t.Helper()
 	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
 	want := "TX-000123|E904|circuit open; retry after 3600s\n"
 	got := make([]byte, len(want))
@@ -472,7 +488,7 @@ func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 	})
 	require.NoError(t, failed)
 	assert.Equal(t, want, string(got))
-	assert.Zero(t, allocs)
+	return allocs
 }
 
 // errorConn answers every read with no bytes and err.

@@ -20,6 +20,11 @@
 // breaker refuses them. Operators control a breaker by hand through
 // Server.ControlBreaker, which relay/admin serves as POST /breakers/{target}.
 //
+// A running Server changes its targets and settings with Reload, keeping
+// every breaker's state and counts; Withdraw takes it out of a load
+// balancer's rotation ahead of Shutdown; and with Config.ProxyProtocol it
+// takes each client's address from a trusted balancer's PROXY header.
+//
 // Observability is optional and off the answer path: Metrics (NewMetrics)
 // counts every answer by target and code on a Prometheus registry of the
 // caller's; Config.AccessLog writes one JSON line per answer from a

@@ -26,6 +26,7 @@ const (
 	metricAccessLogDropped = "relay_access_log_dropped_total"
 	metricFallbacks        = "relay_fallbacks_total"
 	metricPanics           = "relay_panics_total"
+	metricConnsOpened      = "relay_target_connections_opened_total"
 
 	labelTarget   = "target"
 	labelCode     = "code"
@@ -145,6 +146,7 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	fallbacks    *prometheus.CounterVec
+	connsOpened  *prometheus.CounterVec
 	unrouted     [len(unroutedCodes)]prometheus.Counter
 	dropped      prometheus.Counter
 	panics       [numTasks]prometheus.Counter
@@ -182,6 +184,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricFallbacks,
 			Help: "Requests the target's breaker refused that its fallback's breaker admitted; their answers are counted under the fallback in relay_requests_total.",
 		}, []string{labelTarget, labelFallback}),
+		connsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricConnsOpened,
+			Help: "Connections opened to the target, each a new TCP (and, for https, TLS) handshake; a kept-alive connection reused is not counted.",
+		}, []string{labelTarget}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricAccessLogDropped,
 			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
@@ -203,7 +209,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.panics[i] = panics.WithLabelValues(name)
 	}
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, unrouted, m.dropped, panics, m.live,
+		m.breakerState, m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, unrouted, m.dropped, panics, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -257,15 +263,16 @@ func (m *Metrics) bind(srv *Server) error {
 	return nil
 }
 
-// forTarget resolves the label children of one configured target and, when
-// it has one, of its fallback (fallback is empty otherwise).
-func (m *Metrics) forTarget(name, fallback string) *routeMetrics {
-	rm := &routeMetrics{
-		state:    m.breakerState.WithLabelValues(name),
-		duration: m.duration.WithLabelValues(name),
+// forTarget resolves the label children of one configured target, its
+// breaker state at CLOSED. It returns nil on a nil Metrics.
+func (m *Metrics) forTarget(name string) *routeMetrics {
+	if m == nil {
+		return nil
 	}
-	if fallback != "" {
-		rm.fallbacks = m.fallbacks.WithLabelValues(name, fallback)
+	rm := &routeMetrics{
+		state:       m.breakerState.WithLabelValues(name),
+		duration:    m.duration.WithLabelValues(name),
+		connsOpened: m.connsOpened.WithLabelValues(name),
 	}
 	rm.state.Set(float64(breaker.Closed))
 	for i, code := range codeLabelValues {
@@ -292,16 +299,14 @@ type routeMetrics struct {
 	// transitions is indexed [from][to] by breaker.State; nil where from
 	// equals to, which is no change.
 	transitions [3][3]prometheus.Counter
-	// fallbacks counts the requests sent on to the fallback; nil when the
-	// target has none.
-	fallbacks prometheus.Counter
+	// connsOpened counts the connections opened to the target.
+	connsOpened prometheus.Counter
 }
 
-// countFallback counts a request the target's breaker refused and its
-// fallback's breaker admitted.
-func (rm *routeMetrics) countFallback() {
-	if rm != nil && rm.fallbacks != nil {
-		rm.fallbacks.Inc()
+// countConnOpened counts a connection opened to the target.
+func (rm *routeMetrics) countConnOpened() {
+	if rm != nil {
+		rm.connsOpened.Inc()
 	}
 }
 
@@ -374,7 +379,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	for _, r := range s.routes {
+	for _, r := range s.routeList() {
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		if r.metrics != nil {
 			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
@@ -397,3 +402,22 @@ func counterValue(c prometheus.Counter) float64 {
 }
 
 var _ prometheus.Collector = (*liveCollector)(nil)
+
+// fallbackCounter resolves relay_fallbacks_total of a target and its
+// fallback. It returns nil on a nil Metrics or without a fallback.
+func (m *Metrics) fallbackCounter(name, fallback string) prometheus.Counter {
+	if m == nil || fallback == "" {
+		return nil
+	}
+	return m.fallbacks.WithLabelValues(name, fallback)
+}
+
+// forgetTarget removes the breaker state series of a target no longer
+// served, so that no dashboard or alert sees a target that is gone as open
+// or closed. Its counters stay: they only ever grow. It does nothing on a
+// nil Metrics.
+func (m *Metrics) forgetTarget(name string) {
+	if m != nil {
+		m.breakerState.DeleteLabelValues(name)
+	}
+}

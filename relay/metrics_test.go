@@ -135,6 +135,35 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 	}
 }
 
+// TestMetricsCountTargetConnectionsOpened checks that
+// relay_target_connections_opened_total counts each connection the hub
+// opens to a target, and only those: a kept-alive connection idle for
+// longer than the target timeout is reused, not counted again.
+func TestMetricsCountTargetConnectionsOpened(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL}, Target{Name: "CLAIM", URL: core.URL})
+	cfg.TargetTimeout = timeout
+	reg := withMetrics(t, &cfg)
+	_, addr := startServer(t, cfg)
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CORE"), "the series exists before traffic")
+
+	c := hubtest.Dial(t, addr)
+	for i := range 3 {
+		if i > 0 {
+			// Only real time expires the last call's deadline.
+			time.Sleep(2 * timeout)
+		}
+		require.Equal(t, "T|0000|got x", c.RoundTrip("T|CORE|x"))
+	}
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CORE"), "one connection, reused")
+
+	core.CloseClientConnections()
+	require.Equal(t, "T|0000|got x", c.RoundTrip("T|CORE|x"))
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CORE"), "a fresh one once the target closed it")
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CLAIM"), "counted per target")
+}
+
 func TestMetricsFollowTheBreaker(t *testing.T) {
 	// Given a closed breaker with threshold 2 and reset timeout 5 s.
 	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))

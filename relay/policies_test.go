@@ -224,13 +224,16 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 }
 
 func TestPerTargetSettingsApplied(t *testing.T) {
-	// Given CORE with one slot, threshold 1 and a 150 ms target timeout, and
-	// CLAIM with two slots, threshold 3, counting E400 (only) as a failure,
+	// Given CORE with one slot, threshold 1, a 150 ms target timeout and a
+	// 2 s target idle timeout, and CLAIM with two slots, threshold 3,
+	// counting E400 (only) as a failure,
 	core := hubtest.NewTarget(t, nil)
 	core.Set(core.BlockThen(hubtest.Echo))
 	claim := hubtest.NewTarget(t, hubtest.AnswerStatus(404))
 	cfg, _ := testConfig(t,
-		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond}},
+		Target{Name: "CORE", URL: core.URL, Settings: &TargetSettings{
+			MaxInflight: 1, Policy: breaker.Policy{FailThreshold: 1}, TargetTimeout: 150 * time.Millisecond, TargetIdleTimeout: 2 * time.Second,
+		}},
 		Target{Name: "CLAIM", URL: claim.URL, Settings: &TargetSettings{MaxInflight: 2, Policy: breaker.Policy{FailThreshold: 3}, FailureCodes: []string{"e400"}}},
 	)
 	cfg.MaxInflight, cfg.FailThreshold = 50, 50 // not used: both targets have settings of their own
@@ -239,13 +242,15 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	st := status(t, srv, "CORE")
 	assert.Equal(t, 1, st.MaxInFlight)
 	assert.Equal(t, TargetSettings{
-		MaxInflight: 1, TargetTimeout: 150 * time.Millisecond, FailureCodes: []string{"E500", "E901", "E902"},
-		Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: DefaultResetTimeout},
+		MaxInflight: 1, TargetTimeout: 150 * time.Millisecond, TargetIdleTimeout: 2 * time.Second,
+		FailureCodes: []string{"E500", "E901", "E902"},
+		Policy:       breaker.Policy{FailThreshold: 1, ResetTimeout: DefaultResetTimeout},
 	}, st.Settings)
 	assert.Equal(t, 150*time.Millisecond+time.Second, st.ProbeTimeout)
 	st = status(t, srv, "CLAIM")
 	assert.Equal(t, 2, st.MaxInFlight)
 	assert.Equal(t, []string{"E400"}, st.Settings.FailureCodes)
+	assert.Equal(t, DefaultTargetIdleTimeout, st.Settings.TargetIdleTimeout)
 	assert.Equal(t, DefaultTargetTimeout+time.Second, st.ProbeTimeout)
 
 	// When CORE's one call hangs, a second is E905 and the first times out
@@ -301,6 +306,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		{name: "negative slow call", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{SlowCall: -1}}}, want: "SlowCall"},
 		{name: "negative backoff", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{MaxResetTimeout: -1}}}, want: "MaxResetTimeout"},
 		{name: "target settings negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{MaxInflight: -1}}}}, want: "target CORE: MaxInflight must not be negative"},
+		{name: "target idle timeout negative", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{TargetIdleTimeout: -1}}}}, want: "target CORE: TargetIdleTimeout must not be negative"},
 		{name: "target failure code", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Settings: &TargetSettings{FailureCodes: []string{"B201"}}}}}, want: "target CORE: failure code"},
 		{name: "unknown fallback", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "NOPE"}}}, want: `fallback "NOPE" is not a configured target`},
 		{name: "fallback to itself", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, Fallback: "core"}}}, want: "fallback to itself"},
@@ -318,4 +324,31 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestProbePermitsHoldTheProbeUntilPermitted(t *testing.T) {
+	// Given a hub whose breakers need probe permits, with CORE (threshold
+	// 1, reset 10 s) open,
+	core := hubtest.NewTarget(t, hubtest.AnswerStatus(500))
+	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL, Settings: settings(0, 1, 10*time.Second)})
+	cfg.ProbePermits = true
+	srv, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
+	core.Set(hubtest.Echo)
+
+	// when its open period has passed, it still refuses, with a hint of a
+	// second, and calls nobody,
+	clk.Advance(time.Minute)
+	assert.Equal(t, "W1|E904|circuit open; retry after 1s", c.RoundTrip("W1|CORE|x"))
+	assert.Equal(t, "W2|E904|circuit open; retry after 1s", c.RoundTrip("W2|CORE|x"))
+	assert.Equal(t, 1, core.Calls())
+
+	// until its breaker is permitted a probe, whose success closes it.
+	b := srv.Breaker("core")
+	require.NotNil(t, b)
+	b.PermitProbe()
+	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
+	assert.Nil(t, srv.Breaker("NOPE"))
 }

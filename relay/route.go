@@ -13,39 +13,29 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // route is everything the hub holds for one target: its breaker, its
-// bulkhead, its HTTP side, its fallback and its metrics. It is safe for
-// concurrent use; its fields other than transitions are set once by New.
+// bulkhead, its metrics, and in conf its HTTP side and its fallback. A
+// reload keeps a target's route and replaces its conf. It is safe for
+// concurrent use; its fields other than conf and transitions are set once,
+// before the route is published.
 type route struct {
-	name         string
-	nameBytes    []byte
-	url          string
-	fallbackName string // canonical name of the fallback target; empty when none
-	fallback     *route // the fallback's route; nil when none
-	ownSettings  bool   // the target came with Settings of its own
-	breaker      *breaker.Breaker
-	bulkhead     *bulkhead.Bulkhead
-	client       *targethttp.Client
-	failureCodes []string
-	viaPrefix    string        // "via NAME: ", before the messages this route answers as a fallback
-	viaBusy      string        // viaPrefix + protocol.MsgBulkheadFull
-	metrics      *routeMetrics // nil without metrics
-	log          zerolog.Logger
-	failLog      zerolog.Logger // log sampled to failLogBurst lines a second
-	transitions  transitionLog
+	name        string
+	nameBytes   []byte
+	conf        atomic.Pointer[routeConf]
+	breaker     *breaker.Breaker
+	bulkhead    *bulkhead.Bulkhead
+	viaPrefix   string        // "via NAME: ", before the messages this route answers as a fallback
+	viaBusy     string        // viaPrefix + protocol.MsgBulkheadFull
+	metrics     *routeMetrics // nil without metrics
+	log         zerolog.Logger
+	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
+	transitions transitionLog
+	lastFailure lastFailure // the latest failed call, for status pages
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
-
-	// idx is the route's index in Server.routes, where a connection's
-	// permits are kept.
-	idx int
-	// clients are the target's allowed_clients patterns; nil means every
-	// client may use it.
-	clients []string
 }
 
 // observer returns the breaker's transition observer for r: next (the
@@ -60,6 +50,13 @@ func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition)
 		r.metrics.transition(t)
 		r.transitions.add(t)
 	}
+}
+
+// connOpened is the OnDial of r's client: it counts a connection opened
+// to the target. It reads r.metrics when called, so it may be bound before
+// New resolves them.
+func (r *route) connOpened() {
+	r.metrics.countConnOpened()
 }
 
 // transitionLog carries a route's breaker changes from the observer, which
@@ -136,22 +133,11 @@ func RetryAfterSeconds(d time.Duration) float64 {
 	return float64(ms) / 1000
 }
 
-// isFailure reports whether a call that ended with code counts as a breaker
-// failure for this route.
-func (r *route) isFailure(code string) bool {
-	for _, c := range r.failureCodes {
-		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
 // lookup returns the route for a target name as a client wrote it, matched
 // case-insensitively, or nil. A linear scan: there are few targets, and it
 // needs no allocation to fold case.
 func (s *Server) lookup(name []byte) *route {
-	for _, r := range s.routes {
+	for _, r := range s.routeList() {
 		if bytes.EqualFold(r.nameBytes, name) {
 			return r
 		}
@@ -164,9 +150,10 @@ func (s *Server) lookup(name []byte) *route {
 //
 //  1. shutting down: E906 at once;
 //  2. the target is looked up: unknown, E903 at once; one the client's
-//     certificate does not allow it to use (Target.AllowedClients), E908 at
-//     once. Only the target the client names is checked: its fallback
-//     serves its requests;
+//     certificate does not allow it to use (Target.AllowedClients, as the
+//     configuration in force when the line is read says), E908 at once.
+//     Only the target the client names is checked: its fallback serves its
+//     requests;
 //  3. the target's breaker admits the call. When it refuses (open, held
 //     open, or half-open with the probe out) and the target has a fallback,
 //     the fallback's breaker is asked instead, and from here on the request
@@ -208,22 +195,25 @@ func (c *conn) dispatch(req protocol.Request) {
 		admitted bool // ticket is held
 		acquired bool // a bulkhead slot is held
 		async    bool // the call goroutine owns what is held
+		asked    time.Time
 	)
 	defer func() {
 		if async {
 			return
 		}
 		if p := recover(); p != nil {
+			var note breakerNote
 			if admitted {
 				admitted = false
 				rt.breaker.Cancel(ticket)
+				note = breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked}
 			}
 			if acquired {
 				acquired = false
 				rt.bulkhead.Release()
 			}
 			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			s.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal)
+			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal, note)
 			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 		}
 		s.activeCalls.Add(-1)
@@ -232,17 +222,18 @@ func (c *conn) dispatch(req protocol.Request) {
 	if s.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		s.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable)
+		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
 	rt = s.lookup(req.Target)
 	if rt == nil {
-		s.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0)
+		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
-	if !c.mayUse(rt) {
+	conf := rt.conf.Load()
+	if !c.mayUse(conf) {
 		c.refuseNotAllowed(rt, req)
 		return
 	}
@@ -250,18 +241,21 @@ func (c *conn) dispatch(req protocol.Request) {
 		err        error
 		retryAfter time.Duration
 	)
+	// Read for the access log just before the breaker decides (see
+	// accessLog): a replay of the log puts the decision here.
+	asked = s.access.now()
 	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
-		fb := rt.fallback
+		fb := conf.fallback
 		if fb == nil {
-			c.refuseOpen(rt, req, retryAfter, err)
+			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
 		if ticket, _, err = fb.breaker.Admit(); err != nil {
-			c.refuseOpen(rt, req, retryAfter, err)
+			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		primary, rt = rt, fb
-		primary.metrics.countFallback()
+		conf.countFallback()
+		primary, rt, conf = rt, fb, fb.conf.Load()
 	}
 	admitted = true
 	if ticket.Probe() {
@@ -270,7 +264,8 @@ func (c *conn) dispatch(req protocol.Request) {
 	if !rt.bulkhead.TryAcquire() {
 		admitted = false
 		rt.breaker.Cancel(ticket)
-		s.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull)
+		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
+			breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked})
 		msg := protocol.MsgBulkheadFull
 		if primary != nil {
 			msg = rt.viaBusy
@@ -280,7 +275,8 @@ func (c *conn) dispatch(req protocol.Request) {
 	}
 	acquired = true
 
-	cl := getCall(c, rt, primary, ticket, req)
+	cl := getCall(c, rt, conf, primary, ticket, req)
+	cl.asked = asked
 	c.calls.Add(1)
 	s.startCall(rt, cl)
 	async = true
@@ -325,11 +321,11 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 }
 
 // refuseOpen answers E904 for rt, whose breaker refused the request with
-// err and retryAfter (and its fallback's too, if it has one). The message is
-// rt's: "held open by operator" while an operator holds it, else its retry
-// hint.
-func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error) {
-	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen)
+// err and retryAfter (and its fallback's too, if it has one) when asked at
+// asked. The message is rt's: "held open by operator" while an operator
+// holds it, else its retry hint.
+func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
+	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
 	if errors.Is(err, breaker.ErrHeld) {
 		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
 		return
@@ -348,8 +344,9 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 // configured, else (rt nil) to no target, where code must be one the hub
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback rt took the
-// request.
-func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel) {
+// request; b is what rt's breaker did with it.
+func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
+	s := c.srv
 	target := req.Target
 	if rt != nil {
 		rt.metrics.count(l)
@@ -358,7 +355,8 @@ func (s *Server) noteHubAnswer(rt, primary *route, req protocol.Request, code st
 		s.metrics.countUnrouted(code)
 	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload)})
+		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
+			client: c.client})
 	}
 }
 
@@ -373,9 +371,9 @@ func (r *route) nameOrEmpty() string {
 // noteUnparsed counts an answer to a line that did not parse (E900, or
 // E906 once shutting down): no target can be credited with it. txid is
 // the line's TXID when it could be read.
-func (s *Server) noteUnparsed(txid []byte, code string) {
-	s.metrics.countUnrouted(code)
-	s.access.record(accessNote{txid: txid, code: code})
+func (c *conn) noteUnparsed(txid []byte, code string) {
+	c.srv.metrics.countUnrouted(code)
+	c.srv.access.record(accessNote{txid: txid, code: code, client: c.client})
 }
 
 // retryHintSeconds is the N of an E904's "retry after Ns": d in whole
@@ -394,20 +392,24 @@ func retryHintSeconds(d time.Duration) int64 {
 type call struct {
 	c       *conn
 	rt      *route
-	primary *route // the target the client named, when rt is its fallback; else nil
+	conf    *routeConf // rt's configuration at admission, kept to the end
+	primary *route     // the target the client named, when rt is its fallback; else nil
 	ticket  breaker.Ticket
 	line    []byte // TXID then payload
 	txidN   int    // length of the TXID at the start of line
 	msg     []byte // scratch for "via NAME: " and the target's message
+
+	asked time.Time // the breakers' clock when the breaker was asked, for the access log
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // getCall returns a pooled call holding copies of req's TXID and payload.
-// primary is the target the client named when rt is its fallback, else nil.
-func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
+// conf is rt's configuration at admission; primary is the target the
+// client named when rt is its fallback, else nil.
+func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
-	cl.c, cl.rt, cl.primary, cl.ticket = c, rt, primary, ticket
+	cl.c, cl.rt, cl.conf, cl.primary, cl.ticket = c, rt, conf, primary, ticket
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
 	cl.txidN = len(req.TxID)
 	return cl
@@ -416,7 +418,7 @@ func getCall(c *conn, rt, primary *route, ticket breaker.Ticket, req protocol.Re
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt, cl.primary = nil, nil, nil
+	cl.c, cl.rt, cl.conf, cl.primary = nil, nil, nil, nil
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -436,11 +438,13 @@ func (cl *call) run() {
 	s := c.srv
 	txid := cl.line[:cl.txidN]
 	reported, released, answered := false, false, false
+	note := breakerNote{use: breakerAdmitted, probe: cl.ticket.Probe(), start: cl.asked}
 	defer func() {
 		if p := recover(); p != nil {
 			if !reported {
 				reported = true
 				rt.breaker.Cancel(cl.ticket)
+				note.use, note.end = breakerHandedBack, time.Time{}
 			}
 			if !released {
 				released = true
@@ -455,7 +459,8 @@ func (cl *call) run() {
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
 			if !answered {
 				rt.metrics.count(lblInternal)
-				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN})
+				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
+					client: c.client})
 				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
 			}
 		}
@@ -467,21 +472,27 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := rt.client.Call(txid, cl.line[cl.txidN:])
+	code, msg := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
-	failed := rt.isFailure(code)
+	failed := cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
+	note.end = s.access.now()
 	rt.breaker.DoneAfter(cl.ticket, failed, took)
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
-	// Counted before the answer, like the breaker's record, so that a
-	// client holding its answer finds it in the metrics.
+	// Counted and noted before the answer, like the breaker's record, so
+	// that a client holding its answer finds it in the metrics and in the
+	// target's last failure.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if failed {
+		rt.lastFailure.note(code, msg, start.Add(took))
+	}
 	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN})
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
+			client: c.client})
 	}
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -19,7 +20,6 @@ import (
 	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
@@ -35,6 +35,10 @@ const (
 	DefaultIdleTimeout   = 5 * time.Minute
 	DefaultWriteTimeout  = 30 * time.Second
 )
+
+// DefaultTargetIdleTimeout is how long a pooled target connection may stay
+// unused before the hub closes it, unless TargetIdleTimeout says otherwise.
+const DefaultTargetIdleTimeout = targethttp.DefaultIdleTimeout
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("relay: server closed")
@@ -193,13 +197,38 @@ type Config struct {
 	// TLS, when set, serves TLS to clients on every listener given to
 	// Serve (see TLSConfig). Nil means plain TCP.
 	TLS *TLSConfig
+	// ProbePermits makes every target's breaker wait for
+	// breaker.Breaker.PermitProbe before it admits a probe
+	// (breaker.Settings.ProbePermits): once its open period has passed it
+	// goes on refusing, with a retry hint of a second, until whoever shares
+	// the breaker's state with other hubs permits the probe. Whoever turns
+	// it on must give the permits (see Breaker), or the breakers stay open
+	// for good. False means each breaker probes on its own, as a single hub
+	// does.
+	ProbePermits bool
+	// ProxyProtocol says whether client connections open with a PROXY
+	// protocol header from a load balancer, whose source address is then
+	// the client's in the access log and the logs. Zero is ProxyOff.
+	ProxyProtocol ProxyProtocol
+	// ProxyTrusted are the addresses whose PROXY headers are believed (the
+	// load balancers); required unless ProxyProtocol is ProxyOff.
+	ProxyTrusted []netip.Prefix
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
 // given to Serve and relays each admitted transaction to its target through
 // that target's breaker and bulkhead. It is safe for concurrent use.
 type Server struct {
-	routes       []*route
+	// routes is the table of targets, replaced whole by Reload: the hot
+	// path reads it without a lock.
+	routes       atomic.Pointer[[]*route]
+	defaults     TargetSettings // effective settings of a target without its own
+	defaultCodes []string       // the failure codes of defaults, parsed
+	clock        breaker.Clock
+	rand         func() float64
+	onTransition func(breaker.Transition)
+	probePermits bool       // every breaker waits for PermitProbe (Config.ProbePermits)
+	reloadMu     sync.Mutex // held by Reload: one at a time
 	maxLineBytes int
 	maxConns     int
 	idleTimeout  time.Duration
@@ -212,11 +241,19 @@ type Server struct {
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
 
+	// The PROXY protocol settings, Config's, set once by New, and the log
+	// of the connections they refuse, sampled to proxyLogBurst lines a
+	// second.
+	proxyProtocol ProxyProtocol
+	proxyTrusted  []netip.Prefix
+	proxyLog      zerolog.Logger
+
 	// targetConns holds every open target connection, so that abortCalls
 	// can cut the calls blocked on them.
 	targetConns *targethttp.Conns
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
+	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
 	activeCalls atomic.Int64 // requests between admission and their answer
 	lingering   atomic.Int64 // turned-away connections still draining
 
@@ -239,9 +276,6 @@ type Server struct {
 
 	// tls is the TLS side of the client listeners; nil serves plain TCP.
 	tls *tlsServer
-	// restricted is set when a target restricts its clients
-	// (Target.AllowedClients).
-	restricted bool
 }
 
 // New returns a Server configured by cfg, with one breaker, one bulkhead and
@@ -254,7 +288,8 @@ type Server struct {
 // Each target runs with its own settings: Target.Settings when set, else
 // cfg.TargetSettings. Each target has its own pool of kept-alive
 // connections, never capped (its bulkhead bounds its calls, so a full
-// bulkhead's worth of calls never waits for a connection); the hub uses no
+// bulkhead's worth of calls never waits for a connection) and each closed
+// once unused for the target's TargetIdleTimeout; the hub uses no
 // proxy from the environment, asks for no compression and follows no
 // redirects.
 //
@@ -281,6 +316,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{
+		defaults:     defaults,
+		defaultCodes: defaultCodes,
+		clock:        cfg.Clock,
+		rand:         cfg.Rand,
+		probePermits: cfg.ProbePermits,
+		onTransition: cfg.OnTransition,
 		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
 		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
 		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
@@ -298,64 +339,21 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := s.setProxyProtocol(cfg.ProxyProtocol, cfg.ProxyTrusted); err != nil {
+		return nil, err
+	}
 	s.targetConns = targethttp.NewConns(cfg.DialTarget)
-	for _, t := range cfg.Targets {
-		name, txURL, err := t.canonical()
-		if err != nil {
-			return nil, fmt.Errorf("relay: %w", err)
-		}
-		for _, r := range s.routes {
-			if r.name == name {
-				return nil, fmt.Errorf("relay: target %s configured twice", name)
-			}
-		}
-		settings, codes, own := defaults, defaultCodes, t.Settings != nil
-		if own {
-			settings = t.Settings.WithDefaults()
-			if err := settings.check(); err != nil {
-				return nil, fmt.Errorf("relay: target %s: %w", name, err)
-			}
-			if codes, err = parseFailureCodes(settings.FailureCodes); err != nil {
-				return nil, fmt.Errorf("relay: target %s: %w", name, err)
-			}
-		}
-		client, err := targethttp.New(targethttp.Config{
-			URL: txURL, Timeout: settings.TargetTimeout, MaxInflight: settings.MaxInflight, Conns: s.targetConns,
-			TLS: t.TLS,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("relay: target %s: %w", name, err)
-		}
-		rt := &route{
-			name:         name,
-			nameBytes:    []byte(name),
-			url:          t.URL,
-			fallbackName: strings.ToUpper(t.Fallback),
-			ownSettings:  own,
-			bulkhead:     bulkhead.New(bulkhead.Settings{MaxInflight: settings.MaxInflight}),
-			client:       client,
-			failureCodes: codes,
-			viaPrefix:    "via " + name + ": ",
-			viaBusy:      "via " + name + ": " + protocol.MsgBulkheadFull,
-			work:         make(chan *call),
-			log:          s.log.With().Str("target", name).Logger(),
-		}
-		rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
-		rt.breaker = breaker.New(breaker.Settings{
-			Name:         name,
-			Policy:       settings.Policy,
-			Clock:        cfg.Clock,
-			OnTransition: rt.observer(cfg.OnTransition),
-			Rand:         cfg.Rand,
-			ProbeTimeout: settings.TargetTimeout + probeGrace,
-		})
-		s.routes = append(s.routes, rt)
-	}
-	if err := s.linkFallbacks(); err != nil {
+	plans, err := s.plan(cfg.Targets)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.restrictClients(cfg.Targets); err != nil {
-		return nil, err
+	routes := make([]*route, len(plans))
+	confs := make([]*routeConf, len(plans))
+	for i, p := range plans {
+		routes[i] = s.newRoute(p)
+		if confs[i], err = s.newConf(p, routes[i], nil); err != nil {
+			return nil, err
+		}
 	}
 	// Label children are resolved once the whole configuration is known to
 	// be good, so a refused Config leaves no series behind. No breaker can
@@ -364,38 +362,20 @@ func New(cfg Config) (*Server, error) {
 		if err := cfg.Metrics.bind(s); err != nil {
 			return nil, err
 		}
-		for _, rt := range s.routes {
-			rt.metrics = cfg.Metrics.forTarget(rt.name, rt.fallbackName)
+		for _, rt := range routes {
+			rt.metrics = cfg.Metrics.forTarget(rt.name)
 		}
 	}
+	s.linkConfs(routes, confs)
+	for i, rt := range routes {
+		rt.conf.Store(confs[i])
+	}
+	s.routes.Store(&routes)
 	if cfg.AccessLog != nil {
-		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger)
+		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
 		s.bg.Go(s.writeAccessLog)
 	}
 	return s, nil
-}
-
-// linkFallbacks points each route with a fallback at the fallback's route,
-// refusing a name that is no configured target, the target itself, or a
-// target that has a fallback of its own: one step only, which also rules
-// out every cycle.
-func (s *Server) linkFallbacks() error {
-	for _, rt := range s.routes {
-		if rt.fallbackName == "" {
-			continue
-		}
-		fb := s.lookup([]byte(rt.fallbackName))
-		switch {
-		case fb == nil:
-			return fmt.Errorf("relay: target %s: fallback %q is not a configured target", rt.name, rt.fallbackName)
-		case fb == rt:
-			return fmt.Errorf("relay: target %s: fallback to itself", rt.name)
-		case fb.fallbackName != "":
-			return fmt.Errorf("relay: target %s: fallback %s has a fallback of its own (%s); fallbacks go one step only", rt.name, fb.name, fb.fallbackName)
-		}
-		rt.fallback = fb
-	}
-	return nil
 }
 
 // parseFailureCodes checks failure codes with protocol.ParseFailureCode and
@@ -417,7 +397,9 @@ func parseFailureCodes(in []string) ([]string, error) {
 
 // WithDefaults returns ts with its zero limits and timeouts replaced by the
 // package defaults; the policies stay as they are, off when zero, and the
-// breaker fills in Window and MinSamples when the failure rate is on.
+// breaker fills in Window and MinSamples when the failure rate is on. A zero
+// TargetIdleTimeout also stays zero: the target's HTTP client reads it as
+// DefaultTargetIdleTimeout, and the target's snapshot shows that value.
 func (ts TargetSettings) WithDefaults() TargetSettings {
 	ts.MaxInflight = orDefault(ts.MaxInflight, DefaultMaxInflight)
 	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
@@ -438,6 +420,7 @@ func (ts TargetSettings) check() error {
 		{"ResetTimeout", ts.ResetTimeout < 0},
 		{"MaxInflight", ts.MaxInflight < 0},
 		{"TargetTimeout", ts.TargetTimeout < 0},
+		{"TargetIdleTimeout", ts.TargetIdleTimeout < 0},
 		{"Window", ts.Window < 0},
 		{"MinSamples", ts.MinSamples < 0},
 		{"SlowCall", ts.SlowCall < 0},
@@ -454,10 +437,11 @@ func (ts TargetSettings) check() error {
 	return nil
 }
 
-// probeGrace is what a probe gets on top of the target timeout before the
+// ProbeGrace is what a probe gets on top of the target timeout before the
 // breaker may replace it: time for the timed-out call to be classified and
-// reported.
-const probeGrace = time.Second
+// reported. A breaker's ProbeTimeout is its target's TargetTimeout plus
+// ProbeGrace.
+const ProbeGrace = time.Second
 
 // failLogBurst is how many failed calls per target and second are logged at
 // warn; past it they are counted by the metrics and logged at debug only,
@@ -534,6 +518,9 @@ type TargetSnapshot struct {
 	// is set only for a target with settings of its own (it is zero
 	// otherwise; the bulkhead size of every target is MaxInFlight).
 	Settings TargetSettings
+	// LastFailure is the target's most recent failed call; its At is zero
+	// when there has been none.
+	LastFailure Failure
 }
 
 // TargetSettings are a target's bulkhead, call and breaker settings: the
@@ -551,6 +538,11 @@ type TargetSettings struct {
 	// TargetTimeout bounds one target call: connect, request, answer. Zero
 	// means 3 s.
 	TargetTimeout time.Duration
+	// TargetIdleTimeout is how long a pooled connection to the target may
+	// stay unused before the hub closes it. Keep it under the target's own
+	// keep-alive timeout, so that the hub rather than the target usually
+	// ends an idle connection. Zero means 4 s.
+	TargetIdleTimeout time.Duration
 	// FailureCodes are the response codes that count as breaker failures,
 	// each accepted by protocol.ParseFailureCode. Empty means E500, E901,
 	// E902.
@@ -564,11 +556,26 @@ type TargetSettings struct {
 
 // Targets returns a snapshot of every target, in configuration order.
 func (s *Server) Targets() []TargetSnapshot {
-	out := make([]TargetSnapshot, 0, len(s.routes))
-	for _, r := range s.routes {
+	routes := s.routeList()
+	out := make([]TargetSnapshot, 0, len(routes))
+	for _, r := range routes {
 		out = append(out, s.snapshot(r))
 	}
 	return out
+}
+
+// Breaker returns the breaker of the target named name, matched
+// case-insensitively, or nil when there is none. It is for whoever shares
+// the target's breaker state with other hubs (AdoptOpen, AdoptClose,
+// PermitProbe); the relay's own requests go through it as before. Every
+// change made through it reaches Config.OnTransition and the metrics at
+// once, like any other, and the relay's log with the target's next call.
+func (s *Server) Breaker(name string) *breaker.Breaker {
+	r := s.lookup([]byte(name))
+	if r == nil {
+		return nil
+	}
+	return r.breaker
 }
 
 // Target returns a snapshot of the target named name, matched
@@ -583,31 +590,35 @@ func (s *Server) Target(name string) (TargetSnapshot, bool) {
 
 // snapshot returns r's state now.
 func (s *Server) snapshot(r *route) TargetSnapshot {
+	rc := r.conf.Load()
 	bs := r.breaker.Settings()
 	settings := TargetSettings{
-		TargetTimeout: r.client.Timeout(),
-		FailureCodes:  append([]string(nil), r.failureCodes...),
-		Policy:        bs.Policy,
+		TargetTimeout:     rc.client.Timeout(),
+		TargetIdleTimeout: rc.client.IdleTimeout(),
+		FailureCodes:      append([]string(nil), rc.failureCodes...),
+		Policy:            bs.Policy,
 	}
-	if r.ownSettings {
+	if rc.own {
 		settings.MaxInflight = r.bulkhead.Limit()
 	}
 	return TargetSnapshot{
 		Name:         r.name,
-		URL:          r.url,
-		Fallback:     r.fallbackName,
+		URL:          rc.url,
+		Fallback:     rc.fallbackName,
 		Snapshot:     r.breaker.Snapshot(),
 		InFlight:     r.bulkhead.InFlight(),
 		MaxInFlight:  r.bulkhead.Limit(),
 		ProbeTimeout: bs.ProbeTimeout,
 		Settings:     settings,
+		LastFailure:  r.lastFailure.load(),
 	}
 }
 
-// Draining reports whether Shutdown or Close has begun: the Server no longer
-// accepts connections and answers new lines E906.
+// Draining reports whether the Server is leaving service: Withdraw has
+// been called (it still serves), or Shutdown or Close has begun (it no
+// longer accepts connections and answers new lines E906).
 func (s *Server) Draining() bool {
-	return s.inShutdown.Load()
+	return s.withdrawn.Load() || s.inShutdown.Load()
 }
 
 // ConnectionsOpen returns the number of client connections being served,
@@ -647,8 +658,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		if s.tls != nil {
-			// No handshake here: it runs on the connection's goroutine.
-			nc = tls.Server(nc, s.tls.config)
+			// No handshake here: it runs on the connection's goroutine,
+			// after the PROXY header, if any.
+			nc = s.tls.server(nc, s.proxyProtocol != ProxyOff)
 		}
 		if !s.startConn(nc) {
 			return ErrServerClosed
@@ -924,8 +936,8 @@ func (s *Server) abortCalls() {
 
 // closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
-	for _, rt := range s.routes {
-		rt.client.CloseIdle()
+	for _, rt := range s.routeList() {
+		rt.conf.Load().client.CloseIdle()
 	}
 }
 

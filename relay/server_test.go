@@ -545,9 +545,10 @@ func TestTargets(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	settings := TargetSettings{
-		TargetTimeout: DefaultTargetTimeout,
-		FailureCodes:  []string{"E500", "E901", "E902"},
-		Policy:        breaker.Policy{FailThreshold: DefaultFailThreshold, ResetTimeout: DefaultResetTimeout},
+		TargetTimeout:     DefaultTargetTimeout,
+		TargetIdleTimeout: DefaultTargetIdleTimeout,
+		FailureCodes:      []string{"E500", "E901", "E902"},
+		Policy:            breaker.Policy{FailThreshold: DefaultFailThreshold, ResetTimeout: DefaultResetTimeout},
 	}
 	probeTimeout := DefaultTargetTimeout + time.Second
 	closed := breaker.Snapshot{State: breaker.Closed}
@@ -585,6 +586,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{name: "negative reset", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Policy: breaker.Policy{ResetTimeout: -time.Second}}}, want: "ResetTimeout"},
 		{name: "negative inflight", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{MaxInflight: -1}}, want: "MaxInflight"},
 		{name: "negative timeout", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{TargetTimeout: -1}}, want: "TargetTimeout"},
+		{name: "negative target idle", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{TargetIdleTimeout: -time.Second}}, want: "TargetIdleTimeout must not be negative"},
 		{name: "negative line", cfg: Config{Targets: []Target{good}, MaxLineBytes: -1}, want: "MaxLineBytes"},
 		{name: "negative conns", cfg: Config{Targets: []Target{good}, MaxConns: -1}, want: "MaxConns"},
 		{name: "negative idle", cfg: Config{Targets: []Target{good}, IdleTimeout: -1}, want: "IdleTimeout"},

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -273,8 +275,9 @@ func classifyHandshake(err error) tlsFailure {
 }
 
 // handshake runs the TLS handshake of a connection served over TLS,
-// bounded by the handshake timeout, and resolves which targets the client
-// may use. It reports false, having counted and logged the failure, when
+// bounded by the handshake timeout, and keeps the identities of the
+// client's certificate, which allowed clients are matched against. It
+// reports false, having counted and logged the failure, when
 // the connection cannot be served; a connection that is not TLS needs no
 // handshake. A handshake cut short by Shutdown is no failure.
 func (c *conn) handshake() bool {
@@ -297,7 +300,7 @@ func (c *conn) handshake() bool {
 		stopped := c.stopped
 		c.dmu.Unlock()
 		if !stopped {
-			t.noteFailure(err, c.nc)
+			t.noteFailure(err, c.logAddrs)
 		}
 		return false
 	}
@@ -305,11 +308,9 @@ func (c *conn) handshake() bool {
 	cs := tc.ConnectionState()
 	t.metrics.countHandshake(cs.DidResume)
 	if len(cs.PeerCertificates) > 0 {
-		ids := clientIdentities(cs.PeerCertificates[0])
-		c.client = strings.Join(ids, ",")
-		c.permits = c.srv.permitsFor(ids)
+		c.identities = clientIdentities(cs.PeerCertificates[0])
 	}
-	c.srv.log.Debug().Str("remote", c.nc.RemoteAddr().String()).Str("client", c.client).
+	c.logAddrs(c.srv.log.Debug()).Strs("client", c.identities).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
 }
@@ -347,18 +348,73 @@ func (s *Server) handshakeTurnedAway(nc net.Conn) bool {
 		return true
 	}
 	_ = nc.SetDeadline(time.Now().Add(turnAwayWriteTimeout))
+	if ps, ok := tc.NetConn().(*proxiedSocket); ok {
+		// The handshake starts after the PROXY header, if any. Whose header
+		// it is does not matter: the connection is turned away whatever
+		// it says.
+		br := proxyReaders.Get().(*bufio.Reader)
+		br.Reset(ps.Conn)
+		_, _ = readProxyHeader(br)
+		ps.keep(br)
+		br.Reset(nil)
+		proxyReaders.Put(br)
+	}
 	if err := tc.Handshake(); err != nil {
-		s.tls.noteFailure(err, nc)
+		s.tls.noteFailure(err, func(ev *zerolog.Event) *zerolog.Event {
+			return ev.Str("remote", nc.RemoteAddr().String())
+		})
 		return false
 	}
 	return true
 }
 
-// noteFailure counts and logs a handshake that failed with err.
-func (t *tlsServer) noteFailure(err error, nc net.Conn) {
+// server returns the TLS side of a client connection accepted on nc, its
+// handshake not yet begun. With proxied, for the PROXY protocol, the
+// socket is wrapped in a proxiedSocket, so that the header can be read from
+// the socket itself before the handshake.
+func (t *tlsServer) server(nc net.Conn, proxied bool) *tls.Conn {
+	if proxied {
+		nc = &proxiedSocket{Conn: nc}
+	}
+	return tls.Server(nc, t.config)
+}
+
+// proxiedSocket is the socket beneath a TLS connection that may open with
+// a PROXY header: the header is read from the socket, in the clear, before
+// the TLS handshake, and the bytes read past it (the start of the
+// handshake) are kept for the handshake's first reads. Its pending bytes
+// are set and read by the connection's own goroutine only, the header's
+// read done before the handshake starts.
+type proxiedSocket struct {
+	net.Conn
+	pending []byte // read past the PROXY header, not yet given to the TLS layer
+}
+
+// keep takes what br holds past a PROXY header, or all of it when there
+// was none, for the handshake to read first.
+func (p *proxiedSocket) keep(br *bufio.Reader) {
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		p.pending = bytes.Clone(b)
+	}
+}
+
+// Read implements net.Conn: the pending bytes first, then the socket's.
+func (p *proxiedSocket) Read(b []byte) (int, error) {
+	if len(p.pending) > 0 {
+		n := copy(b, p.pending)
+		p.pending = p.pending[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// noteFailure counts and logs a handshake that failed with err; addrs adds
+// the client's address to the log line.
+func (t *tlsServer) noteFailure(err error, addrs func(*zerolog.Event) *zerolog.Event) {
 	reason := classifyHandshake(err)
 	t.metrics.countHandshakeFailure(reason)
-	t.failLog.Warn().Err(err).Str("reason", tlsFailureNames[reason]).Str("remote", nc.RemoteAddr().String()).
+	addrs(t.failLog.Warn()).Err(err).Str("reason", tlsFailureNames[reason]).
 		Msg("tls handshake failed; connection closed")
 }
 
@@ -377,34 +433,25 @@ func clientIdentities(leaf *x509.Certificate) []string {
 	return ids
 }
 
-// permitsFor returns, by route index, whether a client with identities ids
-// may use each target: always for a target that does not restrict its
-// clients, else when one of its patterns matches one of ids. Nil when no
-// target restricts its clients. It is resolved once per connection, at the
-// handshake, so a request line pays one slice lookup.
-func (s *Server) permitsFor(ids []string) []bool {
-	if !s.restricted {
-		return nil
-	}
-	permits := make([]bool, len(s.routes))
-	for i, rt := range s.routes {
-		permits[i] = rt.clients == nil || matchAnyPattern(rt.clients, ids)
-	}
-	return permits
-}
-
-// mayUse reports whether the connection's client may send requests to rt.
-func (c *conn) mayUse(rt *route) bool {
-	return rt.clients == nil || c.permits != nil && c.permits[rt.idx]
+// mayUse reports whether the connection's client may send requests to the
+// target configured by rc: always when it does not restrict its clients,
+// else when one of its patterns matches one of the identities of the
+// client's certificate. It is asked at every line, against the
+// configuration in force, so a reload that changes a target's allowed
+// clients applies to the connections already open from their next line; a
+// target's few patterns against a certificate's few names cost less than
+// the breaker's admission.
+func (c *conn) mayUse(rc *routeConf) bool {
+	return rc.clients == nil || matchAnyPattern(rc.clients, c.identities)
 }
 
 // refuseNotAllowed answers E908 to a request for rt, a target the client's
 // certificate does not allow it to use. No breaker or bulkhead is asked:
 // it is not a call.
 func (c *conn) refuseNotAllowed(rt *route, req protocol.Request) {
-	c.srv.noteHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed)
-	c.srv.tls.failLog.Warn().Str("target", rt.name).Str("client", c.client).Bytes("txid", req.TxID).
-		Str("remote", c.nc.RemoteAddr().String()).Msg("request refused: client not allowed to use target")
+	c.noteHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed, breakerNote{})
+	c.logAddrs(c.srv.tls.failLog.Warn()).Str("target", rt.name).Strs("client", c.identities).Bytes("txid", req.TxID).
+		Msg("request refused: client not allowed to use target")
 	answer(c, req.TxID, protocol.CodeNotAllowed, protocol.MsgNotAllowed, false)
 }
 
@@ -509,21 +556,6 @@ func (m *Metrics) countHandshakeFailure(reason tlsFailure) {
 	}
 }
 
-// restrictClients gives each route its index and its target's allowed
-// clients, targets being the Config's, in the order of s.routes. It
-// refuses what cannot work: client TLS settings for a target that is not
-// https, and allowed clients without mutual TLS, or with an empty pattern.
-func (s *Server) restrictClients(targets []Target) error {
-	for i, rt := range s.routes {
-		if err := s.checkTargetTLS(rt.name, targets[i]); err != nil {
-			return err
-		}
-		rt.idx, rt.clients = i, slices.Clone(targets[i].AllowedClients)
-		s.restricted = s.restricted || rt.clients != nil
-	}
-	return nil
-}
-
 // checkTargetTLS refuses the TLS settings of target t, canonically named
 // name, that cannot work.
 func (s *Server) checkTargetTLS(name string, t Target) error {
@@ -540,6 +572,36 @@ func (s *Server) checkTargetTLS(name string, t Target) error {
 		if p == "" {
 			return fmt.Errorf("relay: target %s: AllowedClients: empty pattern", name)
 		}
+	}
+	return nil
+}
+
+// sameTargetTLS reports whether a and b, two targets' TLS settings as
+// Target.TLS takes them, verify the target and present the hub alike: the
+// same server name, verification, oldest version, CAs and client
+// certificates. Settings read again from files that did not change are the
+// same; after a rotation of one of the files they are not, so that a
+// reload makes a new HTTP client with the new files.
+func sameTargetTLS(a, b *tls.Config) bool {
+	switch {
+	case a == b:
+		return true
+	case a == nil || b == nil:
+		return false
+	}
+	return a.ServerName == b.ServerName && a.InsecureSkipVerify == b.InsecureSkipVerify &&
+		a.MinVersion == b.MinVersion && a.RootCAs.Equal(b.RootCAs) &&
+		slices.EqualFunc(a.Certificates, b.Certificates, func(x, y tls.Certificate) bool {
+			return slices.EqualFunc(x.Certificate, y.Certificate, bytes.Equal)
+		})
+}
+
+// proxiedSocketOf returns the proxiedSocket beneath nc, a TLS connection
+// that may open with a PROXY header; nil for any other connection.
+func proxiedSocketOf(nc net.Conn) *proxiedSocket {
+	if tc, ok := nc.(*tls.Conn); ok {
+		ps, _ := tc.NetConn().(*proxiedSocket)
+		return ps
 	}
 	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -456,4 +459,109 @@ func TestChainKeyAndExpiry(t *testing.T) {
 	assert.Equal(t, short.Cert.NotAfter, chainExpiry([]*x509.Certificate{short.Cert, ca.Cert}))
 	long := ca.Issue(t, certtest.Leaf{CommonName: "long", NotAfter: time.Now().Add(48 * time.Hour)})
 	assert.Equal(t, ca.Cert.NotAfter, chainExpiry([]*x509.Certificate{long.Cert, ca.Cert}), "a leaf that outlives its CA ends with it")
+}
+
+func TestReloadChangesAllowedClientsOfOpenConnections(t *testing.T) {
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	h := newTLSHub(t, true)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL, AllowedClients: []string{"branch-*"}})
+	h.start(t, cfg)
+	branch := h.dial(t, h.ca.Client(t, "branch-7"))
+	partner := h.dial(t, h.ca.Client(t, "partner-acme"))
+	assert.Equal(t, "B1|0000|got x", branch.RoundTrip("B1|CORE|x"))
+	assert.Equal(t, "P1|E908|"+protocol.MsgNotAllowed, partner.RoundTrip("P1|CORE|x"))
+
+	// When a reload gives CORE to the partners instead,
+	res, err := h.srv.Reload([]Target{{Name: "CORE", URL: core.URL, AllowedClients: []string{"partner-*"}}})
+	require.NoError(t, err)
+	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
+	// then the connections already open follow it from their next line,
+	assert.Equal(t, "B2|E908|"+protocol.MsgNotAllowed, branch.RoundTrip("B2|CORE|x"))
+	assert.Equal(t, "P2|0000|got x", partner.RoundTrip("P2|CORE|x"))
+
+	// and a reload that drops the restriction opens CORE to both.
+	res, err = h.srv.Reload([]Target{{Name: "CORE", URL: core.URL}})
+	require.NoError(t, err)
+	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
+	assert.Equal(t, "B3|0000|got x", branch.RoundTrip("B3|CORE|x"))
+	assert.Equal(t, "P3|0000|got x", partner.RoundTrip("P3|CORE|x"))
+	assert.Equal(t, 4, core.Calls())
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, h.reg, metricRequests, labelTarget, "CORE", labelCode, "E908"))
+}
+
+func TestReloadRefusesTLSSettingsItCannotServe(t *testing.T) {
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	srv, addr := startServer(t, cfg)
+
+	_, err := srv.Reload([]Target{{Name: "CORE", URL: core.URL, AllowedClients: []string{"branch-*"}}})
+	assert.EqualError(t, err, "relay: target CORE: AllowedClients need TLS with ClientCAs: without a verified client certificate there is no identity to match")
+	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL, TLS: &tls.Config{ServerName: "core"}}})
+	assert.EqualError(t, err, fmt.Sprintf("relay: target CORE: TLS settings need an https:// URL, got %q", core.URL))
+	assert.Equal(t, "T1|0000|got x", hubtest.Dial(t, addr).RoundTrip("T1|CORE|x"), "a refused reload changes nothing")
+}
+
+func TestReloadReadsTargetTLSAgain(t *testing.T) {
+	// Given an https target with a private CA that wants the hub's client
+	// certificate and answers with its CN,
+	ca := certtest.NewCA(t, "back-end CA")
+	target := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, `{"code":"0000","message":"hello `+r.TLS.PeerCertificates[0].Subject.CommonName+`"}`)
+	}))
+	target.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}
+	target.StartTLS()
+	t.Cleanup(target.Close)
+	first := ca.Client(t, "relayhub-1")
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: target.URL, TLS: ca.ClientConfig(first)})
+	reg := withMetrics(t, &cfg)
+	srv, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	assert.Equal(t, "T1|0000|hello relayhub-1", c.RoundTrip("T1|CORE|x"))
+	opened := func() float64 { return hubtest.MetricValue(t, reg, metricConnsOpened, labelTarget, "CORE") }
+	require.Equal(t, 1.0, opened())
+
+	// When a reload reads the same files again, nothing changes and the
+	// pooled connection is used on;
+	res, err := srv.Reload([]Target{{Name: "CORE", URL: target.URL, TLS: ca.ClientConfig(first)}})
+	require.NoError(t, err)
+	assert.Equal(t, ReloadResult{}, res)
+	assert.Equal(t, "T2|0000|hello relayhub-1", c.RoundTrip("T2|CORE|x"))
+	assert.Equal(t, 1.0, opened())
+
+	// when it reads a rotated client certificate, CORE changed and its
+	// next call goes on a new connection with it.
+	res, err = srv.Reload([]Target{{Name: "CORE", URL: target.URL, TLS: ca.ClientConfig(ca.Client(t, "relayhub-2"))}})
+	require.NoError(t, err)
+	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
+	assert.Equal(t, "T3|0000|hello relayhub-2", c.RoundTrip("T3|CORE|x"))
+	assert.Equal(t, 2.0, opened())
+}
+
+func TestSameTargetTLS(t *testing.T) {
+	ca, other := certtest.NewCA(t, "CA"), certtest.NewCA(t, "other CA")
+	cert := ca.Client(t, "relayhub")
+	base := func() *tls.Config { return ca.ClientConfig(cert) }
+	with := func(change func(*tls.Config)) *tls.Config { c := base(); change(c); return c }
+	tests := []struct {
+		name string
+		a, b *tls.Config
+		same bool
+	}{
+		{"both nil", nil, nil, true},
+		{"one nil", base(), nil, false},
+		{"built twice alike", base(), base(), true},
+		{"another server name", base(), with(func(c *tls.Config) { c.ServerName = "core" }), false},
+		{"no verification", base(), with(func(c *tls.Config) { c.InsecureSkipVerify = true }), false},
+		{"another CA", base(), with(func(c *tls.Config) { c.RootCAs = other.Pool() }), false},
+		{"another client certificate", base(), ca.ClientConfig(ca.Client(t, "relayhub")), false},
+		{"no client certificate", base(), ca.ClientConfig(nil), false},
+		{"another oldest version", base(), with(func(c *tls.Config) { c.MinVersion = tls.VersionTLS13 }), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.same, sameTargetTLS(tt.a, tt.b))
+			assert.Equal(t, tt.same, sameTargetTLS(tt.b, tt.a))
+		})
+	}
 }

@@ -22,6 +22,14 @@
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); relay RSS per connection, fresh relay every run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
+#   6. fleet mode: fast-fail and full path through a relay with
+#      --state-store (a Redis of its own) against the same relay without,
+#      alternating; and the propagation of a trip between three hubs
+#      (p50/p99 over 20 trips, the integration test without the race
+#      detector).
+#   7. the status page on and off: the full path at 64 connections and
+#      fast-fail at depth 16, each against a relay with the page on and a
+#      browser's stream open and one with --no-status-page, alternating.
 #   8. TLS: scenario 1 (depth 1 and 16) and scenario 2 (64 conns) over
 #      mutual TLS against the same in plain TCP, alternating; idle memory
 #      of TLS connections; connections per second, plain, TLS with full
@@ -30,7 +38,8 @@
 #
 # Installs redis-server from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
-# default). Takes about 6 minutes with the defaults below.
+# default). Takes about 7 minutes with the defaults below; SCENARIOS="2 6"
+# runs only those (SCENARIOS=7: the status page alone, about two minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +55,10 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
+SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8}
+
+# want N: whether scenario N is to run.
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup --
 
@@ -103,30 +116,8 @@ stop() {
   forget "$1"
 }
 
-# wait_addr LOG: prints the address a relay or fixture logs once listening.
-wait_addr() {
-  local addr
-  for _ in $(seq 200); do
-    addr=$(grep -o '"addr":"[^"]*"' "$1" 2>/dev/null | head -n 1 | cut -d'"' -f4) || true
-    [[ -n $addr ]] && { echo "$addr"; return; }
-    sleep 0.05
-  done
-  die "no listen address in $1 after 10 s: $(tail -n 5 "$1")"
-}
-
-# free_port: prints a loopback port nobody listens on, below the ephemeral
-# range so no outgoing connection takes it meanwhile.
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-  die "no free port found"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 # start_fixture NAME KIND [ARGS...]: sets FIX_URL and FIX_PID.
 start_fixture() {
@@ -368,6 +359,40 @@ row() {
   echo "| ${s//|/ | } |" >>"$out/table.md"
 }
 
+# load_row SCENARIO SERVER NOTE FILE...: the row of a load measured in
+# FILE...: answers/s, p50, p99, the first server's and the load tool's CPU
+# per answer, and the errors, followed by NOTE.
+load_row() {
+  local scenario=$1 server=$2 note=$3
+  shift 3
+  row "$scenario" "$server" \
+    "$(agg %.0f .throughput "$@")" \
+    "$(agg %.2f '.latency_us.p50/1000' "$@")" \
+    "$(agg %.2f '.latency_us.p99/1000' "$@")" \
+    "$(agg %.2f '.server_cpu[0].us_per_answer' "$@")" \
+    "$(agg %.1f '.client_cpu.us_per_answer' "$@")" \
+    "$(errors "$@")$note"
+}
+
+# start_table: the table's header, in a new table.md.
+start_table() {
+  : >"$out/table.md"
+  row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
+  row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
+}
+
+# end_table: appends the targets of the performance record to the table,
+# and prints it.
+end_table() {
+  {
+    echo
+    echo "Targets:"
+    printf '  %s\n' "${targets[@]}"
+  } >>"$out/table.md"
+  echo
+  cat "$out/table.md"
+}
+
 targets=()
 verdict() { # TEXT OK(1/0)
   if (($2)); then targets+=("MET      $1"); else targets+=("NOT MET  $1"); fi
@@ -379,8 +404,73 @@ fmt() { awk -v f="$1" -v v="$2" 'BEGIN { printf f, v }'; }
 
 echo "bench: results in $out; $RUNS runs of ${DURATION}s per measurement" >&2
 
+# ------------------------------------- 7. the status page on and off --
+# The full run calls it after scenario 6 (SCENARIOS=7 runs it alone).
+
+# page_bench: scenario 7's runs, s7-*.json: each relay of a pair started
+# alike but for --no-status-page, both serving throughout.
+page_bench() {
+  echo "bench: 7. the status page on and off" >&2
+  start_fixture CORE core
+  local fix=$FIX_PID url=$FIX_URL closed side admin run
+  local -A full_addr full_pid ff_addr ff_pid
+  closed=$(free_port)
+  for side in on off; do
+    local flag=()
+    [[ $side == off ]] && flag=(--no-status-page)
+    start_relay "page-full-$side" --target "CORE=$url" --max-inflight "$FULL_INFLIGHT" "${flag[@]}"
+    full_addr[$side]=$RELAY_ADDR full_pid[$side]=$RELAY_PID
+    start_relay "page-ff-$side" --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h "${flag[@]}"
+    ff_addr[$side]=$RELAY_ADDR ff_pid[$side]=$RELAY_PID
+    # The one call that trips the breaker: refused by the closed port.
+    bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" >/dev/null || true
+  done
+  # A browser watching each page-on relay: its stream of updates open, read
+  # and dropped, for the whole scenario.
+  for name in page-full-on page-ff-on; do
+    admin=$(grep -o '"admin_addr":"[^"]*"' "$out/relay-$name.log" | head -n 1 | cut -d'"' -f4)
+    curl -sfN "http://$admin/events" >/dev/null &
+    pids+=("$!")
+  done
+  for run in $(seq "$RUNS"); do
+    for side in on off; do
+      load "s7-full-$side-$run" --addr "${full_addr[$side]}" --conns 64 --payload 'BAL ACC{conn}' \
+        --server-pid "${full_pid[$side]}" --server-pid "$fix"
+      load "s7-ff-$side-$run" --addr "${ff_addr[$side]}" --conns 64 --depth 16 --server-pid "${ff_pid[$side]}"
+    done
+    pair "s7-pair-full-$run" "$out/s7-full-on-$run.json" "$out/s7-full-off-$run.json"
+    pair "s7-pair-ff-$run" "$out/s7-ff-on-$run.json" "$out/s7-ff-off-$run.json"
+  done
+  for side in on off; do
+    stop "${full_pid[$side]}"
+    stop "${ff_pid[$side]}"
+  done
+  stop "$fix"
+}
+
+# page_report: scenario 7's rows of the table, and its targets: with the
+# page on and watched, relay CPU per answer within 5 % of off (the steady
+# figure; answers/s moves by tens of percent from run to run here, and is
+# reported beside it).
+page_report() {
+  local m label r c
+  for m in full ff; do
+    case $m in
+    full) label="7 status page, full path, 64 conns" ;;
+    ff) label="7 status page, fast-fail, 64 conns, depth 16" ;;
+    esac
+    load_row "$label" "page on, a browser watching" "" "$out"/s7-$m-on-*.json
+    load_row "$label" "page off" "" "$out"/s7-$m-off-*.json
+    r=$(med .ratio "$out"/s7-pair-$m-*.json)
+    c=$(med .cpu_ratio "$out"/s7-pair-$m-*.json)
+    verdict "status page ($m): relay CPU per answer on/off ≤ 1.05×: $(fmt %.2f "$c")× (answers/s $(fmt %.2f "$r")×)" "$(le "$c" 1.05)"
+  done
+}
+
+
 # ------------------------------------------------- 1. fast-fail vs redis --
 
+if want 1; then
 echo "bench: 1. fast-fail vs redis PING" >&2
 closed=$(free_port)
 start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
@@ -399,9 +489,11 @@ for run in $(seq "$RUNS"); do
 done
 stop "$ff_relay"
 stop "$REDIS_PID"
+fi
 
 # ---------------------------------------------- 2. full path vs direct --
 
+if want 2; then
 echo "bench: 2. full path vs straight to the fixture" >&2
 start_fixture CORE core
 fp_fix=$FIX_PID fp_url=$FIX_URL
@@ -423,9 +515,11 @@ for run in $(seq "$RUNS"); do
 done
 stop "$fp_relay"
 stop "$fp_fix"
+fi
 
 # ------------------------------------------------------- 3. isolation --
 
+if want 3; then
 echo "bench: 3. isolation: CLAIM while CORE is slow and hammered" >&2
 start_fixture CORE core --mode slow --delay-ms "$SLOW_MS"
 is_core=$FIX_PID is_core_url=$FIX_URL
@@ -461,9 +555,11 @@ done
 stop "$is_relay"
 stop "$is_core"
 stop "$is_claim"
+fi
 
 # ---------------------------------------------------------- 4. memory --
 
+if want 4; then
 echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
 closed=$(free_port)
 for run in $(seq "$RUNS"); do
@@ -477,36 +573,80 @@ for run in $(seq "$RUNS"); do
     stop "$RELAY_PID"
   done
 done
+fi
 
 # ------------------------------------------------ 5. micro-benchmarks --
 
+if want 5; then
 echo "bench: 5. micro-benchmarks" >&2
 go test -run '^$' -bench . -benchmem -count "$RUNS" ./breaker/ ./bulkhead/ >"$out/s5-micro.txt"
 if ! go test -run '^$' -bench 'FastFailLine|BulkheadFullLine|CallLine|ParseRequest|AppendResponse' -benchmem \
   -count "$RUNS" ./relay/ >"$out/s5-relay.txt" 2>&1; then
   echo "bench: relay micro-benchmarks did not run (see $out/s5-relay.txt)" >&2
 fi
+fi
 
-tls_bench
+# ------------------------------------------------------- 6. fleet mode --
+
+if want 6; then
+echo "bench: 6. fleet mode: --state-store on vs off" >&2
+# One Redis, a database for each pair of relays: each pair's CORE is its
+# own (a message on the channel, which all databases share, makes a relay
+# read its own database and change nothing).
+start_redis
+closed=$(free_port)
+start_relay fleet-ff-off --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+ffo_relay=$RELAY_PID ffo_addr=$RELAY_ADDR
+start_relay fleet-ff-on --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h \
+  --state-store "redis://$REDIS_ADDR/1" --hub-id bench-ff
+ffn_relay=$RELAY_PID ffn_addr=$RELAY_ADDR
+for a in "$ffo_addr" "$ffn_addr"; do
+  bin/relayctl send --addr "$a" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open on $a: $answer"
+done
+start_fixture CORE core
+f6_fix=$FIX_PID f6_url=$FIX_URL
+start_relay fleet-full-off --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT"
+fpo_relay=$RELAY_PID fpo_addr=$RELAY_ADDR
+start_relay fleet-full-on --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT" \
+  --state-store "redis://$REDIS_ADDR/2" --hub-id bench-full
+fpn_relay=$RELAY_PID fpn_addr=$RELAY_ADDR
+for a in "$fpo_addr" "$fpn_addr"; do
+  answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
+  [[ $answer == *"|0000|"* ]] || die "the full path through $a does not answer 0000: $answer"
+done
+for run in $(seq "$RUNS"); do
+  load "s6-ff-off-$run" --addr "$ffo_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffo_relay"
+  load "s6-ff-on-$run" --addr "$ffn_addr" --conns "$CONNS_FASTFAIL" --depth 1 --server-pid "$ffn_relay"
+  pair "s6-pair-ff-$run" "$out/s6-ff-on-$run.json" "$out/s6-ff-off-$run.json"
+  load "s6-full-off-$run" --addr "$fpo_addr" --conns 16 --payload 'BAL ACC{conn}' --server-pid "$fpo_relay"
+  load "s6-full-on-$run" --addr "$fpn_addr" --conns 16 --payload 'BAL ACC{conn}' --server-pid "$fpn_relay"
+  pair "s6-pair-full-$run" "$out/s6-full-on-$run.json" "$out/s6-full-off-$run.json"
+  load "s6-paced-off-$run" --addr "$fpo_addr" --conns 16 --rate "$FULL_RATE" --payload 'BAL ACC{conn}' --server-pid "$fpo_relay"
+  load "s6-paced-on-$run" --addr "$fpn_addr" --conns 16 --rate "$FULL_RATE" --payload 'BAL ACC{conn}' --server-pid "$fpn_relay"
+  pair "s6-pair-paced-$run" "$out/s6-paced-on-$run.json" "$out/s6-paced-off-$run.json"
+done
+for p in "$ffo_relay" "$ffn_relay" "$fpo_relay" "$fpn_relay" "$f6_fix" "$REDIS_PID"; do stop "$p"; done
+# The propagation of a trip from one hub to two others, over 20 trips: the
+# integration test, on binaries built without the race detector.
+go test -count=1 -v -run '^TestFleetTripReachesEveryHubWithin100ms$' ./cmd/relay/ >"$out/s6-propagation.txt" 2>&1 ||
+  echo "bench: the propagation test failed (see $out/s6-propagation.txt)" >&2
+fi
+
+want 7 && page_bench
+
+want 8 && tls_bench
 
 # ------------------------------------------------------------- report --
 
-: >"$out/table.md"
-row "scenario" "server" "answers/s" "p50 ms" "p99 ms" "server CPU µs/answer" "load tool CPU µs/answer" "errors"
-row "---" "---" "---:" "---:" "---:" "---:" "---:" "---:"
-for d in 1 16; do
+start_table
+want 1 && for d in 1 16; do
   for s in relay redis; do
-    f=("$out"/s1-$s-d$d-*.json)
-    row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" \
-      "$(agg %.0f .throughput "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-      "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-      "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-      "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-      "$(errors "${f[@]}")"
+    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" "" "$out"/s1-$s-d$d-*.json
   done
 done
-for c in c16 c64 paced; do
+want 2 && for c in c16 c64 paced; do
   case $c in
   paced) label="16 conns at $FULL_RATE/s" ;;
   *) label="${c#c} conns" ;;
@@ -528,7 +668,7 @@ for c in c16 c64 paced; do
     "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
     "$(errors "${f[@]}")"
 done
-for s in alone during-flat during-paced; do
+want 3 && for s in alone during-flat during-paced; do
   f=("$out"/s3-$s-*.json)
   case $s in
   alone) label="CORE idle" ;;
@@ -543,18 +683,25 @@ for s in alone during-flat during-paced; do
     "" \
     "$(errors "${f[@]}"); CLAIM E905 $(share E905 "${f[@]}" | awk '{ printf "%.2f%%", $1 }')"
 done
-for s in flat paced; do
+want 3 && for s in flat paced; do
   f=("$out"/s3-storm-$s-*.json)
-  row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
-    "$(agg %.0f .throughput "${f[@]}")" \
-    "$(agg %.2f '.latency_us.p50/1000' "${f[@]}")" \
-    "$(agg %.2f '.latency_us.p99/1000' "${f[@]}")" \
-    "$(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}")" \
-    "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
-    "$(errors "${f[@]}"); E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')"
+  load_row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
+    "; E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')" "${f[@]}"
+done
+want 6 && for c in ff full paced; do
+  case $c in
+  ff) label="fast-fail, $CONNS_FASTFAIL conns, depth 1" ;;
+  full) label="full path, 16 conns" ;;
+  paced) label="full path, 16 conns at $FULL_RATE/s" ;;
+  esac
+  for side in off on; do
+    load_row "6 fleet, $label" "--state-store $side" "" "$out"/s6-$c-$side-*.json
+  done
 done
 
-{
+want 7 && page_report
+
+want 4 && {
   echo
   echo "| memory, $IDLE_CONNS idle connections | KiB per connection | relay RSS held, MiB | lost |"
   echo "| --- | ---: | ---: | ---: |"
@@ -562,6 +709,8 @@ done
     f=("$out"/s4-$mode-*.json)
     echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
   done
+} >>"$out/table.md"
+want 5 && {
   echo
   echo "| micro-benchmark | ns/op | B/op | allocs/op |"
   echo "| --- | ---: | ---: | ---: |"
@@ -584,22 +733,24 @@ done
     END { for (i = 1; i <= n; i++) printf "| %s | %s | %s | %s |\n", order[i], stat(ns[order[i]]), by[order[i]], al[order[i]] }'
 } >>"$out/table.md"
 
-tls_report
+want 8 && tls_report
 
 # Targets of the performance record, judged on medians.
-for d in 1 16; do
+want 1 && for d in 1 16; do
   r=$(med .ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay answers/s ≥ redis PING: relay/redis = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
   r=$(med .cpu_ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay CPU per answer ≤ redis: relay/redis = $(fmt %.2f "$r")×" "$(le "$r" 1)"
 done
-allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
-if [[ -n $allocs ]]; then
+want 5 && allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
+if [[ -n ${allocs:-} ]]; then
   verdict "fast-fail: no allocation per request: BenchmarkFastFailLine $allocs allocs/op" "$(le "$allocs" 0)"
 fi
+if want 2; then
 r=$(med .ratio "$out"/s2-pair-c64-*.json)
 verdict "full path 64 conns: relay ≥ 0.6× direct: $(fmt %.2f "$r")×" "$(ge "$r" 0.6)"
-for c in c16 c64 paced; do
+fi
+want 2 && for c in c16 c64 paced; do
   o=$(med '.p99_overhead_us/1000' "$out"/s2-pair-$c-*.json)
   case $c in
   paced) label="16 conns at $FULL_RATE/s" ;;
@@ -607,15 +758,16 @@ for c in c16 c64 paced; do
   esac
   verdict "full path $label: p99 overhead < 1 ms: $(fmt %.2f "$o") ms" "$(lt "$o" 1)"
 done
-for s in flat paced; do
+want 3 && for s in flat paced; do
   r=$(med .ok_p99_ratio "$out"/s3-pair-$s-*.json)
   e=$(share E905 "$out"/s3-during-$s-*.json)
   verdict "isolation ($s storm): CLAIM p99 ≤ 1.2× alone: $(fmt %.2f "$r")×, and CLAIM E905 $(fmt %.2f "$e")% of its answers" "$(le "$r" 1.2)"
 done
-for mode in cold warm; do
+want 4 && for mode in cold warm; do
   k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
   verdict "memory ($mode): < 8 KiB per idle connection: $(fmt %.2f "$k") KiB" "$(lt "$k" 8)"
 done
+if want 5; then
 seq_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
 par_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccessParallel-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
 seq_allocs=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $7 }' "$out/s5-micro.txt" | sort -g | tail -n 1)
@@ -624,18 +776,27 @@ if [[ -n $seq_ns && -n $par_ns ]]; then
     "$(($(lt "$seq_ns" 25) && $(le "${seq_allocs:-1}" 0)))"
   verdict "breaker: parallel ≤ sequential per op: $par_ns ns vs $seq_ns ns" "$(le "$par_ns" "$seq_ns")"
 fi
+fi
+if want 6; then
+  for c in ff full; do
+    r=$(med .ratio "$out"/s6-pair-$c-*.json)
+    verdict "fleet $c: answers/s with --state-store within 5 % of without: on/off = $(fmt %.3f "$r")×" "$(ge "$r" 0.95)"
+  done
+  r=$(med .p99_ratio "$out"/s6-pair-paced-*.json)
+  verdict "fleet, full path at $FULL_RATE/s: p99 with --state-store within 5 % of without: on/off = $(fmt %.3f "$r")×" "$(le "$r" 1.05)"
+  prop=$(grep -o 'p50 [^,]*, p99 [^,]*' "$out/s6-propagation.txt" | head -n 1) || true
+  p99ms=$(grep -o 'p99 [0-9.]*[µm]*s' "$out/s6-propagation.txt" | head -n 1 | awk '{ v = $2; if (v ~ /µs$/) { sub(/µs$/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms$/, "", v) } else { sub(/s$/, "", v); v *= 1000 } print v }') || true
+  verdict "fleet: a trip on one hub answered E904 by the others, 20 trips: ${prop:-no figures} (p99 ≤ 100 ms)" "$(le "${p99ms:-1000}" 100)"
+fi
 
 {
   echo
   echo "Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-)."
+  if want 1 && want 2; then
   echo "Medians of $RUNS runs of ${DURATION}s, (min–max). CPU the machine spent on other processes (and the kernel's network work not charged to any) during scenarios 1 and 2: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s1-re*-*.json "$out"/s2-[rd]*-*.json) cores of $(nproc)."
   relay_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer + .server_cpu[1].us_per_answer' "$out"/s2-relay-c64-*.json)
   direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
-  echo
-  echo "Targets:"
-  printf '  %s\n' "${targets[@]}"
+  fi
 } >>"$out/table.md"
-
-echo
-cat "$out/table.md"
+end_table

@@ -43,19 +43,8 @@ die() {
 
 step() { printf '\n== %s ==\n' "$*"; }
 
-# wait_addr LOGFILE: prints the "addr" a binary logs once it is listening.
-wait_addr() {
-  local addr
-  for _ in $(seq 200); do
-    addr=$(grep -o '"addr":"[^"]*"' "$1" 2>/dev/null | head -n 1 | cut -d'"' -f4) || true
-    if [[ -n "$addr" ]]; then
-      echo "$addr"
-      return
-    fi
-    sleep 0.05
-  done
-  die "no listen address in $1 after 10 s: $(cat "$1")"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 # start_fixture NAME KIND: starts a fixture and sets URL to its base URL.
 start_fixture() {

@@ -178,6 +178,8 @@ func TestAdminMetricsCountWhatClientsSent(t *testing.T) {
 		`relay_unrouted_total{code="E900"}`:                                         1,
 		`relay_target_duration_seconds_count{target="CORE"}`:                        6,
 		`relay_target_duration_seconds_count{target="CLAIM"}`:                       1,
+		`relay_target_connections_opened_total{target="CORE"}`:                      1,
+		`relay_target_connections_opened_total{target="CLAIM"}`:                     1,
 		`relay_bulkhead_inflight{target="CORE"}`:                                    0,
 		`relay_connections_open`:                                                    1,
 	} {
@@ -208,7 +210,7 @@ func TestAdminStatusThroughTripProbeAndRecovery(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	claim := proctest.StartFixture(t, "CLAIM", "claim")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
-		"--fail-threshold", "2", "--reset-timeout", "500ms", "--target-timeout", "5s")
+		"--fail-threshold", "2", "--reset-timeout", "500ms", "--target-timeout", "5s", "--target-idle-timeout", "2500ms")
 	c := proctest.Dial(t, h.Addr())
 	core.Ctl(t, `{"mode":"fail"}`)
 
@@ -231,8 +233,8 @@ func TestAdminStatusThroughTripProbeAndRecovery(t *testing.T) {
 	assert.Equal(t, 10, tg.MaxInflight)
 	assert.Equal(t, core.URL, tg.URL)
 	assert.Equal(t, admin.Settings{
-		FailThreshold: 2, ResetTimeoutSeconds: 0.5, TargetTimeoutSeconds: 5, ProbeTimeoutSeconds: 6,
-		FailureCodes: []string{"E500", "E901", "E902"},
+		FailThreshold: 2, ResetTimeoutSeconds: 0.5, TargetTimeoutSeconds: 5, TargetIdleTimeoutSeconds: 2.5,
+		ProbeTimeoutSeconds: 6, FailureCodes: []string{"E500", "E901", "E902"},
 	}, tg.Settings)
 	assert.Equal(t, "CLOSED", statusOf(t, st, "CLAIM").State)
 	assert.Greater(t, st.Goroutines, 0)

@@ -33,7 +33,6 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -49,6 +48,7 @@ import (
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/settingsfile"
+	"github.com/relayhub/relayhub/relay/statuspage"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -72,10 +72,14 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
 	// wait for the disk (docs/OPERATING.md has the cost).
 	BreakerLogSync bool `help:"fsync the breaker log after every line, not only when the relay stops." default:"false" env:"RELAY_BREAKER_LOG_SYNC"`
+
+	// How the hub holds its pooled, kept-alive target connections.
+	TargetIdleTimeout duration `help:"Close a pooled connection to a target left unused this long; keep it under the targets' keep-alive timeout." default:"4s" env:"RELAY_TARGET_IDLE_TIMEOUT"`
 
 	// The per-target settings and policies, all off by default. The flags are the
 	// defaults of every target; --config overrides them per target.
@@ -86,7 +90,16 @@ type cli struct {
 	SlowCall        duration `help:"A successful call slower than this counts as a breaker failure (the client still gets its answer); 0 turns it off." default:"0" env:"RELAY_SLOW_CALL"`
 	MaxResetTimeout duration `help:"Backoff: each failed probe doubles the open period, up to this (more than --reset-timeout); 0 turns it off." default:"0" env:"RELAY_MAX_RESET_TIMEOUT"`
 	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
-	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME) must carry; GETs stay open. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; required when --admin-listen is beyond loopback. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+
+	// Fleet mode, off by default (docs/FLEET.md).
+	StateStore string `help:"Fleet mode: share every target's breaker state with the other hubs through this Redis (redis://[user:pass@]host:port/db, rediss:// for TLS, ?master_name=NAME for Sentinel, ?addr=HOST:PORT for Cluster seeds). Requests never wait for it; while it is unreachable each breaker decides alone. Empty means a hub on its own." placeholder:"URL" env:"RELAY_STATE_STORE"`
+	HubID      string `help:"This hub's name in the fleet, its logs and /status: 1 to 64 of A-Z a-z 0-9 . _ : -, unique in the fleet. Empty means HOSTNAME:PORT of --listen." env:"RELAY_HUB_ID"`
+	// Running behind a load balancer (docs/OPERATING.md, "Behind a load
+	// balancer").
+	ShutdownDelay duration `help:"On SIGTERM or SIGINT, answer 503 on /readyz at once and go on serving this long before the drain, so a load balancer's health check takes the hub out of rotation first; a second signal ends the wait. 0 drains at once." default:"0" env:"RELAY_SHUTDOWN_DELAY"`
+	ProxyProtocol string   `help:"Read a PROXY protocol header (v1 or v2, as HAProxy's send-proxy-v2 writes it) at the start of client connections from --proxy-trusted, and take its address as the client's: off; optional (used when present); required (refuse connections without one, and every connection from elsewhere)." enum:"off,optional,required" default:"off" env:"RELAY_PROXY_PROTOCOL"`
+	ProxyTrusted  []string `help:"Addresses or CIDR ranges of the load balancers whose PROXY headers are believed, comma-separated or repeated." placeholder:"CIDR" env:"RELAY_PROXY_TRUSTED"`
 
 	TLSFlags `embed:""`
 
@@ -229,6 +242,7 @@ func (c *cli) Validate() error {
 	}{
 		{"--reset-timeout", c.ResetTimeout},
 		{"--target-timeout", c.TargetTimeout},
+		{"--target-idle-timeout", c.TargetIdleTimeout},
 		{"--idle-timeout", c.IdleTimeout},
 		{"--drain-timeout", c.DrainTimeout},
 		{"--write-timeout", c.WriteTimeout},
@@ -269,6 +283,9 @@ func (c *cli) Validate() error {
 	}
 	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
 		return errors.New("--access-log: must name a file, or be empty to turn it off")
+	}
+	if err := c.validateService(); err != nil {
+		return err
 	}
 	if err := c.validateTLS(); err != nil {
 		return err
@@ -315,7 +332,7 @@ func (c *cli) validatePolicies() error {
 	if c.AdminToken != "" && strings.TrimSpace(c.AdminToken) != c.AdminToken {
 		return errors.New("--admin-token: must not begin or end with spaces")
 	}
-	return nil
+	return c.validateFleet()
 }
 
 func main() {
@@ -401,10 +418,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return usageError{fmt.Errorf("--failure-codes: %w", err)}
 		}
 	}
-	targets := make([]relay.Target, len(c.Target))
-	for i, t := range c.Target {
-		targets[i] = relay.Target(t)
-	}
+	targets := baseTargets(c)
 	if c.Config != "" {
 		// The flags are every target's defaults; the file overrides them
 		// per target and may add targets.
@@ -417,6 +431,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		return usageError{err}
 	}
 
+	rl := &reloader{path: c.Config, defaults: c.targetDefaults(codes), base: baseTargets(c), mutualTLS: c.TLSClientCA != "", log: logger}
+
 	blog, err := breakerlog.New(breakerlog.Config{Path: c.BreakerLog, Sync: c.BreakerLogSync})
 	if err != nil {
 		return fmt.Errorf("--breaker-log: %w", err)
@@ -427,10 +443,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
-	defer onHangup(append([]func(){reopenBreakerLog(blog, logger)}, htls.reloads(logger)...)...)()
-	var accessLog *os.File
+	hangup := []func(){func() { reopenBreakerLog(blog, logger) }}
+	var accessLog *appendFile
 	if c.AccessLog != "" {
-		accessLog, err = os.OpenFile(c.AccessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		accessLog, err = openAppendFile(c.AccessLog)
 		if err != nil {
 			return fmt.Errorf("--access-log: %w", err)
 		}
@@ -439,11 +455,17 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--access-log: close: %w", cerr)
 			}
 		}()
+		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
 	}
+	hangup = append(hangup, htls.reloads(logger)...)
+	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
 	reg, metrics, err := newMetrics()
 	if err != nil {
 		return err
 	}
+	// The fleet is built once the hub's port is known (it names the hub);
+	// its observer is in place before the hub can change a breaker.
+	var shared fleetObserver
 	cfg := relay.Config{
 		Targets:        targets,
 		TargetSettings: c.targetDefaults(codes),
@@ -452,18 +474,27 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		IdleTimeout:    time.Duration(c.IdleTimeout),
 		WriteTimeout:   time.Duration(c.WriteTimeout),
 		Logger:         logger,
-		OnTransition:   transitionObserver(blog, logger),
+		OnTransition:   chainObservers(transitionObserver(blog, logger), shared.Observe),
 		Metrics:        metrics,
+		ProbePermits:   c.StateStore != "",
 	}
+	rec := statusPageRecorder(c)
+	if rec != nil {
+		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)
+	}
+	rl.rec = rec
 	if accessLog != nil {
 		cfg.AccessLog = accessLog
 	}
+	cfg.ProxyProtocol, cfg.ProxyTrusted = c.proxyConfig()
 	cfg.TLS = htls.relayConfig(c)
 	srv, err := relay.New(cfg)
 	if err != nil {
 		// New refuses only a configuration it cannot run with.
 		return usageError{err}
 	}
+	rl.srv.Store(srv)
+	checkFileLimit(srv, c.MaxConns, logger)
 	// From here on srv may own the access log's writer: every return stops
 	// it first.
 	ln, err := net.Listen("tcp", c.Listen)
@@ -471,11 +502,31 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		_ = srv.Close()
 		return fmt.Errorf("--listen: %w", err)
 	}
+	fl, err := startFleet(c, ln.Addr(), srv, reg, &shared, logger)
+	if err != nil {
+		_ = ln.Close()
+		_ = srv.Close()
+		return usageError{err}
+	}
+	if fl != nil {
+		// Deferred, so it runs after the hub has drained: the breakers'
+		// last changes are still shared.
+		defer fl.Close()
+	}
+	var hub admin.Hub = srv
+	if fl != nil {
+		hub = fleetHub{Server: srv, fleet: fl}
+	}
 	var (
 		admin     *http.Server
 		adminLn   net.Listener
 		adminAddr string
 	)
+	// Closed on every return from here, after the admin server.
+	page := newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
+	if page != nil {
+		defer page.Close()
+	}
 	if c.AdminListen != "" {
 		if adminLn, err = net.Listen("tcp", c.AdminListen); err != nil {
 			_ = ln.Close()
@@ -483,8 +534,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		adminAddr = adminLn.Addr().String()
+		adminLn = adminProxyListener(adminLn, cfg.ProxyProtocol, cfg.ProxyTrusted)
+		// The PROXY header comes first, in the clear; the TLS handshake
+		// follows it.
 		adminLn = htls.adminListener(adminLn, c)
-		if admin, err = newAdminServer(srv, reg, c.AdminToken, logger); err != nil {
+		if admin, err = newAdminServer(hub, reg, c.AdminToken, rl, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -508,6 +562,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
+		Stringer("target_idle_timeout", c.TargetIdleTimeout).
 		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
@@ -517,6 +572,12 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "")
+	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).
+		Strs("proxy_trusted", c.ProxyTrusted)
+	start = start.Bool("status_page", page != nil)
+	if fl != nil {
+		start = start.Str("state_store", redactURL(c.StateStore)).Str("hub_id", fl.HubID())
+	}
 	if adminAddr != "" {
 		start = start.Str("admin_addr", adminAddr)
 	}
@@ -549,6 +610,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 
 	// The admin server outlives the drain, so /readyz answers 503 while it
 	// lasts and /status shows the calls still in flight.
+	delayShutdown(srv, time.Duration(c.ShutdownDelay), logger)
 	logger.Info().Stringer("drain_timeout", c.DrainTimeout).Msg("shutting down")
 	drain, cancel := context.WithTimeout(context.Background(), time.Duration(c.DrainTimeout))
 	defer cancel()
@@ -575,9 +637,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 // --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
-		MaxInflight:   c.MaxInflight,
-		TargetTimeout: time.Duration(c.TargetTimeout),
-		FailureCodes:  codes,
+		MaxInflight:       c.MaxInflight,
+		TargetTimeout:     time.Duration(c.TargetTimeout),
+		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
+		FailureCodes:      codes,
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),
@@ -619,22 +682,24 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 }
 
 // newAdminServer returns the HTTP server of the admin port, where token,
-// when not empty, guards every POST. Its timeouts
-// keep a slow or idle admin client from holding a connection for long; its
-// own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(srv *relay.Server, reg *prometheus.Registry, token string, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: srv, Gatherer: reg, Logger: logger, Token: token})
+// when not empty, guards every POST and rl serves POST /reload, with the
+// status page when page is not nil. Its timeouts keep a slow or idle admin
+// client from holding a connection for long; its own errors (a client that
+// sends garbage) are logged at debug.
+func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token, Reload: rl.reloadForAdmin, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}
-	return &http.Server{
+	return withStatusPage(&http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          stdlog.New(debugWriter{logger.With().Str("component", "admin").Logger()}, "", 0),
-	}, nil
+		ConnContext:       admin.ConnContext,
+	}, page), nil
 }
 
 // closeAdmin shuts the admin server down, waiting briefly for requests in
@@ -670,50 +735,5 @@ func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breake
 		if err := blog.Write(t); err != nil {
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
 		}
-	}
-}
-
-// onHangup runs every reload, in order, on each SIGHUP until the returned
-// stop is called: the breaker log's reopen, so that logrotate can rename
-// the file and then signal the relay (docs/OPERATING.md), and the reload of
-// the TLS files. Catching SIGHUP also keeps it from ending the relay, Go's
-// default. Each reload logs its own outcome. stop waits for reloads in
-// progress; call it before closing the breaker log.
-func onHangup(reloads ...func()) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { reloadLoop(reloads, hup, done) })
-	return func() {
-		signal.Stop(hup)
-		close(done)
-		wg.Wait()
-	}
-}
-
-// reloadLoop runs reloads for each signal on hup until done is closed.
-func reloadLoop(reloads []func(), hup <-chan os.Signal, done <-chan struct{}) {
-	for {
-		select {
-		case <-hup:
-			for _, reload := range reloads {
-				reload()
-			}
-		case <-done:
-			return
-		}
-	}
-}
-
-// reopenBreakerLog returns the reload that reopens blog. A failed reopen
-// is logged and the log goes on in the file it had.
-func reopenBreakerLog(blog *breakerlog.Log, logger zerolog.Logger) func() {
-	return func() {
-		if err := blog.Reopen(); err != nil {
-			logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
-			return
-		}
-		logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
 	}
 }

@@ -47,6 +47,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, duration(10*time.Second), c.ResetTimeout)
 	assert.Equal(t, 10, c.MaxInflight)
 	assert.Equal(t, duration(3*time.Second), c.TargetTimeout)
+	assert.Equal(t, duration(4*time.Second), c.TargetIdleTimeout)
 	assert.Equal(t, "breaker.log", c.BreakerLog)
 	assert.False(t, c.BreakerLogSync, "no fsync per breaker log line unless asked")
 	assert.Equal(t, []string{"E500", "E901", "E902"}, c.FailureCodes)
@@ -57,6 +58,24 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "info", c.LogLevel)
 	assert.Equal(t, "json", c.LogFormat)
 	assert.Equal(t, "", c.AccessLog, "no access log unless asked")
+	assert.Equal(t, "", c.StateStore, "a hub on its own unless asked")
+	assert.Equal(t, "", c.HubID)
+}
+
+func TestFleetFlags(t *testing.T) {
+	c, err := parse(t, []string{"RELAY_STATE_STORE=rediss://u:p@redis.bank:6380/1", "RELAY_HUB_ID=hub-a"})
+	require.NoError(t, err)
+	assert.Equal(t, "rediss://u:p@redis.bank:6380/1", c.StateStore)
+	assert.Equal(t, "hub-a", c.HubID)
+
+	c, err = parse(t, nil, "--state-store", "redis://127.0.0.1:6379?master_name=relay", "--hub-id", "dc1.hub-2:9200")
+	require.NoError(t, err)
+	assert.Equal(t, "dc1.hub-2:9200", c.HubID)
+
+	id := defaultHubID(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9200})
+	assert.True(t, strings.HasSuffix(id, ":9200"), id)
+	assert.LessOrEqual(t, len(id), 64)
+	assert.Equal(t, "redis://u:xxxxx@h:1/0", redactURL("redis://u:secret@h:1/0"))
 }
 
 func TestTargetsReplaceDefaults(t *testing.T) {
@@ -76,7 +95,7 @@ func TestEnvironment(t *testing.T) {
 		"RELAY_FAILURE_CODES=E500,E400", "RELAY_MAX_LINE_BYTES=100", "RELAY_MAX_CONNS=7",
 		"RELAY_IDLE_TIMEOUT=1m", "RELAY_DRAIN_TIMEOUT=0.5", "RELAY_ADMIN_LISTEN=",
 		"RELAY_WRITE_TIMEOUT=4s", "RELAY_LOG_LEVEL=debug", "RELAY_LOG_FORMAT=console",
-		"RELAY_ACCESS_LOG=/tmp/access.log", "RELAY_BREAKER_LOG_SYNC=true",
+		"RELAY_ACCESS_LOG=/tmp/access.log", "RELAY_BREAKER_LOG_SYNC=true", "RELAY_TARGET_IDLE_TIMEOUT=90s",
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:7000", c.Listen)
@@ -85,6 +104,7 @@ func TestEnvironment(t *testing.T) {
 	assert.Equal(t, duration(500*time.Millisecond), c.ResetTimeout)
 	assert.Equal(t, 3, c.MaxInflight)
 	assert.Equal(t, duration(2*time.Second), c.TargetTimeout)
+	assert.Equal(t, duration(90*time.Second), c.TargetIdleTimeout)
 	assert.Equal(t, "/tmp/x.log", c.BreakerLog)
 	assert.True(t, c.BreakerLogSync)
 	assert.Equal(t, []string{"E500", "E400"}, c.FailureCodes)
@@ -159,6 +179,8 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "zero conns", args: []string{"--max-conns", "0"}, want: "--max-conns"},
 		{name: "zero reset", args: []string{"--reset-timeout", "0"}, want: "--reset-timeout: must be more than zero"},
 		{name: "negative timeout", args: []string{"--target-timeout=-1s"}, want: "--target-timeout: must be more than zero"},
+		{name: "negative target idle", args: []string{"--target-idle-timeout=-1s"}, want: "--target-idle-timeout: must be more than zero"},
+		{name: "zero target idle", args: []string{"--target-idle-timeout", "0"}, want: "--target-idle-timeout: must be more than zero"},
 		{name: "bad duration", args: []string{"--idle-timeout", "soon"}, want: "--idle-timeout: duration \"soon\""},
 		{name: "zero drain", args: []string{"--drain-timeout", "0s"}, want: "--drain-timeout"},
 		{name: "zero write", args: []string{"--write-timeout", "0"}, want: "--write-timeout"},
@@ -177,6 +199,11 @@ func TestBadValuesNameTheirFlag(t *testing.T) {
 		{name: "blank access log", args: []string{"--access-log", " "}, want: "--access-log"},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
+		{name: "state store not redis", args: []string{"--state-store", "mysql://db:3306"}, want: "--state-store: state store URL \"mysql://db:3306\": want redis:// or rediss://"},
+		{name: "state store without host", args: []string{"--state-store", "redis://:6379"}, want: "--state-store"},
+		{name: "state store password never shown", args: []string{"--state-store", "redis://u:hunter2@h:6379/x"}, want: "u:xxxxx@h"},
+		{name: "hub id with a space", args: []string{"--hub-id", "hub a"}, want: "--hub-id \"hub a\": want 1 to 64 of"},
+		{name: "hub id with a bar", args: []string{"--hub-id", "a|b"}, want: "--hub-id"},
 	}
 	assertBadFlags(t, tests)
 }
@@ -426,8 +453,8 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	require.Len(t, lines, 2)
-	assert.Contains(t, lines[0], `"txid":"T1","target":"CORE","code":"E500"`)
-	assert.Contains(t, lines[1], `"txid":"T2","target":"CORE","code":"E904"`)
+	assert.Regexp(t, `"txid":"T1","target":"CORE","client":"127\.0\.0\.1:\d+","code":"E500"`, lines[0])
+	assert.Regexp(t, `"txid":"T2","target":"CORE","client":"127\.0\.0\.1:\d+","code":"E904"`, lines[1])
 	_, err = net.DialTimeout("tcp", bound[1], time.Second)
 	assert.Error(t, err, "admin port still open after the relay stopped")
 }

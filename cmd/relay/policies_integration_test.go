@@ -55,7 +55,14 @@ func startPolicyRelay(t *testing.T, env []string, args ...string) *policyRelay {
 // token (none when empty) and returns the status and the body.
 func (r *policyRelay) control(t *testing.T, target, action, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.admin+"/breakers/"+target, strings.NewReader(`{"action":"`+action+`"}`))
+	return r.post(t, "/breakers/"+target, `{"action":"`+action+`"}`, token)
+}
+
+// post posts body to path on the admin port with the bearer token (none
+// when empty) and returns the status and the body.
+func (r *policyRelay) post(t *testing.T, path, body, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.admin+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -63,12 +70,12 @@ func (r *policyRelay) control(t *testing.T, target, action, token string) (int, 
 	resp, err := adminClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	require.NoError(t, err)
 	if resp.StatusCode == http.StatusUnauthorized {
 		assert.Equal(t, "Bearer", resp.Header.Get("WWW-Authenticate"))
 	}
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, string(got)
 }
 
 // mustControl is control expecting 200, and returns the target's status.
@@ -131,11 +138,12 @@ func exampleConfig(t *testing.T) string {
 
 func TestPerTargetLimitsAreApplied(t *testing.T) {
 	// Given CORE and CLAIM, both slow, behind a relay configured by the
-	// example file (CORE 40 calls at once, CLAIM 8; the flags say 10),
+	// example file (CORE 40 calls at once, CLAIM 8; the flags say 10, and
+	// set a target idle timeout the file does not),
 	core := proctest.StartFixture(t, "CORE", "core")
 	claim := proctest.StartFixture(t, "CLAIM", "claim")
 	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
-		"--config", exampleConfig(t))
+		"--config", exampleConfig(t), "--target-idle-timeout", "2s")
 	const delay = `{"mode":"slow","delay_ms":1500}`
 	core.Ctl(t, delay)
 	claim.Ctl(t, delay)
@@ -166,6 +174,9 @@ func TestPerTargetLimitsAreApplied(t *testing.T) {
 	assert.Equal(t, 8, statusOf(t, st, "CLAIM").MaxInflight)
 	assert.Equal(t, 5.0, statusOf(t, st, "CLAIM").Settings.ResetTimeoutSeconds)
 	assert.Equal(t, "http://127.0.0.1:9203", statusOf(t, st, "CORE_DR").URL)
+	for _, name := range []string{"CORE", "CLAIM", "CORE_DR"} {
+		assert.Equal(t, 2.0, statusOf(t, st, name).Settings.TargetIdleTimeoutSeconds, "%s keeps the flag's value", name)
+	}
 
 	// and the rest is refused at once, E905.
 	codes := map[string]map[string]int{"core": {}, "claim": {}}

@@ -54,7 +54,7 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 			SlowCall:        1500 * time.Millisecond,
 			MaxResetTimeout: 2 * time.Minute,
 			ResetJitter:     0.1,
-		}, TargetTimeout: 3 * time.Second,
+		}, TargetTimeout: 3 * time.Second, TargetIdleTimeout: 4 * time.Second,
 		FailureCodes: []string{"E500"},
 	}, c.targetDefaults([]string{"E500"}))
 }

@@ -85,10 +85,8 @@ func (c *cli) loadTLS(targets []relay.Target) (hubTLS, error) {
 		h   hubTLS
 		err error
 	)
-	for _, t := range targets {
-		if len(t.AllowedClients) > 0 && c.TLSClientCA == "" {
-			return h, fmt.Errorf("config %s: [%s] allowed_clients: needs --tls-client-ca (mutual TLS): without a verified client certificate there is no identity to match", c.Config, t.Name)
-		}
+	if err := checkAllowedClients(c.Config, c.TLSClientCA != "", targets); err != nil {
+		return h, err
 	}
 	if c.TLSCert != "" {
 		if h.client, err = tlsfiles.LoadServer(tlsfiles.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA}); err != nil {
@@ -101,6 +99,20 @@ func (c *cli) loadTLS(targets []relay.Target) (hubTLS, error) {
 		}
 	}
 	return h, nil
+}
+
+// checkAllowedClients refuses targets, read from the settings file path,
+// that restrict their clients when the client port has no mutual TLS.
+func checkAllowedClients(path string, mutualTLS bool, targets []relay.Target) error {
+	if mutualTLS {
+		return nil
+	}
+	for _, t := range targets {
+		if len(t.AllowedClients) > 0 {
+			return fmt.Errorf("config %s: [%s] allowed_clients: needs --tls-client-ca (mutual TLS): without a verified client certificate there is no identity to match", path, t.Name)
+		}
+	}
+	return nil
 }
 
 // relayConfig is the TLS of the client port as relay.Config takes it; nil
@@ -166,6 +178,12 @@ func (h hubTLS) log(logger zerolog.Logger, c *cli, targets []relay.Target) {
 	if h.admin != nil {
 		logCertificate(logger.Info(), "admin", h.admin).Str("min_version", c.TLSMinVersion).Msg("tls on")
 	}
+	warnInsecureTargets(logger, targets)
+}
+
+// warnInsecureTargets logs a loud warning for each target whose
+// certificate is not verified, at start and after each reload.
+func warnInsecureTargets(logger zerolog.Logger, targets []relay.Target) {
 	for _, t := range targets {
 		if t.TLS != nil && t.TLS.InsecureSkipVerify {
 			logger.Warn().Str("target", t.Name).Str("url", t.URL).

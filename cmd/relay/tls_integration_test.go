@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pires/go-proxyproto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,6 +58,19 @@ func newPKI(t *testing.T) *pki {
 // TLS with the bank's CA.
 func (p *pki) hubArgs() []string {
 	return []string{"--tls-cert", p.hubCert, "--tls-key", p.hubKey, "--tls-client-ca", p.bankCA}
+}
+
+// rotate replaces the hub's certificate and the client CA files with
+// those of a new CA, each written the way the relay never reads half of
+// one, as a deployment does, and returns the new CA.
+func (p *pki) rotate(t *testing.T) *certtest.CA {
+	t.Helper()
+	next := certtest.NewCA(t, "next bank CA")
+	server := next.Server(t)
+	certtest.WriteAtomic(t, p.hubCert, server.CertPEM)
+	certtest.WriteAtomic(t, p.hubKey, server.KeyPEM)
+	certtest.WriteAtomic(t, p.bankCA, next.PEM)
+	return next
 }
 
 // client returns a client configuration presenting cert that trusts the
@@ -228,11 +243,7 @@ func TestTLSCertificatesRotateOnSIGHUPWithoutDroppingConnections(t *testing.T) {
 
 	// When the certificate and the client CA files are replaced by those
 	// of a new CA, as a deployment does, and the relay is sent SIGHUP,
-	next := certtest.NewCA(t, "next bank CA")
-	server := next.Server(t)
-	certtest.WriteAtomic(t, p.hubCert, server.CertPEM)
-	certtest.WriteAtomic(t, p.hubKey, server.KeyPEM)
-	certtest.WriteAtomic(t, p.bankCA, next.PEM)
+	next := p.rotate(t)
 	relay.Signal(syscall.SIGHUP)
 	proctest.Eventually(t, 5*time.Second, "tls certificates reloaded", func() bool { return logged(relay.Process, "tls certificates reloaded") == 1 })
 
@@ -293,4 +304,56 @@ func TestAdminPortOverHTTPSAndBeyondLoopback(t *testing.T) {
 	c, err := net.DialTimeout("tcp", relay.Addr(), time.Second)
 	require.NoError(t, err)
 	c.Close()
+}
+
+func TestTLSBehindProxyHeaderAndOneSIGHUPForCertificatesAndAllowedClients(t *testing.T) {
+	// Given a hub with mutual TLS behind a balancer on 127.0.0.1 that
+	// sends PROXY headers, and CORE for the branches only,
+	p := newPKI(t)
+	target := newEchoTarget(t, nil)
+	config := filepath.Join(p.dir, "relay.toml")
+	table := func(allowed string) []byte {
+		return fmt.Appendf(nil, "[CORE]\nurl = %q\nallowed_clients = [%q]\n", target.URL, allowed)
+	}
+	require.NoError(t, os.WriteFile(config, table("branch-*"), 0o600))
+	relay := startAdminRelay(t, append(p.hubArgs(), "--config", config,
+		"--proxy-protocol", "required", "--proxy-trusted", "127.0.0.1/32")...)
+	header := func(client string) []byte {
+		b, err := proxyproto.HeaderProxyFromAddrs(2, net.TCPAddrFromAddrPort(netip.MustParseAddrPort(client)),
+			&net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 9200}).Format()
+		require.NoError(t, err)
+		return b
+	}
+	dial := func(client string, cfg *tls.Config) *hubtest.Client {
+		cfg.ServerName = "127.0.0.1"
+		return hubtest.DialTLSAfter(t, relay.Addr(), header(client), cfg)
+	}
+
+	// when the clients' handshakes follow the balancer's headers, each is
+	// served under its certificate's identity;
+	branch := dial("203.0.113.7:4711", p.client(p.bank.Client(t, "branch-7")))
+	partner := dial("203.0.113.8:4712", p.client(p.bank.Client(t, "partner-acme")))
+	assert.Equal(t, "B1|0000|x", branch.RoundTrip("B1|CORE|x"))
+	assert.Equal(t, "P1|E908|client not allowed to use this target", partner.RoundTrip("P1|CORE|x"))
+
+	// When CORE is given to the partners, the certificates are rotated to
+	// a new CA, and the relay is sent one SIGHUP,
+	require.NoError(t, os.WriteFile(config, table("partner-*"), 0o600))
+	next := p.rotate(t)
+	relay.Signal(syscall.SIGHUP)
+	proctest.Eventually(t, 5*time.Second, "settings reloaded", func() bool { return logged(relay.Process, "settings reloaded") == 1 })
+	assert.Equal(t, 1, logged(relay.Process, "tls certificates reloaded"))
+
+	// then the connections already open follow the new allowed clients
+	// from their next line,
+	assert.Equal(t, "B2|E908|client not allowed to use this target", branch.RoundTrip("B2|CORE|x"))
+	assert.Equal(t, "P2|0000|x", partner.RoundTrip("P2|CORE|x"))
+	// and a new client handshakes with the new certificates, after its
+	// header.
+	fresh := dial("203.0.113.9:4713", next.ClientConfig(next.Client(t, "partner-zeta")))
+	assert.Equal(t, "F1|0000|x", fresh.RoundTrip("F1|CORE|x"))
+	assert.Equal(t, int64(3), target.calls.Load())
+	for _, l := range logMessages(relay.Process, "request refused: client not allowed to use target") {
+		assert.Contains(t, []any{"203.0.113.7:4711", "203.0.113.8:4712"}, l["remote"])
+	}
 }

@@ -1,6 +1,7 @@
 // Command relayctl is the operator's client for the relay hub: it sends one
-// transaction, load-tests the hub with latency percentiles, and shows every
-// target's breaker and bulkhead.
+// transaction, load-tests the hub with latency percentiles, shows every
+// target's breaker and bulkhead, and replays access logs through the
+// breakers to tune their settings on real traffic.
 //
 // Typical use:
 //
@@ -8,12 +9,14 @@
 //	relayctl load --conns 16 --duration 10s --mix CORE=70,CLAIM=30
 //	relayctl load --rate 20000 --requests 200000 --json
 //	relayctl status
+//	relayctl replay --access-log access.log --config relay.toml --compare fail_threshold=3
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
 // cannot be reached or does not answer in time. load exits 1 when any answer
 // was unmatched or missing or a connection failed, 2 when it could not
 // connect at all. status exits 1 when the admin endpoint's answer is not a
-// status, 2 when it cannot be reached.
+// status, 2 when it cannot be reached. replay exits 1 when its settings or
+// a file cannot be used; malformed lines are reported, not fatal.
 //
 // load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
 // TXID, since the hub may answer out of order. By default it runs a closed
@@ -51,6 +54,7 @@ type cli struct {
 	Send    sendCmd          `cmd:"" help:"Send one transaction and print its answer."`
 	Load    loadCmd          `cmd:"" help:"Load-test the hub and report throughput and latency percentiles."`
 	Status  statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
+	Replay  replayCmd        `cmd:"" help:"Replay access logs through the breakers, with the hub's settings or others, and show what they did or would have done."`
 }
 
 // streams are where a command writes. The summary goes to Out, progress
@@ -85,8 +89,9 @@ func (e *exitError) ExitCode() int { return e.code }
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relayctl"),
-		kong.Description("Operator's client for the relay hub: send, load, status."),
+		kong.Description("Operator's client for the relay hub: send, load, status, replay."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
+		kong.NamedMapper("hubduration", hubDuration{}),
 	}, opts...)...)
 }
 

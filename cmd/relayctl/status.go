@@ -37,6 +37,11 @@ type hubStatus struct {
 	Draining   bool           `json:"draining"`
 	Goroutines int            `json:"goroutines"`
 	Targets    []targetStatus `json:"targets"`
+	// Fleet is present when the hub runs in a fleet (--state-store).
+	Fleet *struct {
+		HubID          string `json:"hub_id"`
+		StoreConnected bool   `json:"store_connected"`
+	} `json:"fleet"`
 }
 
 // targetStatus is one target of hubStatus, a plain value.
@@ -48,6 +53,12 @@ type targetStatus struct {
 	Inflight            int64   `json:"inflight"`
 	MaxInflight         int64   `json:"max_inflight"`
 	RetryAfterSeconds   float64 `json:"retry_after_seconds"`
+	// Fleet is the target's shared state, present in a fleet.
+	Fleet *struct {
+		Epoch    int64  `json:"epoch"`
+		OpenedBy string `json:"opened_by"`
+		Source   string `json:"source"`
+	} `json:"fleet"`
 }
 
 // Validate checks what the tags cannot.
@@ -127,13 +138,25 @@ func statusURL(admin string, useTLS bool) (string, error) {
 }
 
 // writeStatus prints the status as a table, then one line about the hub.
+// A hub in a fleet gets the columns of each target's shared state and its
+// place in the fleet on the last line.
 func writeStatus(w io.Writer, st hubStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tSTATE\tFAILURES\tINFLIGHT/LIMIT\tRETRY-AFTER\tURL")
+	fleetCols := ""
+	if st.Fleet != nil {
+		fleetCols = "EPOCH\tOPENED-BY\tSOURCE\t"
+	}
+	fmt.Fprintln(tw, "TARGET\tSTATE\tFAILURES\tINFLIGHT/LIMIT\tRETRY-AFTER\t"+fleetCols+"URL")
 	for _, t := range st.Targets {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\n",
+		fleetCells := ""
+		if st.Fleet != nil && t.Fleet != nil {
+			fleetCells = fmt.Sprintf("%d\t%s\t%s\t", t.Fleet.Epoch, orDash(t.Fleet.OpenedBy), orDash(t.Fleet.Source))
+		} else if st.Fleet != nil {
+			fleetCells = "-\t-\t-\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s%s\n",
 			t.Name, t.State, t.ConsecutiveFailures, t.Inflight, t.MaxInflight,
-			formatRetryAfter(t.RetryAfterSeconds), t.URL)
+			formatRetryAfter(t.RetryAfterSeconds), fleetCells, t.URL)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -142,8 +165,24 @@ func writeStatus(w io.Writer, st hubStatus) error {
 	if st.Draining {
 		state = "draining"
 	}
-	_, err := fmt.Fprintf(w, "hub %s, %d goroutines\n", state, st.Goroutines)
+	fleet := ""
+	if st.Fleet != nil {
+		store := "store connected"
+		if !st.Fleet.StoreConnected {
+			store = "store unreachable: breakers decide alone"
+		}
+		fleet = fmt.Sprintf("; fleet hub %s, %s", st.Fleet.HubID, store)
+	}
+	_, err := fmt.Fprintf(w, "hub %s, %d goroutines%s\n", state, st.Goroutines, fleet)
 	return err
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // formatRetryAfter prints the wait before a probe is allowed to the

@@ -61,6 +61,25 @@ func TestStatusTable(t *testing.T) {
 	assert.Equal(t, want, out)
 }
 
+func TestStatusOfAHubInAFleet(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, `{"draining":false,"goroutines":9,"targets":[`+
+		`{"name":"CORE","url":"http://127.0.0.1:9201","state":"OPEN","consecutive_failures":0,"inflight":0,"max_inflight":10,"retry_after_seconds":4.2,`+
+		`"fleet":{"epoch":7,"opened_by":"hub-a","source":"remote","probe_lease":false}},`+
+		`{"name":"CLAIM","url":"http://127.0.0.1:9202","state":"CLOSED","consecutive_failures":0,"inflight":0,"max_inflight":10,"retry_after_seconds":0,`+
+		`"fleet":{"epoch":0,"opened_by":"","source":"","probe_lease":false}}`+
+		`],"fleet":{"hub_id":"hub-b","store_connected":false}}`)
+
+	out, _, err := runStatus(t, statusCmd{Admin: srv.URL})
+
+	require.NoError(t, err)
+	want := "" +
+		"TARGET  STATE   FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  EPOCH  OPENED-BY  SOURCE  URL\n" +
+		"CORE    OPEN    0         0/10            4.2s         7      hub-a      remote  http://127.0.0.1:9201\n" +
+		"CLAIM   CLOSED  0         0/10            -            0      -          -       http://127.0.0.1:9202\n" +
+		"hub accepting, 9 goroutines; fleet hub hub-b, store unreachable: breakers decide alone\n"
+	assert.Equal(t, want, out)
+}
+
 func TestStatusDraining(t *testing.T) {
 	srv := newStatusServer(t, http.StatusOK, `{"draining":true,"goroutines":3,"targets":[]}`)
 	out, _, err := runStatus(t, statusCmd{Admin: srv.URL + "/"})

@@ -47,6 +47,25 @@ func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Client {
 	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
 }
 
+// DialTLSAfter connects to the hub at addr, writes first in the clear (a
+// PROXY header, as a load balancer in TCP mode sends it before the
+// client's bytes), then completes the client's side of a TLS handshake
+// with cfg over the same connection, failing the test if it cannot. cfg
+// needs its ServerName. The connection is closed when the test ends.
+func DialTLSAfter(t testing.TB, addr string, first []byte, cfg *tls.Config) *Client {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, IOTimeout)
+	require.NoError(t, err)
+	t.Cleanup(func() { raw.Close() })
+	require.NoError(t, raw.SetDeadline(time.Now().Add(IOTimeout)))
+	_, err = raw.Write(first)
+	require.NoError(t, err)
+	nc := tls.Client(raw, cfg)
+	require.NoError(t, nc.Handshake())
+	require.NoError(t, raw.SetDeadline(time.Time{}))
+	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
 // Conn returns the connection, for writes the line methods do not make
 // (a partial line, raw bytes), deadlines and closing. Reads through it
 // bypass the buffer of Read and ReadLine.
@@ -116,4 +135,17 @@ func (c *Client) ExpectEOF() {
 func isReset(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) && !ne.Timeout()
+}
+
+// DialFrom connects to the hub at addr from the local address local, such
+// as 127.0.0.2 (any 127.0.0.0/8 address is the loopback on Linux), so that
+// one machine can play peers the hub tells apart by address. It fails the
+// test if it cannot; the connection is closed when the test ends.
+func DialFrom(t testing.TB, local, addr string) *Client {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: IOTimeout}
+	nc, err := d.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
 }

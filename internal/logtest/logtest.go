@@ -55,3 +55,15 @@ func (b *Buffer) Lines(t testing.TB) []map[string]any {
 	}
 	return out
 }
+
+// Messages returns the lines of Lines whose "message" is msg, in order.
+func (b *Buffer) Messages(t testing.TB, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range b.Lines(t) {
+		if l["message"] == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -174,3 +174,17 @@ func ByTxID(t testing.TB, answers []Answer) map[string]Answer {
 	}
 	return m
 }
+
+// DialFrom is Dial from the local address local, such as 127.0.0.2 (any
+// 127.0.0.0/8 address is the loopback on Linux), so that one machine can
+// play peers the relay tells apart by address.
+func DialFrom(t testing.TB, local, addr string) *Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: ReadTimeout}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, local, err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	return &Conn{t: t, c: nc.(*net.TCPConn), r: bufio.NewReader(nc)}
+}

@@ -21,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +35,8 @@ import (
 // Hub is what the admin endpoints need of the hub. *relay.Server implements
 // it; an implementation must be safe for concurrent use.
 type Hub interface {
-	// Draining reports that the hub has begun to shut down.
+	// Draining reports that the hub is leaving service: withdrawn ahead of
+	// its shutdown (still serving), or shutting down.
 	Draining() bool
 	// ConnectionsOpen returns the number of client connections served.
 	ConnectionsOpen() int
@@ -50,10 +52,52 @@ type Hub interface {
 
 var _ Hub = (*relay.Server)(nil)
 
+// FleetHub is a Hub whose breakers are shared with a fleet of hubs through
+// a state store (docs/FLEET.md). StatusOf and POST /breakers/{target} add
+// the fleet's view to what they show of such a hub; its ControlBreaker acts
+// on every hub of the fleet. An implementation must be safe for concurrent
+// use.
+type FleetHub interface {
+	Hub
+	// FleetStatus returns the hub's place in the fleet.
+	FleetStatus() Fleet
+	// TargetFleet returns one target's shared state; false when the fleet
+	// does not share it.
+	TargetFleet(name string) (TargetFleet, bool)
+}
+
+// Fleet is the hub's place in its fleet, in Status. It is a plain value.
+type Fleet struct {
+	// HubID is the hub's name in the fleet (--hub-id).
+	HubID string `json:"hub_id"`
+	// StoreConnected reports that the hub reaches the state store and
+	// shares its breakers' state; false while each breaker decides alone.
+	StoreConnected bool `json:"store_connected"`
+}
+
+// TargetFleet is one target's shared breaker state in Target. It is a
+// plain value.
+type TargetFleet struct {
+	// Epoch is the target's epoch in the store as this hub last saw it: it
+	// moves on every open and every close anywhere in the fleet.
+	Epoch int64 `json:"epoch"`
+	// OpenedBy is the hub that opened the fleet's breaker (or whose
+	// operator held it open); empty while it is closed.
+	OpenedBy string `json:"opened_by"`
+	// Source says how the last change reached this hub: "local" (this
+	// hub's own, written to the store), "remote" (another hub's, applied
+	// here), or empty before any.
+	Source string `json:"source"`
+	// ProbeLease reports that this hub won the probe lease of the current
+	// open period: it sends the fleet's one probe.
+	ProbeLease bool `json:"probe_lease"`
+}
+
 // Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as
 // relayctl decode: fields may be added, never renamed. It is a plain value.
 type Status struct {
-	// Draining reports that Shutdown has begun.
+	// Draining reports that the hub is leaving service, withdrawn or
+	// shutting down: /readyz answers 503.
 	Draining bool `json:"draining"`
 	// Goroutines is runtime.NumGoroutine() of the whole process, so that a
 	// test or an operator can see the hub come back to its idle baseline.
@@ -62,6 +106,9 @@ type Status struct {
 	ConnectionsOpen int `json:"connections_open"`
 	// Targets are the configured targets, in configuration order.
 	Targets []Target `json:"targets"`
+	// Fleet is the hub's place in its fleet; absent when the hub runs
+	// alone (no --state-store).
+	Fleet *Fleet `json:"fleet,omitempty"`
 }
 
 // Target is one target in Status: a relay.TargetSnapshot as JSON. It is a
@@ -83,6 +130,9 @@ type Target struct {
 	Held              bool     `json:"held"`
 	Disabled          bool     `json:"disabled"`
 	Settings          Settings `json:"settings"`
+	// Fleet is the target's breaker state shared with the fleet; absent
+	// when the hub runs alone.
+	Fleet *TargetFleet `json:"fleet,omitempty"`
 }
 
 // Settings are a target's effective settings in Target, durations in
@@ -91,18 +141,19 @@ type Target struct {
 // target has settings of its own (--config; the bulkhead size of every
 // target is Target's max_inflight). It is a plain value.
 type Settings struct {
-	MaxInflight            int      `json:"max_inflight,omitempty"`
-	FailThreshold          int      `json:"fail_threshold"`
-	ResetTimeoutSeconds    float64  `json:"reset_timeout_seconds"`
-	TargetTimeoutSeconds   float64  `json:"target_timeout_seconds"`
-	ProbeTimeoutSeconds    float64  `json:"probe_timeout_seconds"`
-	FailureCodes           []string `json:"failure_codes"`
-	FailureRate            float64  `json:"failure_rate,omitempty"`
-	WindowSeconds          float64  `json:"window_seconds,omitempty"`
-	MinSamples             int      `json:"min_samples,omitempty"`
-	SlowCallSeconds        float64  `json:"slow_call_seconds,omitempty"`
-	MaxResetTimeoutSeconds float64  `json:"max_reset_timeout_seconds,omitempty"`
-	ResetJitter            float64  `json:"reset_jitter,omitempty"`
+	MaxInflight              int      `json:"max_inflight,omitempty"`
+	FailThreshold            int      `json:"fail_threshold"`
+	ResetTimeoutSeconds      float64  `json:"reset_timeout_seconds"`
+	TargetTimeoutSeconds     float64  `json:"target_timeout_seconds"`
+	TargetIdleTimeoutSeconds float64  `json:"target_idle_timeout_seconds"`
+	ProbeTimeoutSeconds      float64  `json:"probe_timeout_seconds"`
+	FailureCodes             []string `json:"failure_codes"`
+	FailureRate              float64  `json:"failure_rate,omitempty"`
+	WindowSeconds            float64  `json:"window_seconds,omitempty"`
+	MinSamples               int      `json:"min_samples,omitempty"`
+	SlowCallSeconds          float64  `json:"slow_call_seconds,omitempty"`
+	MaxResetTimeoutSeconds   float64  `json:"max_reset_timeout_seconds,omitempty"`
+	ResetJitter              float64  `json:"reset_jitter,omitempty"`
 }
 
 // StatusOf returns hub's state now, as GET /status serves it.
@@ -115,9 +166,25 @@ func StatusOf(hub Hub) Status {
 		Targets:         make([]Target, len(targets)),
 	}
 	for i, t := range targets {
-		st.Targets[i] = TargetOf(t)
+		st.Targets[i] = targetOf(hub, t)
+	}
+	if fh, ok := hub.(FleetHub); ok {
+		fs := fh.FleetStatus()
+		st.Fleet = &fs
 	}
 	return st
+}
+
+// targetOf returns t as /status shows it, with its shared state when hub
+// is a FleetHub.
+func targetOf(hub Hub, t relay.TargetSnapshot) Target {
+	out := TargetOf(t)
+	if fh, ok := hub.(FleetHub); ok {
+		if tf, ok := fh.TargetFleet(t.Name); ok {
+			out.Fleet = &tf
+		}
+	}
+	return out
 }
 
 // TargetOf returns t as /status shows it.
@@ -135,18 +202,19 @@ func TargetOf(t relay.TargetSnapshot) Target {
 		Held:                t.Held,
 		Disabled:            t.Disabled,
 		Settings: Settings{
-			MaxInflight:            ts.MaxInflight,
-			FailThreshold:          ts.FailThreshold,
-			ResetTimeoutSeconds:    ts.ResetTimeout.Seconds(),
-			TargetTimeoutSeconds:   ts.TargetTimeout.Seconds(),
-			ProbeTimeoutSeconds:    t.ProbeTimeout.Seconds(),
-			FailureCodes:           ts.FailureCodes,
-			FailureRate:            ts.FailureRate,
-			WindowSeconds:          ts.Window.Seconds(),
-			MinSamples:             ts.MinSamples,
-			SlowCallSeconds:        ts.SlowCall.Seconds(),
-			MaxResetTimeoutSeconds: ts.MaxResetTimeout.Seconds(),
-			ResetJitter:            ts.ResetJitter,
+			MaxInflight:              ts.MaxInflight,
+			FailThreshold:            ts.FailThreshold,
+			ResetTimeoutSeconds:      ts.ResetTimeout.Seconds(),
+			TargetTimeoutSeconds:     ts.TargetTimeout.Seconds(),
+			TargetIdleTimeoutSeconds: ts.TargetIdleTimeout.Seconds(),
+			ProbeTimeoutSeconds:      t.ProbeTimeout.Seconds(),
+			FailureCodes:             ts.FailureCodes,
+			FailureRate:              ts.FailureRate,
+			WindowSeconds:            ts.Window.Seconds(),
+			MinSamples:               ts.MinSamples,
+			SlowCallSeconds:          ts.SlowCall.Seconds(),
+			MaxResetTimeoutSeconds:   ts.MaxResetTimeout.Seconds(),
+			ResetJitter:              ts.ResetJitter,
 		},
 	}
 }
@@ -158,6 +226,11 @@ type Config struct {
 	// Gatherer is what GET /metrics serves, usually the registry given to
 	// NewMetrics. Nil means /metrics is not served (404).
 	Gatherer prometheus.Gatherer
+	// Page, when set, is the status page (see package statuspage): it
+	// answers GET / for clients that accept text/html, such as browsers,
+	// and GET /events. Nil means GET / is the text index for everyone and
+	// /events is 404.
+	Page http.Handler
 	// Logger receives the operators' breaker actions, refused
 	// authorizations, and the errors of gathering metrics and of encoding
 	// the status. The zero Logger logs nothing.
@@ -169,6 +242,11 @@ type Config struct {
 	// no check: keep the admin port on loopback or a management network
 	// then.
 	Token string
+	// Reload, when set, serves POST /reload: it re-reads the hub's settings
+	// and applies them, returning what changed, or why nothing did (the
+	// running settings are then kept; ErrNothingToReload when there are
+	// none to re-read). Nil means POST /reload answers 404.
+	Reload func() (relay.ReloadResult, error)
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -176,12 +254,21 @@ type Config struct {
 //   - GET /metrics: the Gatherer's metrics in the Prometheus formats;
 //   - GET /healthz: 200 "ok" while the process runs;
 //   - GET /readyz: 200 "ready" while the Server accepts, 503 "draining" once
-//     Shutdown has begun, so a load balancer stops sending new connections;
+//     it is withdrawn or Shutdown has begun, so a load balancer stops
+//     sending new connections;
 //   - GET /status: Status as JSON, indented with ?pretty;
+//   - GET /: with Config.Page, the status page for a client whose Accept
+//     header takes text/html; otherwise a short text index of the
+//     endpoints;
+//   - GET /events: with Config.Page, the page's live updates;
 //   - POST /breakers/{target} with {"action":"open"|"close"|"disable"|"enable"}:
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
+//   - POST /reload, when Config.Reload is set: the hub re-reads its
+//     settings, answered 200 with the targets added, removed and changed,
+//     409 when there is nothing to reload, 422 with the reason when the
+//     new settings were refused and the running ones kept.
 //
 // With Config.Token set, every request other than GET and HEAD needs
 // the bearer token, and so do the reads of clients beyond loopback other
@@ -191,10 +278,14 @@ type Config struct {
 type Handler struct {
 	hub       Hub
 	mux       *http.ServeMux
+	page      http.Handler                // nil without the status page
+	origins   *http.CrossOriginProtection // refuses other sites' POSTs (ServeHTTP)
 	log       zerolog.Logger
 	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
 	tokenHash [sha256.Size]byte
 	hasToken  bool
+	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
+	index     string                             // the text index: adminIndex and the lines of what else is served
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -216,6 +307,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("admin: no Hub")
 	}
 	a := &Handler{hub: cfg.Hub, mux: http.NewServeMux(), log: cfg.Logger.With().Str("component", "admin").Logger()}
+	a.page, a.origins = cfg.Page, http.NewCrossOriginProtection()
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
 		// Only the hash is kept: hashes of equal length compared in
@@ -228,6 +320,10 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
+	if cfg.Reload != nil {
+		a.reloadFn = cfg.Reload
+		a.mux.HandleFunc("/reload", a.serveReload)
+	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -235,12 +331,36 @@ func New(cfg Config) (*Handler, error) {
 			ErrorHandling: promhttp.ContinueOnError,
 		}))
 	}
+	if cfg.Page != nil {
+		a.mux.Handle("GET /events", cfg.Page)
+	}
+	a.index = adminIndex
+	if cfg.Reload != nil {
+		a.index += reloadIndex
+	}
+	if cfg.Page != nil {
+		a.index += pageIndex
+	}
 	return a, nil
 }
 
 // ServeHTTP implements http.Handler. The token is checked before routing,
 // so a request without it learns nothing about the paths behind it.
+//
+// Before the token, every request other than GET, HEAD and OPTIONS that a
+// browser marks as sent from another origin (Sec-Fetch-Site, or else an
+// Origin header that is not the Host) is answered 403 with a JSON error,
+// whatever token it carries, so that no other web page an operator has
+// open can act on the breakers; tools such as curl send neither header and
+// are not affected.
 func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := a.origins.Check(r); err != nil {
+		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			Str("origin", r.Header.Get("Origin")).Str("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")).
+			Msg("admin request refused: sent from another origin")
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused: act from the admin port's own page, or from a tool that sends no Origin")
+		return
+	}
 	if a.needsToken(r) && !a.authorized(r) {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Msg("admin request refused: missing or wrong bearer token")
@@ -287,13 +407,13 @@ func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	a.log.Info().Str("target", target.Name).Str("action", string(action)).Str("remote", r.RemoteAddr).Msg("breaker action")
+	a.operator(a.log.Info().Str("target", target.Name).Str("action", string(action)), r).Msg("breaker action")
 	st, err := a.hub.ControlBreaker(target.Name, action)
 	if err != nil {
 		// Both the target and the action were checked above.
 		panic("admin: breaker action: " + err.Error())
 	}
-	writeJSON(w, http.StatusOK, TargetOf(st))
+	writeJSON(w, http.StatusOK, targetOf(a.hub, st))
 }
 
 // decodeAction reads the body of POST /breakers/{target}: one JSON object
@@ -321,12 +441,56 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 	return action, nil
 }
 
-// adminIndex is the body of GET /, for an operator who opens the port in a
-// browser.
+// adminIndex is the body of GET / for a client that does not take HTML,
+// such as curl.
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
-func (a *Handler) serveIndex(w http.ResponseWriter, _ *http.Request) {
-	writeText(w, http.StatusOK, adminIndex)
+// reloadIndex is the line the index adds when POST /reload is served.
+const reloadIndex = "POST /reload  re-read the settings file and apply it without a restart\n"
+
+// pageIndex is the lines the index adds when the status page is on.
+const pageIndex = "/         this index; a browser (Accept: text/html) gets the live status page\n/events   the status page's live updates (Server-Sent Events)\n"
+
+// serveIndex is GET /: the status page for a client that takes HTML, when
+// the page is on, else the text index.
+func (a *Handler) serveIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Vary", "Accept")
+	if a.page != nil && acceptsHTML(r.Header.Values("Accept")) {
+		a.page.ServeHTTP(w, r)
+		return
+	}
+	writeText(w, http.StatusOK, a.index)
+}
+
+// acceptsHTML reports whether Accept header values name text/html with a
+// quality above zero. A wildcard alone does not count: curl sends "*/*"
+// and gets the text index.
+func acceptsHTML(accept []string) bool {
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			mediaType, params, _ := strings.Cut(part, ";")
+			if !strings.EqualFold(strings.TrimSpace(mediaType), "text/html") {
+				continue
+			}
+			if q, ok := qualityOf(params); !ok || q > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// qualityOf returns the q parameter among a media range's parameters
+// (";"-separated), and whether there is one that parses.
+func qualityOf(params string) (float64, bool) {
+	for p := range strings.SplitSeq(params, ";") {
+		name, value, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(name), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			return q, err == nil
+		}
+	}
+	return 0, false
 }
 
 func (a *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {

@@ -176,7 +176,8 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 		"held": false, "disabled": false,
 		"settings": map[string]any{
 			"fail_threshold": 2.0, "reset_timeout_seconds": 7.0, "target_timeout_seconds": 3.0,
-			"probe_timeout_seconds": 4.0, "failure_codes": []any{"E500", "E901", "E902"},
+			"target_idle_timeout_seconds": 4.0, "probe_timeout_seconds": 4.0,
+			"failure_codes": []any{"E500", "E901", "E902"},
 		},
 	}, tg)
 	assert.Equal(t, "CLOSED", statusTarget(t, st, "CLAIM")["state"])

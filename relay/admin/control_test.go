@@ -41,6 +41,12 @@ func adminDo(t *testing.T, method, url, body, auth string) (int, string, http.He
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
+	return send(t, req)
+}
+
+// send sends req and returns the status, the body and the headers.
+func send(t *testing.T, req *http.Request) (int, string, http.Header) {
+	t.Helper()
 	resp, err := (&http.Client{Timeout: hubtest.IOTimeout}).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -205,8 +205,16 @@ func AppendResponse[T, M ~string | ~[]byte](dst []byte, txid T, code string, msg
 	dst = append(dst, responseSeparator)
 	dst = appendClean(dst, code)
 	dst = append(dst, responseSeparator)
-	dst = appendClean(dst, truncateUTF8(msg, MaxMessageBytes))
+	dst = AppendMessage(dst, msg)
 	return append(dst, responseTerminator)
+}
+
+// AppendMessage appends msg as AppendResponse writes a MESSAGE: control
+// characters become spaces and it is cut to MaxMessageBytes, at a UTF-8
+// boundary. Pages and logs that show a target's message use it, so they show
+// what the client got.
+func AppendMessage[M ~string | ~[]byte](dst []byte, msg M) []byte {
+	return appendClean(dst, truncateUTF8(msg, MaxMessageBytes))
 }
 
 // appendClean appends b with control characters replaced by spaces.

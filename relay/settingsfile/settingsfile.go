@@ -43,6 +43,7 @@ const (
 	keyFailThreshold   = "fail_threshold"
 	keyResetTimeout    = "reset_timeout"
 	keyTargetTimeout   = "target_timeout"
+	keyTargetIdle      = "target_idle_timeout"
 	keyFailureCodes    = "failure_codes"
 	keyFailureRate     = "failure_rate"
 	keyWindow          = "window"
@@ -64,7 +65,7 @@ const (
 // error lists them.
 var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
-	keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
+	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
@@ -156,6 +157,14 @@ func Load(path string, defaults relay.TargetSettings, base []relay.Target) ([]re
 	return parse(path, string(data), defaults, base)
 }
 
+// Parse is Load on data, the contents of a settings file, which errors name
+// name: for settings that come from somewhere other than a file of their
+// own, such as a command line, and must mean exactly what they would mean
+// in one.
+func Parse(name, data string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
+	return parse(name, data, defaults, base)
+}
+
 // fileTarget is one target while the file is read.
 type fileTarget struct {
 	name     string // canonical
@@ -175,6 +184,7 @@ type table struct {
 	FailThreshold   count        `toml:"fail_threshold"`
 	ResetTimeout    duration     `toml:"reset_timeout"`
 	TargetTimeout   duration     `toml:"target_timeout"`
+	TargetIdle      duration     `toml:"target_idle_timeout"`
 	FailureCodes    failureCodes `toml:"failure_codes"`
 	FailureRate     share        `toml:"failure_rate"`
 	Window          duration     `toml:"window"`
@@ -348,6 +358,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.ResetTimeout, err = t.ResetTimeout.get()
 	case keyTargetTimeout:
 		s.TargetTimeout, err = t.TargetTimeout.get()
+	case keyTargetIdle:
+		s.TargetIdleTimeout, err = t.TargetIdle.get()
 	case keyWindow:
 		s.Window, err = t.Window.get()
 	case keySlowCall:

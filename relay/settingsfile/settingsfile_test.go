@@ -436,3 +436,15 @@ func TestEditDistance(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadTargetIdleTimeout(t *testing.T) {
+	path := writeConfig(t, "[CORE]\ntarget_idle_timeout = \"2s\"\n[CLAIM]\ntarget_idle_timeout = 0\n")
+	_, err := Load(path, flagDefaults, defaultPair)
+	require.ErrorContains(t, err, "[CLAIM] target_idle_timeout: must be more than zero")
+
+	path = writeConfig(t, "[CORE]\ntarget_idle_timeout = \"2s\"\n")
+	targets, err := Load(path, flagDefaults, defaultPair)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, byName(t, targets, "CORE").Settings.TargetIdleTimeout)
+	assert.Equal(t, flagDefaults.TargetIdleTimeout, byName(t, targets, "CLAIM").Settings.TargetIdleTimeout, "the flag's value where the file says nothing")
+}

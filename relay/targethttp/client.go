@@ -85,22 +85,34 @@ type Config struct {
 	// Conns dials and tracks the connections. Required; every target of a
 	// hub shares one, so that one Abort cuts all their calls.
 	Conns *Conns
+	// IdleTimeout is how long a pooled connection may stay unused before
+	// the Client closes it. Zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// OnDial, if set, is called once for each connection opened to the
+	// target, after the connect and before the connection carries a
+	// request (for https, before the TLS handshake). It runs in the
+	// goroutine of the call that needed the connection, so it must be fast:
+	// a counter's increment. Nil means none.
+	OnDial func()
 }
 
 // Client is the HTTP side of one target: a pool of kept-alive connections
 // to it (fasthttp's HostClient, whose calls write the request and read the
 // answer in the calling goroutine, with pooled buffers and no allocation of
-// their own) and the timeout of one call. It is safe for concurrent use:
-// its fields are set once by New.
+// their own), the timeout of one call and how long a connection may idle.
+// It is safe for concurrent use: its fields are set once by New.
 type Client struct {
-	uri     *fasthttp.URI
-	client  *fasthttp.HostClient
-	timeout time.Duration
-	conns   *Conns
+	uri         *fasthttp.URI
+	client      *fasthttp.HostClient
+	timeout     time.Duration
+	idleTimeout time.Duration
+	conns       *Conns
+	onDial      func() // nil: none
 }
 
 // New returns the Client posting to cfg.URL. It fails on a URL that is not
-// http or https with a host, and on a missing Conns, Timeout or MaxInflight.
+// http or https with a host, on a missing Conns, Timeout or MaxInflight, and
+// on a negative IdleTimeout.
 func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -109,53 +121,76 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Conns == nil || cfg.Timeout <= 0 || cfg.MaxInflight <= 0 {
 		return nil, errors.New("targethttp: Config needs Conns, a Timeout and a MaxInflight")
 	}
+	if cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("targethttp: IdleTimeout must not be negative, got %s", cfg.IdleTimeout)
+	}
+	idleTimeout := cfg.IdleTimeout
+	if idleTimeout == 0 {
+		idleTimeout = DefaultIdleTimeout
+	}
 	uri := new(fasthttp.URI)
 	if err := uri.Parse(nil, []byte(cfg.URL)); err != nil {
 		return nil, fmt.Errorf("targethttp: URL %q: %w", cfg.URL, err)
 	}
 	tls := u.Scheme == "https"
 	maxInflight := cfg.MaxInflight
-	return &Client{
-		uri:   uri,
-		conns: cfg.Conns,
-		client: &fasthttp.HostClient{
-			Addr:                     fasthttp.AddMissingPort(u.Host, tls),
-			IsTLS:                    tls,
-			TLSConfig:                cfg.TLS,
-			DialTimeout:              cfg.Conns.dial,
-			NoDefaultUserAgentHeader: true,
-			DisablePathNormalizing:   true,
-			MaxConns:                 math.MaxInt32,
-			MaxIdleConnDuration:      idleTargetConnTimeout,
-			ConnPoolStrategy:         fasthttp.LIFO,
-			// A healthy answer's headers are a few hundred bytes; the read
-			// buffer bounds them, so a broken target cannot make the hub
-			// buffer megabytes of them.
-			ReadBufferSize:      maxAnswerBytes,
-			MaxResponseBodySize: maxAnswerBytes,
-			// Only a request that was never written is tried again: one
-			// that met a kept-alive connection the target had already
-			// closed (errStaleConn). Each such try discards that
-			// connection, so a pool of them all stale still ends.
-			MaxIdemponentCallAttempts: maxInflight + 1,
-			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
-				return false, errors.Is(err, errStaleConn)
-			},
+	t := &Client{
+		uri:         uri,
+		conns:       cfg.Conns,
+		onDial:      cfg.OnDial,
+		timeout:     cfg.Timeout,
+		idleTimeout: idleTimeout,
+	}
+	t.client = &fasthttp.HostClient{
+		Addr:                     fasthttp.AddMissingPort(u.Host, tls),
+		IsTLS:                    tls,
+		TLSConfig:                cfg.TLS,
+		DialTimeout:              t.dial,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		MaxConns:                 math.MaxInt32,
+		MaxIdleConnDuration:      idleTimeout,
+		ConnPoolStrategy:         fasthttp.LIFO,
+		// A healthy answer's headers are a few hundred bytes; the read
+		// buffer bounds them, so a broken target cannot make the hub
+		// buffer megabytes of them.
+		ReadBufferSize:      maxAnswerBytes,
+		MaxResponseBodySize: maxAnswerBytes,
+		// Only a request that was never written is tried again: one
+		// that met a kept-alive connection the target had already
+		// closed (errStaleConn). Each such try discards that
+		// connection, so a pool of them all stale still ends.
+		MaxIdemponentCallAttempts: maxInflight + 1,
+		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			return false, errors.Is(err, errStaleConn)
 		},
-		timeout: cfg.Timeout,
-	}, nil
+	}
+	return t, nil
 }
 
 // Timeout returns the bound on one call.
 func (t *Client) Timeout() time.Duration { return t.timeout }
 
-// idleTargetConnTimeout is how long a pooled target connection may stay
-// unused before the hub closes it: under the 5 s keep-alive timeout of
-// common servers (Node.js's), so that the hub usually closes first rather
-// than racing the target's close with a new request. A connection the
-// target closed earlier is caught before reuse (targetConn.Write) and, if
-// never reused, released at this timeout.
-const idleTargetConnTimeout = 4 * time.Second
+// IdleTimeout returns how long a pooled connection may stay unused.
+func (t *Client) IdleTimeout() time.Duration { return t.idleTimeout }
+
+// DefaultIdleTimeout is how long a pooled target connection may stay unused
+// before the hub closes it, unless Config.IdleTimeout says otherwise: under
+// the 5 s keep-alive timeout of common servers (Node.js's), so that the hub
+// usually closes first rather than racing the target's close with a new
+// request. A connection the target closed earlier is caught before reuse
+// (targetConn.Write) and, if never reused, released at this timeout.
+const DefaultIdleTimeout = 4 * time.Second
+
+// dial is the pool's dial function: Conns.dial, and OnDial for each
+// connection opened.
+func (t *Client) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := t.conns.dial(addr, timeout)
+	if err == nil && t.onDial != nil {
+		t.onDial()
+	}
+	return c, err
+}
 
 // Parts of every target request.
 var (
@@ -237,8 +272,8 @@ func (tc *Conns) Abort() {
 	tc.closeAll()
 }
 
-// dial is the pools' dial function: it connects within timeout (and
-// before Abort) and tracks the connection.
+// dial connects within timeout (and before Abort) and tracks the
+// connection; each Client's own dial calls it.
 func (tc *Conns) dial(addr string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(tc.abort, timeout)
 	defer cancel()
@@ -286,11 +321,18 @@ func (tc *Conns) forget(c *targetConn) {
 // wrongly given up costs a new connection, never a transaction. The pool
 // hands a connection to one call at a time, so Read and Write never run
 // concurrently; Close may run at any time.
+//
+// The check peeks through syscall.RawConn.Control, not RawConn.Read: Read
+// fails at once, without looking at the socket, when the read deadline has
+// passed, and the pool leaves the last call's deadline on an idle
+// connection, so every connection idle for longer than the call timeout
+// would be given up, healthy or not. Control ignores deadlines (the peek
+// never waits, so it needs none) and costs no more: the one peek syscall.
 type targetConn struct {
 	net.Conn
 	set      *Conns
-	rc       syscall.RawConn       // the socket, for the idle check; nil: no check
-	peek     func(fd uintptr) bool // c.peekIdle, bound once so that a check does not allocate
+	rc       syscall.RawConn  // the socket, for the idle check; nil: no check
+	peek     func(fd uintptr) // c.peekIdle, bound once so that a check does not allocate
 	peekBuf  [1]byte
 	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
 	answered bool // a read happened since the last write: the next write starts a request
@@ -318,7 +360,7 @@ func (c *targetConn) Write(p []byte) (int, error) {
 		c.answered = false
 		if c.rc != nil {
 			c.gone = false
-			if err := c.rc.Read(c.peek); err != nil || c.gone {
+			if err := c.rc.Control(c.peek); err != nil || c.gone {
 				return 0, errStaleConn
 			}
 		}
@@ -331,13 +373,12 @@ func (c *targetConn) Close() error {
 	return c.Conn.Close()
 }
 
-// peekIdle is the idle check's syscall.RawConn callback: anything to read
-// on a connection between requests (the end of the stream, a reset, or
-// bytes nobody asked for) means it cannot carry another request. It never
-// waits.
-func (c *targetConn) peekIdle(fd uintptr) bool {
+// peekIdle is the idle check's syscall.RawConn.Control callback: anything
+// to read on a connection between requests (the end of the stream, a
+// reset, or bytes nobody asked for) means it cannot carry another request.
+// It never waits.
+func (c *targetConn) peekIdle(fd uintptr) {
 	c.gone = peekReadable(fd, c.peekBuf[:])
-	return true
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,

@@ -73,13 +73,21 @@ func waitForClientGone(r *http.Request) {
 // own, for a bulkhead of 10.
 func testTarget(t *testing.T, srvURL string, timeout time.Duration) *Client {
 	t.Helper()
-	return testTargetWith(t, srvURL, timeout, NewConns(nil))
+	return testTargetWith(t, Config{URL: srvURL, Timeout: timeout})
 }
 
-// testTargetWith is testTarget dialing through conns.
-func testTargetWith(t *testing.T, srvURL string, timeout time.Duration, conns *Conns) *Client {
+// testTargetWith returns the Client of cfg, whose URL is the target's base
+// URL; a zero MaxInflight means 10 and a nil Conns a pool of its own.
+func testTargetWith(t *testing.T, cfg Config) *Client {
 	t.Helper()
-	tg, err := New(Config{URL: strings.TrimRight(srvURL, "/") + "/tx", Timeout: timeout, MaxInflight: 10, Conns: conns})
+	cfg.URL = strings.TrimRight(cfg.URL, "/") + "/tx"
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = 10
+	}
+	if cfg.Conns == nil {
+		cfg.Conns = NewConns(nil)
+	}
+	tg, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(tg.CloseIdle)
 	return tg
@@ -265,7 +273,7 @@ func TestCallAborted(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	conns := NewConns(nil)
-	tg := testTargetWith(t, srv.URL, time.Minute, conns)
+	tg := testTargetWith(t, Config{URL: srv.URL, Timeout: time.Minute, Conns: conns})
 	go func() {
 		<-entered
 		conns.Abort()
@@ -286,10 +294,21 @@ func TestCallAborted(t *testing.T) {
 // kept-alive connection once it has answered, as servers do when a
 // connection stays idle past their keep-alive timeout: the next transaction
 // must not be lost to the dead connection (E902) but go out, once, on a
-// fresh one. Over TLS the target's close sends a close_notify first.
+// fresh one. Over TLS the target's close sends a close_notify first. The
+// close is caught whether or not the last call's deadline has passed.
 func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
-	for _, useTLS := range []bool{false, true} {
-		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		useTLS bool
+		idle   time.Duration // after the close, before the next call
+	}{
+		{name: "http", useTLS: false},
+		{name: "https", useTLS: true},
+		{name: "http idle past the timeout", useTLS: false, idle: 2 * timeout},
+		{name: "https idle past the timeout", useTLS: true, idle: 2 * timeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			var calls atomic.Int32
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
@@ -308,16 +327,10 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 					closed <- struct{}{}
 				}
 			}
-			if useTLS {
-				srv.StartTLS()
-			} else {
-				srv.Start()
-			}
+			startServer(srv, tt.useTLS)
 			t.Cleanup(srv.Close)
-			tg := testTarget(t, srv.URL, time.Second)
-			if useTLS {
-				tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
-			}
+			tg := testTarget(t, srv.URL, timeout)
+			trustTestServer(tg, srv, tt.useTLS)
 
 			for i := range 3 {
 				code, msg := tg.Call([]byte("TX"), []byte("DEP 1 5"))
@@ -327,10 +340,133 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 				case <-time.After(5 * time.Second):
 					t.Fatal("the target did not close the connection")
 				}
+				// Only real time expires the last call's deadline.
+				time.Sleep(tt.idle)
 			}
 			assert.Equal(t, int32(3), calls.Load(), "each transaction reaches the target exactly once")
 			assert.Equal(t, int32(3), dials.Load(), "each transaction after the first needs a fresh connection")
 		})
+	}
+}
+
+// TestTargetCallReusesConnectionsIdleLongerThanTheTimeout leaves a
+// kept-alive connection idle for twice the call timeout, so that the
+// deadline of its last call has passed, and calls again: the healthy
+// connection must carry the call, not be given up for a new handshake.
+func TestTargetCallReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+			}))
+			dials := countDials(srv)
+			startServer(srv, useTLS)
+			t.Cleanup(srv.Close)
+			tg := testTarget(t, srv.URL, timeout)
+			trustTestServer(tg, srv, useTLS)
+
+			for i := range 3 {
+				if i > 0 {
+					// Only real time expires the previous call's deadline.
+					time.Sleep(2 * timeout)
+				}
+				code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
+				require.Equal(t, "0000", code, "call %d: %s", i, msg)
+			}
+			assert.Equal(t, int32(1), dials.Load(), "the idle connection is reused")
+		})
+	}
+}
+
+// TestTargetIdleTimeout checks that the Client closes a connection left
+// unused for its IdleTimeout, and not before.
+func TestTargetIdleTimeout(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+	}))
+	closed := make(chan time.Time, 1)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- time.Now()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg := testTargetWith(t, Config{URL: srv.URL, Timeout: time.Second, IdleTimeout: idle})
+	require.Equal(t, idle, tg.IdleTimeout())
+
+	start := time.Now()
+	code, msg := tg.Call([]byte("TX"), nil)
+	require.Equal(t, "0000", code, string(msg))
+
+	select {
+	case at := <-closed:
+		assert.GreaterOrEqual(t, at.Sub(start), idle, "closed before it was idle for IdleTimeout")
+	case <-time.After(DefaultIdleTimeout / 2):
+		t.Fatal("the idle connection was not closed after IdleTimeout")
+	}
+}
+
+func TestNewIdleTimeout(t *testing.T) {
+	base := Config{URL: "http://127.0.0.1:1/tx", Timeout: time.Second, MaxInflight: 1, Conns: NewConns(nil)}
+	tg, err := New(base)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultIdleTimeout, tg.IdleTimeout(), "zero means the default")
+
+	bad := base
+	bad.IdleTimeout = -time.Second
+	_, err = New(bad)
+	assert.ErrorContains(t, err, "IdleTimeout must not be negative")
+}
+
+// TestTargetOnDialCountsConnectionsOpened checks that OnDial is called once
+// per connection opened: not for a kept-alive connection reused, and not
+// for a connect that failed.
+func TestTargetOnDialCountsConnectionsOpened(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
+	}))
+	accepted := countDials(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	var opened atomic.Int32
+	tg := testTargetWith(t, Config{URL: srv.URL, Timeout: time.Second, OnDial: func() { opened.Add(1) }})
+
+	for range 3 {
+		code, msg := tg.Call([]byte("TX"), nil)
+		require.Equal(t, "0000", code, string(msg))
+	}
+	assert.Equal(t, int32(1), opened.Load(), "one connection, kept alive")
+
+	srv.CloseClientConnections()
+	code, msg := tg.Call([]byte("TX"), nil)
+	require.Equal(t, "0000", code, string(msg))
+	assert.Equal(t, int32(2), opened.Load(), "a fresh connection once the target closed the first")
+	assert.Equal(t, accepted.Load(), opened.Load(), "as many as the target accepted")
+
+	srv.Close()
+	code, _ = tg.Call([]byte("TX"), nil)
+	require.Equal(t, "E902", code)
+	assert.Equal(t, int32(2), opened.Load(), "a refused connect opens nothing")
+}
+
+// startServer starts srv, over TLS when useTLS.
+func startServer(srv *httptest.Server, useTLS bool) {
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+}
+
+// trustTestServer makes tg trust srv's own certificate when useTLS: the
+// test server's certificate is its own.
+func trustTestServer(tg *Client, srv *httptest.Server, useTLS bool) {
+	if useTLS {
+		tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 	}
 }
 
@@ -470,8 +606,7 @@ func TestTargetCallOverTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, 5*time.Second)
 	require.True(t, tg.client.IsTLS)
-	// The test server's certificate is its own: trust it for this test.
-	tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	trustTestServer(tg, srv, true)
 
 	for i := range 3 {
 		code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))

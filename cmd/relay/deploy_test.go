@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests hold the files of deploy/ to the relay they run: the unit's
+// limits must fit the settings the environment file ships with, and every
+// setting there must be one the relay takes.
+
+// deployFile returns the path of a file of deploy/.
+func deployFile(name string) string {
+	return filepath.Join("..", "..", "deploy", name)
+}
+
+// keyValues reads the KEY=VALUE lines of path, skipping comments, blank
+// lines and section headers; a key given twice keeps every value.
+func keyValues(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string][]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '[' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		require.True(t, ok, "%s: %q is no KEY=VALUE line", path, line)
+		out[k] = append(out[k], v)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// one returns the only value of key.
+func one(t *testing.T, kv map[string][]string, key string) string {
+	t.Helper()
+	require.Len(t, kv[key], 1, "want one %s", key)
+	return kv[key][0]
+}
+
+func TestDeployEnvironmentFileIsValid(t *testing.T) {
+	env := keyValues(t, deployFile("relayhub.env"))
+	var vars []string
+	for k, vs := range env {
+		assert.True(t, strings.HasPrefix(k, "RELAY_"), "%s is no relay setting", k)
+		vars = append(vars, k+"="+vs[len(vs)-1])
+	}
+	c, err := parse(t, vars)
+	require.NoError(t, err, "the relay refuses deploy/relayhub.env")
+	assert.Equal(t, "/var/log/relayhub/breaker.log", c.BreakerLog)
+	assert.Equal(t, "/var/log/relayhub/access.log", c.AccessLog)
+	assert.Positive(t, c.ShutdownDelay, "behind a load balancer, the shipped settings delay the drain")
+}
+
+func TestDeployUnitFitsTheEnvironmentFile(t *testing.T) {
+	unit := keyValues(t, deployFile("relayhub.service"))
+	env := keyValues(t, deployFile("relayhub.env"))
+	c, err := parse(t, []string{
+		"RELAY_MAX_CONNS=" + one(t, env, "RELAY_MAX_CONNS"),
+		"RELAY_SHUTDOWN_DELAY=" + one(t, env, "RELAY_SHUTDOWN_DELAY"),
+		"RELAY_DRAIN_TIMEOUT=" + one(t, env, "RELAY_DRAIN_TIMEOUT"),
+	})
+	require.NoError(t, err)
+
+	// The open file limit covers --max-conns and the default bulkheads.
+	limit, err := strconv.ParseUint(one(t, unit, "LimitNOFILE"), 10, 64)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, limit, filesNeeded(c.MaxConns, []int{c.MaxInflight, c.MaxInflight}))
+
+	// Stopping leaves room for the shutdown delay and the drain.
+	stop, err := time.ParseDuration(one(t, unit, "TimeoutStopSec"))
+	require.NoError(t, err)
+	assert.Greater(t, stop, time.Duration(c.ShutdownDelay)+time.Duration(c.DrainTimeout))
+
+	// A mistake in the configuration is not restarted, SIGHUP reloads, and
+	// the hub runs as its own user.
+	assert.Equal(t, strconv.Itoa(exitUsage), one(t, unit, "RestartPreventExitStatus"))
+	assert.Equal(t, "on-failure", one(t, unit, "Restart"))
+	assert.Equal(t, "/bin/kill -HUP $MAINPID", one(t, unit, "ExecReload"))
+	assert.Equal(t, "relayhub", one(t, unit, "User"))
+	assert.Equal(t, "strict", one(t, unit, "ProtectSystem"))
+	assert.Equal(t, "/etc/relayhub/relayhub.env", one(t, unit, "EnvironmentFile"))
+}

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package main
+
+import (
+	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/relay"
+)
+
+// checkFileLimit does nothing where there is no RLIMIT_NOFILE.
+func checkFileLimit(*relay.Server, int, zerolog.Logger) {}

@@ -1,0 +1,326 @@
+package relay
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/bulkhead"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
+)
+
+// A running hub takes new targets and settings without a restart, and
+// without forgetting: Reload keeps each remaining target's breaker (its
+// state, counts and open period) and bulkhead (its calls in flight), and
+// changes only the rules they apply from then on. The routes are found
+// without a lock on every request: the table of routes is an immutable
+// slice behind an atomic pointer, and what a reload changes of one target
+// is an immutable routeConf behind another, which a call takes once at its
+// admission and keeps to its end.
+
+// routeConf is what a reload may change of a target besides its breaker's
+// policy and its bulkhead's size: its URL, its HTTP client (which holds the
+// timeouts and the TLS settings), its failure codes, its fallback and the
+// clients allowed to use it. It is never changed once published in
+// route.conf, so it is safe for concurrent use.
+type routeConf struct {
+	url          string
+	own          bool           // the target came with Settings of its own
+	settings     TargetSettings // the effective settings, defaults filled in
+	tls          *tls.Config    // Target.TLS; nil when none
+	clients      []string       // Target.AllowedClients; nil means every client may use the target
+	client       *targethttp.Client
+	failureCodes []string
+	fallbackName string             // canonical name of the fallback target; empty when none
+	fallback     *route             // the fallback's route; nil when none
+	fallbacks    prometheus.Counter // relay_fallbacks_total of this target and its fallback; nil when none or without metrics
+}
+
+// isFailure reports whether a call that ended with code counts as a breaker
+// failure for this target.
+func (rc *routeConf) isFailure(code string) bool {
+	return slices.Contains(rc.failureCodes, code)
+}
+
+// countFallback counts a request the target's breaker refused and its
+// fallback's breaker admitted.
+func (rc *routeConf) countFallback() {
+	if rc.fallbacks != nil {
+		rc.fallbacks.Inc()
+	}
+}
+
+// routeList returns the routes in force, in configuration order. The slice
+// is never changed: a reload stores a new one.
+func (s *Server) routeList() []*route {
+	return *s.routes.Load()
+}
+
+// targetPlan is one target of a checked configuration, ready to become a
+// route: its canonical name, the URL transactions are posted to, and its
+// settings with every default filled in.
+type targetPlan struct {
+	name         string
+	url          string // as configured
+	txURL        string // url + "/tx"
+	fallbackName string
+	own          bool
+	settings     TargetSettings
+	codes        []string
+	tls          *tls.Config // Target.TLS
+	clients      []string    // Target.AllowedClients, nil when empty
+}
+
+// plan checks targets as New takes them, against the Server's defaults,
+// and returns them in order. It refuses what New refuses: no targets, a bad
+// or duplicate target, bad settings or failure codes, a fallback that
+// names no target in targets, the target itself, or a target with a
+// fallback of its own, and TLS settings or allowed clients that cannot
+// work (checkTargetTLS).
+func (s *Server) plan(targets []Target) ([]targetPlan, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("relay: no targets configured")
+	}
+	plans := make([]targetPlan, 0, len(targets))
+	byName := make(map[string]*targetPlan, len(targets))
+	for _, t := range targets {
+		name, txURL, err := t.canonical()
+		if err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+		if byName[name] != nil {
+			return nil, fmt.Errorf("relay: target %s configured twice", name)
+		}
+		if err := s.checkTargetTLS(name, t); err != nil {
+			return nil, err
+		}
+		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
+			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, tls: t.TLS}
+		if len(t.AllowedClients) > 0 {
+			p.clients = slices.Clone(t.AllowedClients)
+		}
+		if p.own {
+			p.settings = t.Settings.WithDefaults()
+			if err := p.settings.check(); err != nil {
+				return nil, fmt.Errorf("relay: target %s: %w", name, err)
+			}
+			if p.codes, err = parseFailureCodes(p.settings.FailureCodes); err != nil {
+				return nil, fmt.Errorf("relay: target %s: %w", name, err)
+			}
+		}
+		plans = append(plans, p)
+		byName[name] = &plans[len(plans)-1]
+	}
+	for _, p := range plans {
+		if p.fallbackName == "" {
+			continue
+		}
+		switch fb := byName[p.fallbackName]; {
+		case fb == nil:
+			return nil, fmt.Errorf("relay: target %s: fallback %q is not a configured target", p.name, p.fallbackName)
+		case fb.name == p.name:
+			return nil, fmt.Errorf("relay: target %s: fallback to itself", p.name)
+		case fb.fallbackName != "":
+			return nil, fmt.Errorf("relay: target %s: fallback %s has a fallback of its own (%s); fallbacks go one step only", p.name, fb.name, fb.fallbackName)
+		}
+	}
+	return plans, nil
+}
+
+// newRoute returns a route for p with a closed breaker and an empty
+// bulkhead; its metrics and its routeConf are the caller's to set before
+// the route is published.
+func (s *Server) newRoute(p targetPlan) *route {
+	rt := &route{
+		name:      p.name,
+		nameBytes: []byte(p.name),
+		bulkhead:  bulkhead.New(bulkhead.Settings{MaxInflight: p.settings.MaxInflight}),
+		viaPrefix: "via " + p.name + ": ",
+		viaBusy:   "via " + p.name + ": " + protocol.MsgBulkheadFull,
+		work:      make(chan *call),
+		log:       s.log.With().Str("target", p.name).Logger(),
+	}
+	rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
+	rt.breaker = breaker.New(breaker.Settings{
+		Name:         p.name,
+		Policy:       p.settings.Policy,
+		Clock:        s.clock,
+		OnTransition: rt.observer(s.onTransition),
+		Rand:         s.rand,
+		ProbePermits: s.probePermits,
+		ProbeTimeout: p.settings.TargetTimeout + ProbeGrace,
+	})
+	return rt
+}
+
+// newConf returns the routeConf of p for rt, without its fallback, which
+// only the whole table can tell. It keeps old's HTTP client, and with it
+// the client's pooled connections, when nothing the client depends on
+// changed; old is nil for a new target.
+func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, error) {
+	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
+		failureCodes: p.codes, fallbackName: p.fallbackName}
+	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
+		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&
+		sameTargetTLS(old.tls, p.tls) {
+		rc.client, rc.tls = old.client, old.tls
+		return rc, nil
+	}
+	client, err := targethttp.New(targethttp.Config{
+		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.targetConns,
+		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened, TLS: p.tls,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: target %s: %w", p.name, err)
+	}
+	rc.client = client
+	return rc, nil
+}
+
+// linkConfs points each routeConf with a fallback at the fallback's route
+// in routes (plan has checked that it is there) and resolves its fallback
+// counter.
+func (s *Server) linkConfs(routes []*route, confs []*routeConf) {
+	for _, rc := range confs {
+		if rc.fallbackName == "" {
+			continue
+		}
+		for i, rt := range routes {
+			if rt.name == rc.fallbackName {
+				rc.fallback = routes[i]
+			}
+		}
+	}
+	for i, rc := range confs {
+		rc.fallbacks = s.metrics.fallbackCounter(routes[i].name, rc.fallbackName)
+	}
+}
+
+// ReloadResult says what a Reload changed, each list of canonical target
+// names in configuration order. It is a plain value.
+type ReloadResult struct {
+	// Added are the targets that were not served before; each starts with
+	// a closed breaker and an empty bulkhead.
+	Added []string
+	// Removed are the targets no longer served: new lines for them get
+	// E903, their calls in flight finish and are answered.
+	Removed []string
+	// Changed are the targets still served whose URL, fallback, settings,
+	// TLS settings (the files' contents included) or allowed clients
+	// changed.
+	Changed []string
+}
+
+// ErrReloadClosed is returned by Reload once Shutdown or Close has begun.
+var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
+
+// Reload makes targets the hub's targets, as New would take them in
+// Config.Targets (a target without Settings takes the Config's
+// TargetSettings), without stopping: every line read from then on is routed
+// by the new configuration. It checks the whole configuration first and
+// returns the first error New would, changing nothing, so a bad one leaves
+// the running settings whole.
+//
+// What the hub knows survives: a target still configured keeps its breaker,
+// with its state, failure count, open period and manual control (its new
+// policy judges the results from now on, as breaker.SetPolicy says; its
+// probe timeout follows its new target timeout), and its bulkhead with its
+// calls in flight (a smaller size refuses until they fall below it). A
+// call already admitted runs to its end with the URL, timeouts and failure
+// codes of its admission. A target added starts CLOSED with an empty
+// bulkhead. A target's allowed clients apply from the next line read, on
+// the connections already open too: a client keeps the identities its
+// handshake verified, and each line is checked against the patterns in
+// force. A target removed drains: new lines for it are answered E903,
+// its calls in flight finish and are answered and recorded, and its
+// relay_breaker_state series goes away (its counters stay). A target's
+// pooled connections are kept unless its URL, timeouts or bulkhead size
+// changed.
+//
+// Reloads are applied one at a time; Reload is safe for concurrent use with
+// every other method. It never blocks the requests in flight: they read the
+// configuration without a lock.
+func (s *Server) Reload(targets []Target) (ReloadResult, error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.inShutdown.Load() {
+		return ReloadResult{}, ErrReloadClosed
+	}
+	plans, err := s.plan(targets)
+	if err != nil {
+		return ReloadResult{}, err
+	}
+	current := s.routeList()
+	byName := make(map[string]*route, len(current))
+	for _, rt := range current {
+		byName[rt.name] = rt
+	}
+
+	// Everything that can fail is done before anything is applied.
+	var res ReloadResult
+	routes := make([]*route, len(plans))
+	confs := make([]*routeConf, len(plans))
+	for i, p := range plans {
+		rt, kept := byName[p.name]
+		var old *routeConf
+		if kept {
+			old = rt.conf.Load()
+			delete(byName, p.name)
+		} else {
+			rt = s.newRoute(p)
+			res.Added = append(res.Added, p.name)
+		}
+		if confs[i], err = s.newConf(p, rt, old); err != nil {
+			return ReloadResult{}, err
+		}
+		if kept && !sameConf(old, confs[i]) {
+			res.Changed = append(res.Changed, p.name)
+		}
+		routes[i] = rt
+	}
+	s.linkConfs(routes, confs)
+
+	for i, rt := range routes {
+		old := rt.conf.Load()
+		if old == nil {
+			rt.metrics = s.metrics.forTarget(rt.name)
+		} else {
+			rt.breaker.SetPolicy(confs[i].settings.Policy)
+			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
+			rt.bulkhead.SetLimit(confs[i].settings.MaxInflight)
+		}
+		rt.conf.Store(confs[i])
+		if old != nil && old.client != confs[i].client {
+			// Calls in flight still hold the old client; its connections
+			// close once idle.
+			old.client.CloseIdle()
+		}
+	}
+	s.routes.Store(&routes)
+	for _, rt := range current {
+		if _, removed := byName[rt.name]; removed {
+			res.Removed = append(res.Removed, rt.name)
+			s.metrics.forgetTarget(rt.name)
+			rt.conf.Load().client.CloseIdle()
+		}
+	}
+	return res, nil
+}
+
+// sameConf reports whether a and b configure a target alike: URL, fallback,
+// effective settings, TLS settings and allowed clients.
+func sameConf(a, b *routeConf) bool {
+	as, bs := a.settings, b.settings
+	return a.url == b.url && a.fallbackName == b.fallbackName && a.own == b.own &&
+		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&
+		as.MaxInflight == bs.MaxInflight && as.TargetTimeout == bs.TargetTimeout &&
+		as.TargetIdleTimeout == bs.TargetIdleTimeout && as.Policy.Effective() == bs.Policy.Effective()
+}
