@@ -29,10 +29,12 @@ import (
 // wait; a line that outgrows it moves to a buffer of MaxLineBytes+2 from the
 // Server's longBufs for as long as the line needs it. On a socket (Unix) the
 // loop waits for input through syscall.RawConn without holding a buffer at
-// all; on other connections it holds a read buffer while it waits. Answers
-// are appended to a buffer from writeBufs, handed back by the write that
-// empties it. An idle connection thus holds no buffer: it costs its
-// goroutine and a few small structures.
+// all; over TLS it waits in a one-byte read (readFirstByte), holding no
+// buffer either; on other connections it holds a read buffer while it
+// waits. Answers are appended to a buffer from writeBufs, handed back by
+// the write that empties it. An idle connection thus holds no buffer of
+// the hub's: it costs its goroutine and a few small structures, and over
+// TLS what crypto/tls keeps (docs/BENCHMARKS.md has the figures).
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than the sum of its targets'
@@ -70,6 +72,12 @@ type conn struct {
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
+
+	// Set by the TLS handshake, before the read loop starts; read-only
+	// afterwards.
+	identities []string // the client certificate's identities (clientIdentities); nil without one
+	tlsIdle    bool     // served over TLS: wait for input with readFirstByte, holding no read buffer
+	first      [1]byte
 }
 
 // Buffer sizes of a connection.
@@ -123,15 +131,16 @@ const (
 	endIdle                   // no complete line within IdleTimeout
 	endStopped                // Shutdown stopped reading
 	endError                  // the connection failed or was closed
+	endTLS                    // the TLS handshake failed: the loop never ran
 )
 
 func (e readEnd) String() string {
-	return [...]string{"eof", "idle timeout", "shutdown", "error"}[e]
+	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed"}[e]
 }
 
-// serve runs the connection: the read loop, then, once reading has ended,
-// the wait for this connection's calls in flight to answer, the final
-// flush and the close.
+// serve runs the connection: the PROXY header when the Server takes one,
+// the TLS handshake when it is served over TLS, the read loop, then, once reading has ended, the wait for this
+// connection's calls in flight to answer, the final flush and the close.
 func (c *conn) serve() {
 	defer c.srv.untrack(c.nc)
 	defer func() {
@@ -146,7 +155,10 @@ func (c *conn) serve() {
 		c.nc.Close()
 		return
 	}
-	end := c.readLoop()
+	end := endTLS
+	if c.handshake() {
+		end = c.readLoop()
+	}
 	close(c.readDone)
 	c.calls.Wait()
 	c.finish(end)
@@ -300,6 +312,13 @@ func (c *conn) fill() {
 			c.rerr = err // the wait ended: deadline passed, or connection closed
 		}
 		return
+	}
+	if c.tlsIdle {
+		c.parkReadBuf()
+		if c.rbuf == nil {
+			c.readFirstByte()
+			return
+		}
 	}
 	c.holdReadBuf()
 	// As bufio does, a connection that keeps reading nothing is given up

@@ -69,6 +69,7 @@ const (
 	lblUnavailable                      // E906, the hub's own
 	lblInternal                         // E907, the hub's own
 	lblOtherTargetCode                  // Ennn: any other error code a target sent
+	lblNotAllowed                       // E908, the hub's own
 	numCodeLabels
 )
 
@@ -85,6 +86,7 @@ var codeLabelValues = [numCodeLabels]string{
 	lblUnavailable:     protocol.CodeUnavailable,
 	lblInternal:        protocol.CodeInternal,
 	lblOtherTargetCode: codeLabelOtherTargetCode,
+	lblNotAllowed:      protocol.CodeNotAllowed,
 }
 
 // callCodeLabel folds the code a target call ended with into the fixed
@@ -148,6 +150,7 @@ type Metrics struct {
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
 	live        *liveCollector
+	tls         *tlsMetrics
 }
 
 // NewMetrics creates the hub's metrics and registers them with reg. A nil
@@ -206,6 +209,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
+	}
+	var err error
+	if m.tls, err = registerTLSMetrics(reg); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

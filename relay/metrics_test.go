@@ -125,6 +125,8 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		"reason": {"open", "full"},
 		"task":   taskNames[:],
 	}
+	allowed["reason"] = append(allowed["reason"], tlsFailureNames[:]...)
+	allowed[labelResumed] = []string{"true", "false"}
 	for name, values := range relayLabelValues(t, reg) {
 		require.Contains(t, allowed, name, "label %s", name)
 		for _, v := range values {

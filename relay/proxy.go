@@ -161,7 +161,8 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 //
 // The header is read through a small pooled buffer on the plain Read path;
 // everything after it goes through syscall.RawConn like any connection's
-// input.
+// input. Over TLS the header is read from the socket beneath, in the
+// clear, and what follows it is the TLS handshake's (proxiedSocket).
 func (c *conn) begin() bool {
 	s := c.srv
 	peer := addrPortOf(c.nc.RemoteAddr())
@@ -183,17 +184,26 @@ func (c *conn) begin() bool {
 	c.dmu.Unlock()
 
 	br := proxyReaders.Get().(*bufio.Reader)
-	br.Reset(c.nc)
+	ps := proxiedSocketOf(c.nc)
+	if ps != nil {
+		br.Reset(ps.Conn)
+	} else {
+		br.Reset(c.nc)
+	}
 	defer func() {
 		br.Reset(nil)
 		proxyReaders.Put(br)
 	}()
 	hdr, err := readProxyHeader(br)
-	if n := br.Buffered(); n > 0 {
-		// The client's first input: after the header, or all of it when
-		// there is none.
+	input := br.Buffered() > 0
+	// The client's first input, after the header or all of it when there
+	// is none, is the TLS handshake's or the read loop's.
+	switch {
+	case input && ps != nil:
+		ps.keep(br)
+	case input:
 		c.holdReadBuf()
-		b, _ := br.Peek(n)
+		b, _ := br.Peek(br.Buffered())
 		c.w = copy(*c.rbuf, b)
 	}
 	switch {
@@ -211,7 +221,7 @@ func (c *conn) begin() bool {
 		return false
 	case c.stoppedReading():
 		return false
-	case errors.Is(err, errNoProxyHeader) || isTimeout(err) || err == io.EOF && c.w > 0:
+	case errors.Is(err, errNoProxyHeader) || isTimeout(err) || err == io.EOF && input:
 		if s.proxyProtocol == ProxyRequired {
 			c.refuseProxy(peer, "no PROXY header")
 			return false

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,12 +28,15 @@ import (
 
 // routeConf is what a reload may change of a target besides its breaker's
 // policy and its bulkhead's size: its URL, its HTTP client (which holds the
-// timeouts), its failure codes and its fallback. It is never changed once
-// published in route.conf, so it is safe for concurrent use.
+// timeouts and the TLS settings), its failure codes, its fallback and the
+// clients allowed to use it. It is never changed once published in
+// route.conf, so it is safe for concurrent use.
 type routeConf struct {
 	url          string
 	own          bool           // the target came with Settings of its own
 	settings     TargetSettings // the effective settings, defaults filled in
+	tls          *tls.Config    // Target.TLS; nil when none
+	clients      []string       // Target.AllowedClients; nil means every client may use the target
 	client       *targethttp.Client
 	failureCodes []string
 	fallbackName string             // canonical name of the fallback target; empty when none
@@ -71,13 +75,16 @@ type targetPlan struct {
 	own          bool
 	settings     TargetSettings
 	codes        []string
+	tls          *tls.Config // Target.TLS
+	clients      []string    // Target.AllowedClients, nil when empty
 }
 
 // plan checks targets as New takes them, against the Server's defaults,
 // and returns them in order. It refuses what New refuses: no targets, a bad
-// or duplicate target, bad settings or failure codes, and a fallback that
+// or duplicate target, bad settings or failure codes, a fallback that
 // names no target in targets, the target itself, or a target with a
-// fallback of its own.
+// fallback of its own, and TLS settings or allowed clients that cannot
+// work (checkTargetTLS).
 func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("relay: no targets configured")
@@ -92,8 +99,14 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 		if byName[name] != nil {
 			return nil, fmt.Errorf("relay: target %s configured twice", name)
 		}
+		if err := s.checkTargetTLS(name, t); err != nil {
+			return nil, err
+		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
-			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes}
+			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, tls: t.TLS}
+		if len(t.AllowedClients) > 0 {
+			p.clients = slices.Clone(t.AllowedClients)
+		}
 		if p.own {
 			p.settings = t.Settings.WithDefaults()
 			if err := p.settings.check(); err != nil {
@@ -153,15 +166,17 @@ func (s *Server) newRoute(p targetPlan) *route {
 // the client's pooled connections, when nothing the client depends on
 // changed; old is nil for a new target.
 func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, error) {
-	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, failureCodes: p.codes, fallbackName: p.fallbackName}
+	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
+		failureCodes: p.codes, fallbackName: p.fallbackName}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
-		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight {
-		rc.client = old.client
+		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&
+		sameTargetTLS(old.tls, p.tls) {
+		rc.client, rc.tls = old.client, old.tls
 		return rc, nil
 	}
 	client, err := targethttp.New(targethttp.Config{
 		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.targetConns,
-		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened,
+		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened, TLS: p.tls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("relay: target %s: %w", p.name, err)
@@ -198,7 +213,8 @@ type ReloadResult struct {
 	// Removed are the targets no longer served: new lines for them get
 	// E903, their calls in flight finish and are answered.
 	Removed []string
-	// Changed are the targets still served whose URL, fallback or settings
+	// Changed are the targets still served whose URL, fallback, settings,
+	// TLS settings (the files' contents included) or allowed clients
 	// changed.
 	Changed []string
 }
@@ -224,7 +240,11 @@ var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
 // breaker and bulkhead it had, so its state and its line of the breaker
 // log go on where they stopped. With Config.ProbePermits a reload cannot
 // add a target never served before: whoever gives its breaker probe
-// permits knows only the targets it started with. A target removed drains: new lines for it are answered E903,
+// permits knows only the targets it started with. A target's allowed
+// clients apply from the next line read, on the connections already open
+// too: a client keeps the identities its handshake verified, and each line
+// is checked against the patterns in force. A target removed drains: new
+// lines for it are answered E903,
 // its calls in flight finish and are answered and recorded, and its
 // relay_breaker_state series goes away (its counters stay). A target's
 // pooled connections are kept unless its URL, timeouts or bulkhead size
@@ -317,12 +337,12 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	return res, nil
 }
 
-// sameConf reports whether a and b configure a target alike: URL, fallback
-// and effective settings.
+// sameConf reports whether a and b configure a target alike: URL, fallback,
+// effective settings, TLS settings and allowed clients.
 func sameConf(a, b *routeConf) bool {
 	as, bs := a.settings, b.settings
 	return a.url == b.url && a.fallbackName == b.fallbackName && a.own == b.own &&
-		slices.Equal(a.failureCodes, b.failureCodes) &&
+		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&
 		as.MaxInflight == bs.MaxInflight && as.TargetTimeout == bs.TargetTimeout &&
 		as.TargetIdleTimeout == bs.TargetIdleTimeout && as.Policy.Effective() == bs.Policy.Effective()
 }

@@ -149,7 +149,11 @@ func (s *Server) lookup(name []byte) *route {
 // order:
 //
 //  1. shutting down: E906 at once;
-//  2. the target is looked up: unknown, E903 at once;
+//  2. the target is looked up: unknown, E903 at once; one the client's
+//     certificate does not allow it to use (Target.AllowedClients, as the
+//     configuration in force when the line is read says), E908 at once.
+//     Only the target the client names is checked: its fallback serves its
+//     requests;
 //  3. the target's breaker admits the call. When it refuses (open, held
 //     open, or half-open with the probe out) and the target has a fallback,
 //     the fallback's breaker is asked instead, and from here on the request
@@ -228,11 +232,15 @@ func (c *conn) dispatch(req protocol.Request) {
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
 		return
 	}
+	conf := rt.conf.Load()
+	if !c.mayUse(conf) {
+		c.refuseNotAllowed(rt, req)
+		return
+	}
 	var (
 		err        error
 		retryAfter time.Duration
 	)
-	conf := rt.conf.Load()
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,18 @@ type Target struct {
 	// target's breaker refuses them (docs/PROTOCOL.md, "Per-target settings and policies"). The fallback must not have
 	// a fallback of its own: one step, no chains, no cycles.
 	Fallback string
+	// AllowedClients, when not empty, are the only clients that may send
+	// requests to the target: patterns matched against the identities of
+	// the client's verified certificate (its URI SANs, DNS SANs and
+	// subject CN) with MatchClientPattern. Any other client's request is
+	// answered E908. They need TLS with ClientCAs. Empty means every
+	// client may.
+	AllowedClients []string
+	// TLS, when set, configures the connections to an https target: the
+	// CAs it is verified against, the client certificate presented to it,
+	// the server name. Nil means the system's roots and the URL's host.
+	// Only for https URLs.
+	TLS *tls.Config
 }
 
 // Validate reports whether t is a usable target: a valid name and an http or
@@ -181,6 +194,9 @@ type Config struct {
 	// a line that finds the queue full is dropped and counted. Zero means
 	// DefaultAccessLogQueue.
 	AccessLogQueue int
+	// TLS, when set, serves TLS to clients on every listener given to
+	// Serve (see TLSConfig). Nil means plain TCP.
+	TLS *TLSConfig
 	// ProbePermits makes every target's breaker wait for
 	// breaker.Breaker.PermitProbe before it admits a probe
 	// (breaker.Settings.ProbePermits): once its open period has passed it
@@ -262,6 +278,9 @@ type Server struct {
 	// bg owns the access log's writer, which outlives wg's goroutines: it
 	// writes what they recorded until they have all ended.
 	bg conc.WaitGroup
+
+	// tls is the TLS side of the client listeners; nil serves plain TCP.
+	tls *tlsServer
 }
 
 // New returns a Server configured by cfg, with one breaker, one bulkhead and
@@ -320,6 +339,11 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
+	if cfg.TLS != nil {
+		if s.tls, err = newTLSServer(*cfg.TLS, s.log, cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.setProxyProtocol(cfg.ProxyProtocol, cfg.ProxyTrusted); err != nil {
 		return nil, err
 	}
@@ -638,6 +662,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
+		if s.tls != nil {
+			// No handshake here: it runs on the connection's goroutine,
+			// after the PROXY header, if any.
+			nc = s.tls.server(nc, s.proxyProtocol != ProxyOff)
+		}
 		if !s.startConn(nc) {
 			return ErrServerClosed
 		}
@@ -700,6 +729,10 @@ func (s *Server) untrack(nc net.Conn) {
 // queue, so the client learns at once why it is not served.
 func (s *Server) turnAway(nc net.Conn) {
 	defer s.untrack(nc)
+	if !s.handshakeTurnedAway(nc) {
+		nc.Close()
+		return
+	}
 	s.metrics.countUnrouted(protocol.CodeUnavailable)
 	s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
 	_ = nc.SetWriteDeadline(time.Now().Add(turnAwayWriteTimeout))

@@ -30,6 +30,11 @@
 #   7. the status page on and off: the full path at 64 connections and
 #      fast-fail at depth 16, each against a relay with the page on and a
 #      browser's stream open and one with --no-status-page, alternating.
+#   8. TLS: scenario 1 (depth 1 and 16) and scenario 2 (64 conns) over
+#      mutual TLS against the same in plain TCP, alternating; idle memory
+#      of TLS connections; connections per second, plain, TLS with full
+#      handshakes and TLS resuming sessions (relaybench connect). The
+#      certificates are made with openssl for the run (tls_bench).
 #
 # Installs redis-server from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
@@ -50,7 +55,7 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
-SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7}
+SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8}
 
 # want N: whether scenario N is to run.
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
@@ -161,6 +166,144 @@ load() {
   shift
   bin/relaybench load --quiet --json --duration "${DURATION}s" --drain 2s "$@" >"$out/$name.json" ||
     echo "bench: $name: relaybench load exited $? (see $out/$name.json)" >&2
+}
+
+# ------------------------------------------------------------- 8. TLS --
+
+# tls_bench runs scenario 8, TLS against plain in the same run: fast-fail,
+# full path, idle memory, connections per second (CONNECT_WORKERS, 8, at a
+# time). Its certificates are made with openssl.
+tls_bench() {
+  need_cmd openssl openssl
+  echo "bench: 8. TLS: fast-fail, full path, idle memory, connections per second" >&2
+  tls=$out/tls
+  mkdir -p "$tls"
+  # leaf NAME SAN USAGE: a P-256 certificate of the run's CA.
+  leaf() {
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+      -keyout "$tls/$1.key" -out "$tls/$1.csr" 2>/dev/null
+    openssl x509 -req -in "$tls/$1.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 2 \
+      -extfile <(printf 'subjectAltName=%s\nextendedKeyUsage=%s\n' "$2" "$3") -out "$tls/$1.crt" 2>/dev/null
+  }
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-CA \
+    -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+  leaf hub IP:127.0.0.1 serverAuth
+  leaf bench-client DNS:bench-client clientAuth
+  hub_tls=(--tls-cert "$tls/hub.crt" --tls-key "$tls/hub.key" --tls-client-ca "$tls/ca.pem")
+  client_tls=(--ca "$tls/ca.pem" --cert "$tls/bench-client.crt" --key "$tls/bench-client.key")
+
+  closed=$(free_port)
+  start_relay tls-ff-plain --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+  tp_relay=$RELAY_PID tp_addr=$RELAY_ADDR
+  start_relay tls-ff-tls --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h "${hub_tls[@]}"
+  tt_relay=$RELAY_PID tt_addr=$RELAY_ADDR
+  bin/relayctl send --addr "$tp_addr" CORE "BAL ACC1" >/dev/null || true
+  bin/relayctl send --addr "$tt_addr" "${client_tls[@]}" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$tt_addr" "${client_tls[@]}" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open over TLS: $answer"
+  for run in $(seq "$RUNS"); do
+    for d in 1 16; do
+      load "s8-ff-plain-d$d-$run" --addr "$tp_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$tp_relay"
+      load "s8-ff-tls-d$d-$run" --addr "$tt_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$tt_relay" "${client_tls[@]}"
+    done
+  done
+  stop "$tp_relay"
+  stop "$tt_relay"
+
+  # Full path: plain on both sides, TLS from the clients, TLS on both sides
+  # (an https fixture that wants the hub's client certificate).
+  start_fixture CORE core
+  tf_fix=$FIX_PID tf_url=$FIX_URL
+  start_fixture CORE-TLS core --tls-cert "$tls/hub.crt" --tls-key "$tls/hub.key" --tls-client-ca "$tls/ca.pem"
+  ts_fix=$FIX_PID
+  ts_url="https://${FIX_URL#http://}"
+  printf '[CORE]\nurl = "%s"\nca_file = "ca.pem"\nclient_cert = "bench-client.crt"\nclient_key = "bench-client.key"\n' \
+    "$ts_url" >"$tls/both.toml"
+  start_relay tls-full-plain --target "CORE=$tf_url" --max-inflight "$FULL_INFLIGHT"
+  fa_relay=$RELAY_PID fa_addr=$RELAY_ADDR
+  start_relay tls-full-client --target "CORE=$tf_url" --max-inflight "$FULL_INFLIGHT" "${hub_tls[@]}"
+  fb_relay=$RELAY_PID fb_addr=$RELAY_ADDR
+  start_relay tls-full-both --max-inflight "$FULL_INFLIGHT" --config "$tls/both.toml" "${hub_tls[@]}"
+  fc_relay=$RELAY_PID fc_addr=$RELAY_ADDR
+  for run in $(seq "$RUNS"); do
+    load "s8-full-plain-$run" --addr "$fa_addr" --conns 64 --payload 'BAL ACC{conn}' --server-pid "$fa_relay" --server-pid "$tf_fix"
+    load "s8-full-client-$run" --addr "$fb_addr" --conns 64 --payload 'BAL ACC{conn}' --server-pid "$fb_relay" --server-pid "$tf_fix" "${client_tls[@]}"
+    load "s8-full-both-$run" --addr "$fc_addr" --conns 64 --payload 'BAL ACC{conn}' --server-pid "$fc_relay" --server-pid "$ts_fix" "${client_tls[@]}"
+  done
+  stop "$fa_relay"
+  stop "$fb_relay"
+  stop "$fc_relay"
+  stop "$tf_fix"
+  stop "$ts_fix"
+
+  closed=$(free_port)
+  for run in $(seq "$RUNS"); do
+    for mode in cold warm; do
+      start_relay "tls-idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" "${hub_tls[@]}"
+      warm=()
+      [[ $mode == warm ]] && warm=(--warm)
+      bin/relaybench idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+        --server-pid "$RELAY_PID" "${client_tls[@]}" >"$out/s8-idle-$mode-$run.json" ||
+        echo "bench: TLS idle $mode run $run: relaybench idle exited $?" >&2
+      stop "$RELAY_PID"
+    done
+  done
+
+  start_relay tls-connect-plain --target "CORE=http://127.0.0.1:$closed"
+  cp_relay=$RELAY_PID cp_addr=$RELAY_ADDR
+  start_relay tls-connect-tls --target "CORE=http://127.0.0.1:$closed" "${hub_tls[@]}"
+  ct_relay=$RELAY_PID ct_addr=$RELAY_ADDR
+  # connect NAME ARGS...: one relaybench connect run, kept as NAME.json.
+  connect() {
+    local name=$1
+    shift
+    bin/relaybench connect --json --workers "${CONNECT_WORKERS:-8}" --duration "${DURATION}s" "$@" >"$out/$name.json" ||
+      echo "bench: $name: relaybench connect exited $? (see $out/$name.json)" >&2
+  }
+  for run in $(seq "$RUNS"); do
+    connect "s8-conn-plain-$run" --addr "$cp_addr" --server-pid "$cp_relay"
+    connect "s8-conn-full-$run" --addr "$ct_addr" --server-pid "$ct_relay" "${client_tls[@]}"
+    connect "s8-conn-resumed-$run" --addr "$ct_addr" --server-pid "$ct_relay" --resume "${client_tls[@]}"
+  done
+  stop "$cp_relay"
+  stop "$ct_relay"
+}
+
+# tls_report appends scenario 8's tables to the report.
+tls_report() {
+  {
+    echo
+    echo "| 8 TLS, in the same run | client port | answers/s | p50 ms | p99 ms | relay CPU µs/answer | other server CPU µs/answer | load tool CPU µs/answer | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for d in 1 16; do
+      for s in plain tls; do
+        f=("$out"/s8-ff-$s-d$d-*.json)
+        echo "| fast-fail, $CONNS_FASTFAIL conns, depth $d | $s | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}") | | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
+      done
+    done
+    declare -A label=(
+      [plain]="plain, target http" [client]="TLS, target http" [both]="TLS, target https with client certificate"
+      [conn-plain]="plain TCP" [conn-full]="mutual TLS, full handshakes" [conn-resumed]="mutual TLS, resumed sessions"
+    )
+    for s in plain client both; do
+      f=("$out"/s8-full-$s-*.json)
+      echo "| full path, 64 conns | ${label[$s]} | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}") | fixture $(agg %.1f '.server_cpu[1].us_per_answer' "${f[@]}") | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
+    done
+    echo
+    echo "| memory, $IDLE_CONNS idle mutual-TLS connections | KiB per connection | relay RSS held, MiB | lost |"
+    echo "| --- | ---: | ---: | ---: |"
+    for mode in cold warm; do
+      f=("$out"/s8-idle-$mode-*.json)
+      echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+    done
+    echo
+    echo "| connections: connect, handshake, one E903, close; ${CONNECT_WORKERS:-8} at a time | per second | p50 ms | p99 ms | relay CPU µs per connection | load tool CPU µs per connection | resumed | failed |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for s in plain full resumed; do
+      f=("$out"/s8-conn-$s-*.json)
+      echo "| ${label[conn-$s]} | $(agg %.0f .per_second "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.0f '.server_cpu[0].us_per_answer' "${f[@]}") | $(agg %.0f '.client_cpu.us_per_answer' "${f[@]}") | $(agg %.1f%% '100 * .resumed / ([.connections, 1] | max)' "${f[@]}") | $(jq -s 'map(.failures) | add' "${f[@]}") |"
+    done
+  } >>"$out/table.md"
 }
 
 # ------------------------------------------------------------ aggregation --
@@ -493,6 +636,8 @@ fi
 
 want 7 && page_bench
 
+want 8 && tls_bench
+
 # ------------------------------------------------------------- report --
 
 start_table
@@ -587,6 +732,8 @@ want 5 && {
     }
     END { for (i = 1; i <= n; i++) printf "| %s | %s | %s | %s |\n", order[i], stat(ns[order[i]]), by[order[i]], al[order[i]] }'
 } >>"$out/table.md"
+
+want 8 && tls_report
 
 # Targets of the performance record, judged on medians.
 want 1 && for d in 1 16; do

@@ -90,7 +90,7 @@ type cli struct {
 	SlowCall        duration `help:"A successful call slower than this counts as a breaker failure (the client still gets its answer); 0 turns it off." default:"0" env:"RELAY_SLOW_CALL"`
 	MaxResetTimeout duration `help:"Backoff: each failed probe doubles the open period, up to this (more than --reset-timeout); 0 turns it off." default:"0" env:"RELAY_MAX_RESET_TIMEOUT"`
 	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
-	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME) must carry; GETs stay open. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; required when --admin-listen is beyond loopback. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 
 	// Fleet mode, off by default (docs/FLEET.md).
 	StateStore string `help:"Fleet mode: share every target's breaker state with the other hubs through this Redis (redis://[user:pass@]host:port/db, rediss:// for TLS, ?master_name=NAME for Sentinel, ?addr=HOST:PORT for Cluster seeds). Requests never wait for it; while it is unreachable each breaker decides alone. Empty means a hub on its own." placeholder:"URL" env:"RELAY_STATE_STORE"`
@@ -100,6 +100,8 @@ type cli struct {
 	ShutdownDelay duration `help:"On SIGTERM or SIGINT, answer 503 on /readyz at once and go on serving this long before the drain, so a load balancer's health check takes the hub out of rotation first; a second signal ends the wait. 0 drains at once." default:"0" env:"RELAY_SHUTDOWN_DELAY"`
 	ProxyProtocol string   `help:"Read a PROXY protocol header (v1 or v2, as HAProxy's send-proxy-v2 writes it) at the start of client connections from --proxy-trusted, and take its address as the client's: off; optional (used when present); required (refuse connections without one, and every connection from elsewhere)." enum:"off,optional,required" default:"off" env:"RELAY_PROXY_PROTOCOL"`
 	ProxyTrusted  []string `help:"Addresses or CIDR ranges of the load balancers whose PROXY headers are believed, comma-separated or repeated." placeholder:"CIDR" env:"RELAY_PROXY_TRUSTED"`
+
+	TLSFlags `embed:""`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
@@ -285,6 +287,9 @@ func (c *cli) Validate() error {
 	if err := c.validateService(); err != nil {
 		return err
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	return c.validatePolicies()
 }
 
@@ -421,8 +426,12 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			return usageError{err}
 		}
 	}
+	htls, err := c.loadTLS(targets)
+	if err != nil {
+		return usageError{err}
+	}
 
-	rl := &reloader{path: c.Config, defaults: c.targetDefaults(codes), base: baseTargets(c), log: logger}
+	rl := &reloader{path: c.Config, defaults: c.targetDefaults(codes), base: baseTargets(c), mutualTLS: c.TLSClientCA != "", log: logger}
 
 	blog, err := breakerlog.New(breakerlog.Config{Path: c.BreakerLog, Sync: c.BreakerLogSync})
 	if err != nil {
@@ -448,6 +457,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		}()
 		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
 	}
+	hangup = append(hangup, htls.reloads(logger)...)
 	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
 	reg, metrics, err := newMetrics()
 	if err != nil {
@@ -477,6 +487,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		cfg.AccessLog = accessLog
 	}
 	cfg.ProxyProtocol, cfg.ProxyTrusted = c.proxyConfig()
+	cfg.TLS = htls.relayConfig(c)
 	srv, err := relay.New(cfg)
 	if err != nil {
 		// New refuses only a configuration it cannot run with.
@@ -524,6 +535,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		}
 		adminAddr = adminLn.Addr().String()
 		adminLn = adminProxyListener(adminLn, cfg.ProxyProtocol, cfg.ProxyTrusted)
+		// The PROXY header comes first, in the clear; the TLS handshake
+		// follows it.
+		adminLn = htls.adminListener(adminLn, c)
 		if admin, err = newAdminServer(hub, reg, c.AdminToken, rl, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
@@ -568,6 +582,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		start = start.Str("admin_addr", adminAddr)
 	}
 	start.Msg("relay listening")
+	htls.log(logger, c, targets)
 	if ready != nil {
 		ready(addr, adminAddr)
 	}

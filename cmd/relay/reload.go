@@ -28,7 +28,10 @@ type reloader struct {
 	path     string               // --config; empty when there is none
 	defaults relay.TargetSettings // the flags' settings, every target's defaults
 	base     []relay.Target       // the --target list
-	log      zerolog.Logger
+	// mutualTLS says the client port verifies client certificates
+	// (--tls-client-ca), which allowed_clients needs.
+	mutualTLS bool
+	log       zerolog.Logger
 	// rec, the status page's Recorder, hears of every reload applied; nil
 	// without the page. Set before srv is stored, and read only after srv
 	// is loaded.
@@ -66,6 +69,9 @@ func (rl *reloader) reload(trigger string) (relay.ReloadResult, error) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	targets, err := settingsfile.Load(rl.path, rl.defaults, rl.base)
+	if err == nil {
+		err = checkAllowedClients(rl.path, rl.mutualTLS, targets)
+	}
 	var res relay.ReloadResult
 	// The relay's breakers run on the real clock: read it before the
 	// reload, so that the Recorder keeps every change of a target added.
@@ -82,6 +88,7 @@ func (rl *reloader) reload(trigger string) (relay.ReloadResult, error) {
 	}
 	rl.log.Info().Str("config", rl.path).Str("trigger", trigger).
 		Strs("added", res.Added).Strs("removed", res.Removed).Strs("changed", res.Changed).Msg("settings reloaded")
+	warnInsecureTargets(rl.log, targets)
 	return res, nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,13 +11,13 @@ import (
 // idleCmd is `relaybench idle`: its flags, filled by kong. Not for
 // concurrent use.
 type idleCmd struct {
-	Addr      string        `help:"Hub client address, host:port." default:"127.0.0.1:9200" env:"RELAYBENCH_ADDR"`
+	HubFlags `embed:""`
+
 	Conns     int           `help:"Number of connections to open and hold." default:"1000" env:"RELAYBENCH_CONNS"`
 	Hold      time.Duration `help:"How long to keep them open and silent once the last is open." default:"10s" env:"RELAYBENCH_HOLD"`
 	Warm      bool          `help:"Send one line on each connection as soon as it is open, so the hub has used its per-connection buffers, as on a connection that served before going idle." env:"RELAYBENCH_WARM"`
 	Timeout   time.Duration `help:"Limit on each connect, and on the answers to the probe lines sent to every connection at once." default:"5s" env:"RELAYBENCH_TIMEOUT"`
 	ServerPID int           `name:"server-pid" help:"Hub process whose resident memory (VmRSS) is read before the connections open and at the end of the hold (Linux only); 0 reads none." default:"0" placeholder:"PID" env:"RELAYBENCH_SERVER_PID"`
-	JSON      bool          `name:"json" help:"Print the summary as JSON." env:"RELAYBENCH_JSON"`
 }
 
 // Validate checks what the tags cannot.
@@ -40,6 +39,10 @@ func (c *idleCmd) Validate() error {
 // status: 2 when no connection could be opened, 1 when some could not be
 // opened or did not survive the hold, 0 otherwise.
 func (c *idleCmd) Run(ctx context.Context, s *streams) error {
+	tlsConfig, err := c.ClientConfig()
+	if err != nil {
+		return err
+	}
 	p, err := loadgen.NewIdleProbe(loadgen.IdleConfig{
 		Addr:      c.Addr,
 		Conns:     c.Conns,
@@ -47,24 +50,10 @@ func (c *idleCmd) Run(ctx context.Context, s *streams) error {
 		Warm:      c.Warm,
 		Timeout:   c.Timeout,
 		ServerPID: c.ServerPID,
+		TLS:       tlsConfig,
 	})
 	if err != nil {
 		return err
 	}
-	sum, err := p.Run(ctx)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	if c.JSON {
-		err = sum.WriteJSON(s.Out)
-	} else {
-		err = sum.WriteText(s.Out)
-	}
-	if err != nil {
-		return err
-	}
-	if bad := sum.Problems(); bad != "" {
-		return &exitError{code: 1, err: errors.New(bad)}
-	}
-	return nil
+	return reportTo(s, c.JSON)(p.Run(ctx))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/relayhub/relayhub/internal/loadgen"
@@ -69,16 +68,5 @@ func (c *loadCmd) Run(ctx context.Context, s *streams) error {
 		return &exitError{code: 2, err: err}
 	}
 	sum := g.Summary(res)
-	if c.JSON {
-		err = sum.WriteJSON(s.Out)
-	} else {
-		err = sum.WriteText(s.Out)
-	}
-	if err != nil {
-		return err
-	}
-	if bad := sum.Problems(); bad != "" {
-		return &exitError{code: 1, err: errors.New(bad)}
-	}
-	return nil
+	return exitFor(loadgen.Print(s.Out, sum, c.JSON))
 }

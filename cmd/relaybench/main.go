@@ -10,13 +10,16 @@
 //	relaybench load --addr 127.0.0.1:6379 --protocol redis-ping --conns 64 --duration 5s
 //	relaybench load --addr 127.0.0.1:9201 --protocol http --conns 16 --payload 'BAL ACC{conn}'
 //	relaybench idle --conns 10000 --hold 10s --server-pid "$(pidof relay)"
+//	relaybench connect --workers 8 --duration 5s --tls --ca hub-ca.pem --resume --server-pid "$(pidof relay)"
 //
 // load takes every flag of `relayctl load`, and its output and exit status
 // are the same, plus --protocol (relay, the hub's line protocol; redis-ping,
 // inline PING to a redis server; http, POST /tx straight to a target, as
 // the hub does) and --server-pid (repeatable: report the CPU time of that
 // process per answer). idle exits 1 when a connection could not be opened
-// or did not survive the hold, 2 when none could be opened. Every flag also
+// or did not survive the hold, 2 when none could be opened. connect exits
+// 1 when a connection failed, 2 when none succeeded. load, idle and
+// connect speak TLS with --tls (and --ca, --cert, --key, --server-name). Every flag also
 // has an environment variable, RELAYBENCH_ and the flag in upper snake case.
 package main
 
@@ -43,6 +46,17 @@ type cli struct {
 	Version kong.VersionFlag `help:"Print the version and exit."`
 	Load    loadCmd          `cmd:"" help:"Load-test the hub, or a reference server, and report throughput, latency percentiles and server CPU."`
 	Idle    idleCmd          `cmd:"" help:"Hold many silent connections open and report the hub's memory per connection."`
+	Connect connectCmd       `cmd:"" help:"Connect, send one line and hang up, over and over: connections (TLS handshakes, full or resumed) per second and their server CPU."`
+}
+
+// HubFlags are the flags that idle and connect share: the hub's address,
+// TLS to it, and the summary as JSON. Filled by kong, not for concurrent
+// use.
+type HubFlags struct {
+	Addr string `help:"Hub client address, host:port." default:"127.0.0.1:9200" env:"RELAYBENCH_ADDR"`
+	JSON bool   `name:"json" help:"Print the summary as JSON." env:"RELAYBENCH_JSON"`
+
+	loadgen.TLSFlags `embed:"" envprefix:"RELAYBENCH_"`
 }
 
 // streams are where a command writes. The summary goes to Out, progress
@@ -73,10 +87,32 @@ func (e *exitError) Unwrap() error { return e.err }
 // ExitCode makes kong exit with the command's status.
 func (e *exitError) ExitCode() int { return e.code }
 
+// exitFor is the result of a command that printed its report with
+// loadgen.Print: the error of the printing, else exit status 1 when the
+// run had problems.
+func exitFor(problems string, err error) error {
+	if err == nil && problems != "" {
+		return &exitError{code: 1, err: errors.New(problems)}
+	}
+	return err
+}
+
+// reportTo returns what ends a command that ran a probe: given the run's
+// report, or why the run failed (exit status 2), it prints the report with
+// loadgen.Print and returns as exitFor does.
+func reportTo(s *streams, asJSON bool) func(loadgen.Report, error) error {
+	return func(r loadgen.Report, err error) error {
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		return exitFor(loadgen.Print(s.Out, r, asJSON))
+	}
+}
+
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relaybench"),
-		kong.Description("Benchmark harness for the relay hub: load (also against reference servers), idle."),
+		kong.Description("Benchmark harness for the relay hub: load (also against reference servers), idle, connect."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
 	}, opts...)...)
 }

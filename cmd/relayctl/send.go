@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ type sendCmd struct {
 	Timeout time.Duration `help:"Limit on connecting, sending and waiting for the answer together." default:"5s" env:"RELAYCTL_TIMEOUT"`
 	Target  string        `arg:"" help:"Target name, e.g. CORE."`
 	Payload string        `arg:"" optional:"" help:"Payload, e.g. 'BAL ACC1' (may be empty)."`
+
+	loadgen.TLSFlags `embed:"" envprefix:"RELAYCTL_"`
 }
 
 // Validate checks what the tags cannot.
@@ -54,9 +57,13 @@ func (c *sendCmd) Run(ctx context.Context, s *streams) error {
 	if txid == "" {
 		txid = newTxID(time.Now())
 	}
+	tlsConfig, err := c.ClientConfig()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	answer, err := sendOne(ctx, c.Addr, txid, c.Target, c.Payload)
+	answer, err := sendOne(ctx, c.Addr, tlsConfig, txid, c.Target, c.Payload)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -82,14 +89,23 @@ func newTxID(now time.Time) string {
 	return "ctl-" + strconv.FormatInt(now.UnixMilli(), 36) + "-" + hex.EncodeToString(r[:])
 }
 
-// sendOne writes one request line to the hub at addr and returns the first
-// answer line, without its line ending. ctx bounds the whole exchange.
+// sendOne writes one request line to the hub at addr, over TLS when
+// tlsConfig is set, and returns the first answer line, without its line
+// ending. ctx bounds the whole exchange, the handshake included.
 // Each request opens its own connection, so the first answer is this
 // request's: the hub answers "-" instead of the TXID only when it could not
 // read one, or before reading at all (too many connections).
-func sendOne(ctx context.Context, addr, txid, target, payload string) (string, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+func sendOne(ctx context.Context, addr string, tlsConfig *tls.Config, txid, target, payload string) (string, error) {
+	var (
+		d   net.Dialer
+		nc  net.Conn
+		err error
+	)
+	if tlsConfig != nil {
+		nc, err = (&tls.Dialer{NetDialer: &d, Config: tlsConfig}).DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return "", fmt.Errorf("connect %s: %w", addr, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
 // maxStatusBytes bounds the admin answer read, so a wrong address serving
@@ -24,6 +26,9 @@ type statusCmd struct {
 	Admin   string        `help:"Hub admin address, host:port (or a base URL)." default:"127.0.0.1:9280" env:"RELAYCTL_ADMIN"`
 	Timeout time.Duration `help:"Limit on the whole request." default:"5s" env:"RELAYCTL_TIMEOUT"`
 	JSON    bool          `name:"json" help:"Print the admin endpoint's JSON as it is." env:"RELAYCTL_JSON"`
+	Token   string        `name:"admin-token" help:"Bearer token of the admin port (the hub's --admin-token), which reads from beyond loopback need. Prefer the environment variable." env:"RELAYCTL_ADMIN_TOKEN"`
+
+	loadgen.TLSFlags `embed:"" envprefix:"RELAYCTL_"`
 }
 
 // hubStatus is the JSON of GET /status; unknown fields are ignored. A plain
@@ -67,14 +72,24 @@ func (c *statusCmd) Validate() error {
 // Run fetches the hub's status and prints it. Exit status 2 when the admin
 // endpoint cannot be reached, 1 when its answer is not a status.
 func (c *statusCmd) Run(ctx context.Context, s *streams) error {
+	tlsConfig, err := c.ClientConfig()
+	if err != nil {
+		return err
+	}
+	url, err := statusURL(c.Admin, tlsConfig != nil)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	url := statusURL(c.Admin)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("--admin %q: %w", c.Admin, err)
 	}
-	client := &http.Client{}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 	resp, err := client.Do(req)
 	if err != nil {
 		// *url.Error repeats the method and URL this message already has.
@@ -108,12 +123,18 @@ func (c *statusCmd) Run(ctx context.Context, s *streams) error {
 }
 
 // statusURL builds the status URL from --admin, which is host:port or,
-// for an admin port behind a proxy, a base URL.
-func statusURL(admin string) string {
-	if strings.HasPrefix(admin, "http://") || strings.HasPrefix(admin, "https://") {
-		return strings.TrimSuffix(admin, "/") + "/status"
+// for an admin port behind a proxy, a base URL; useTLS (--tls and its
+// kin) makes host:port https, and refuses an http:// URL.
+func statusURL(admin string, useTLS bool) (string, error) {
+	switch {
+	case strings.HasPrefix(admin, "http://") && useTLS:
+		return "", fmt.Errorf("--admin %q: --tls wants https://", admin)
+	case strings.HasPrefix(admin, "http://") || strings.HasPrefix(admin, "https://"):
+		return strings.TrimSuffix(admin, "/") + "/status", nil
+	case useTLS:
+		return "https://" + admin + "/status", nil
 	}
-	return "http://" + admin + "/status"
+	return "http://" + admin + "/status", nil
 }
 
 // writeStatus prints the status as a table, then one line about the hub.

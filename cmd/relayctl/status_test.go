@@ -142,6 +142,21 @@ func TestFormatRetryAfter(t *testing.T) {
 }
 
 func TestStatusURL(t *testing.T) {
-	assert.Equal(t, "http://127.0.0.1:9280/status", statusURL("127.0.0.1:9280"))
-	assert.Equal(t, "https://hub.example/admin/status", statusURL("https://hub.example/admin/"))
+	for _, tt := range []struct {
+		admin  string
+		useTLS bool
+		want   string
+	}{
+		{"127.0.0.1:9280", false, "http://127.0.0.1:9280/status"},
+		{"127.0.0.1:9280", true, "https://127.0.0.1:9280/status"},
+		{"https://hub.example/admin/", false, "https://hub.example/admin/status"},
+		{"https://hub.example/admin/", true, "https://hub.example/admin/status"},
+		{"http://hub.example/admin/", false, "http://hub.example/admin/status"},
+	} {
+		got, err := statusURL(tt.admin, tt.useTLS)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got)
+	}
+	_, err := statusURL("http://hub.example", true)
+	assert.ErrorContains(t, err, "--tls wants https://")
 }

@@ -2,6 +2,7 @@ package hubtest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -30,6 +31,38 @@ func Dial(t testing.TB, addr string) *Client {
 	nc, err := net.DialTimeout("tcp", addr, IOTimeout)
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close() })
+	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+// DialTLS connects to the hub at addr over TLS with cfg and completes the
+// client's side of the handshake, failing the test if it cannot. The
+// connection is closed when the test ends. Under TLS 1.3 the hub checks a
+// client certificate after the client's side is done, so a certificate it
+// refuses shows at the first read, as the end of the stream (ExpectEOF).
+func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Client {
+	t.Helper()
+	nc, err := tls.DialWithDialer(&net.Dialer{Timeout: IOTimeout}, "tcp", addr, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+// DialTLSAfter connects to the hub at addr, writes first in the clear (a
+// PROXY header, as a load balancer in TCP mode sends it before the
+// client's bytes), then completes the client's side of a TLS handshake
+// with cfg over the same connection, failing the test if it cannot. cfg
+// needs its ServerName. The connection is closed when the test ends.
+func DialTLSAfter(t testing.TB, addr string, first []byte, cfg *tls.Config) *Client {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, IOTimeout)
+	require.NoError(t, err)
+	t.Cleanup(func() { raw.Close() })
+	require.NoError(t, raw.SetDeadline(time.Now().Add(IOTimeout)))
+	_, err = raw.Write(first)
+	require.NoError(t, err)
+	nc := tls.Client(raw, cfg)
+	require.NoError(t, nc.Handshake())
+	require.NoError(t, raw.SetDeadline(time.Time{}))
 	return &Client{t: t, nc: nc, r: bufio.NewReader(nc)}
 }
 

@@ -26,6 +26,8 @@ type Flags struct {
 	Drain          time.Duration     `help:"How long to wait for outstanding answers once sending stops." default:"5s" env:"DRAIN"`
 	ConnectTimeout time.Duration     `help:"Timeout of each connect." default:"5s" env:"CONNECT_TIMEOUT"`
 	Seed           uint64            `help:"Seed of the random choice of targets, for repeatable runs." default:"1" env:"SEED"`
+
+	TLSFlags `embed:""`
 }
 
 // Config checks the flags and turns them into a Config. Its errors name
@@ -66,6 +68,10 @@ func (f *Flags) Config() (Config, error) {
 			return Config{}, fmt.Errorf("--target-payload %s: %w", name, err)
 		}
 	}
+	tlsConfig, err := f.ClientConfig()
+	if err != nil {
+		return Config{}, err
+	}
 	depth := f.Depth
 	if depth == 0 {
 		depth = 1
@@ -84,6 +90,7 @@ func (f *Flags) Config() (Config, error) {
 		Drain:       f.Drain,
 		DialTimeout: f.ConnectTimeout,
 		Seed:        f.Seed,
+		TLS:         tlsConfig,
 	}
 	if f.Requests == 0 {
 		cfg.Duration = f.Duration

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,10 @@ type IdleConfig struct {
 	// the connections open and at the end of the hold (Linux only); zero
 	// reads none.
 	ServerPID int
+	// TLS, when set, makes every connection TLS, its handshake done while
+	// connecting, so the memory read includes what an idle TLS connection
+	// costs the hub. Nil means plain TCP.
+	TLS *tls.Config
 }
 
 // IdleProbe measures what idle connections cost the hub. It is read-only
@@ -91,7 +96,7 @@ func (p *IdleProbe) Run(ctx context.Context) (IdleSummary, error) {
 		}
 	}()
 	for range cfg.Conns {
-		nc, err := d.DialContext(ctx, "tcp", cfg.Addr)
+		nc, err := dialConn(ctx, &d, cfg.TLS, cfg.Addr)
 		if err != nil {
 			if ctx.Err() != nil {
 				return sum, ctx.Err()

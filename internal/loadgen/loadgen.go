@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +106,9 @@ type Config struct {
 	// from the first request to the last answer (Linux only); none when
 	// empty.
 	ServerPIDs []int
+	// TLS, when set, makes every connection TLS, its handshake done while
+	// connecting (within DialTimeout). Nil means plain TCP.
+	TLS *tls.Config
 }
 
 // Generator runs load tests as its Config describes. It is read-only after
@@ -406,7 +410,7 @@ func (r *loadRun) dialAll(ctx context.Context) []*loadConn {
 	ringSize := uint64(1) << bits.Len(uint(2*r.cfg.Depth-1)) // power of two >= 2*Depth
 	var conns []*loadConn
 	for i := 1; i <= r.cfg.Conns; i++ {
-		nc, err := d.DialContext(ctx, "tcp", r.cfg.Addr)
+		nc, err := dialConn(ctx, &d, r.cfg.TLS, r.cfg.Addr)
 		if err != nil {
 			r.noteError(err)
 			continue

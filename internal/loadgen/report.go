@@ -169,6 +169,35 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// Report is the report of a run of any kind: Summary, IdleSummary,
+// ConnectSummary.
+type Report interface {
+	// WriteJSON prints the report as one indented JSON object.
+	WriteJSON(w io.Writer) error
+	// WriteText prints the report for a person.
+	WriteText(w io.Writer) error
+	// Problems returns a one-line account of what makes the run fail, or
+	// "" when nothing does.
+	Problems() string
+}
+
+var (
+	_ Report = Summary{}
+	_ Report = IdleSummary{}
+	_ Report = ConnectSummary{}
+)
+
+// Print writes r to w, as JSON when asJSON, and returns r's Problems, for
+// the command to exit on.
+func Print(w io.Writer, r Report, asJSON bool) (problems string, err error) {
+	if asJSON {
+		err = r.WriteJSON(w)
+	} else {
+		err = r.WriteText(w)
+	}
+	return r.Problems(), err
+}
+
 // WriteText prints the report for a person.
 func (s Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -236,9 +236,11 @@ type Config struct {
 	// the status. The zero Logger logs nothing.
 	Logger zerolog.Logger
 	// Token, when not empty, is the bearer token every request other than
-	// GET and HEAD must carry ("Authorization: Bearer <Token>"); one
-	// without it is answered 401. Empty means no check: keep the admin port
-	// on loopback or a management network then.
+	// GET and HEAD must carry ("Authorization: Bearer <Token>"), and every
+	// GET and HEAD from a client not on loopback but those of /healthz and
+	// /readyz (see needsToken); one without it is answered 401. Empty means
+	// no check: keep the admin port on loopback or a management network
+	// then.
 	Token string
 	// Reload, when set, serves POST /reload: it re-reads the hub's settings
 	// and applies them, returning what changed, or why nothing did (the
@@ -269,7 +271,8 @@ type Config struct {
 //     new settings were refused and the running ones kept.
 //
 // With Config.Token set, every request other than GET and HEAD needs
-// the bearer token, or is answered 401 with a JSON error and
+// the bearer token, and so do the reads of clients beyond loopback other
+// than /healthz and /readyz, or are answered 401 with a JSON error and
 // "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
 // It is safe for concurrent use.
 type Handler struct {
@@ -358,7 +361,7 @@ func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusForbidden, "cross-origin request refused: act from the admin port's own page, or from a tool that sends no Origin")
 		return
 	}
-	if a.hasToken && r.Method != http.MethodGet && r.Method != http.MethodHead && !a.authorized(r) {
+	if a.needsToken(r) && !a.authorized(r) {
 		a.denyLog.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
 			Msg("admin request refused: missing or wrong bearer token")
 		w.Header().Set("WWW-Authenticate", "Bearer")

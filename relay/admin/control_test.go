@@ -227,7 +227,7 @@ func TestAdminTokenGuardsPosts(t *testing.T) {
 	assert.NotContains(t, logs.String(), "s3cret", "the token is never logged")
 	assert.Contains(t, logs.String(), "admin request refused")
 
-	// GETs need no token;
+	// GETs from loopback need no token;
 	code, body, _ := adminDo(t, http.MethodGet, base+"/status", "", "")
 	assert.Equal(t, http.StatusOK, code, body)
 	code, _, _ = adminDo(t, http.MethodGet, base+"/healthz", "", "")

@@ -34,8 +34,11 @@ func ExampleNew() {
 	}
 	fmt.Println(rec.Code, core.Name, core.State, "held:", core.Held)
 
+	// With a token, reads from beyond loopback need it too.
+	req = httptest.NewRequest(http.MethodGet, "/status", nil)
+	req.Header.Set("Authorization", "Bearer change-me")
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	h.ServeHTTP(rec, req)
 	var st admin.Status
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		panic(err)

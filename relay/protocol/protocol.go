@@ -38,6 +38,7 @@ const (
 	CodeBulkheadFull   = "E905" // the target's bulkhead is full
 	CodeUnavailable    = "E906" // shutting down or over the connection limit
 	CodeInternal       = "E907" // a bug caught at run time
+	CodeNotAllowed     = "E908" // the client's certificate does not allow it this target
 	NoTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
 	MaxTxIDLen         = 64     // the longest TXID
 	responseSeparator  = '|'
@@ -96,6 +97,7 @@ const (
 	MsgUnknownTarget   = "unknown target"
 	MsgBulkheadFull    = "target busy: too many calls in flight"
 	MsgHeldOpen        = "circuit open; held open by operator"
+	MsgNotAllowed      = "client not allowed to use this target"
 	msgCircuitOpenHead = "circuit open; retry after "
 )
 
@@ -272,7 +274,7 @@ var DefaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreach
 // file's failure_codes) and returns it in canonical form (upper case, spaces
 // trimmed). A failure code must be one a target call can end with: E400,
 // E500, E901, E902, or a code a target defines itself, Ennn below E900. The
-// E9xx range belongs to the hub: E900 and E903 to E907 are answers it gives
+// E9xx range belongs to the hub: E900 and E903 to E908 are answers it gives
 // without calling a target, and the rest are reserved for it, so naming any
 // of them is refused as a mistake rather than silently never matching.
 // 0000 and Bnnn mean the target is healthy and are refused too.

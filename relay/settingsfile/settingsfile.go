@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/tlsfiles"
 )
 
 // Keys of a target's table in the settings file (docs/CONFIG.md).
@@ -50,6 +52,13 @@ const (
 	keyMaxResetTimeout = "max_reset_timeout"
 	keyResetJitter     = "reset_jitter"
 	keyFallback        = "fallback"
+
+	keyAllowedClients     = "allowed_clients"
+	keyCAFile             = "ca_file"
+	keyClientCert         = "client_cert"
+	keyClientKey          = "client_key"
+	keyServerName         = "server_name"
+	keyInsecureSkipVerify = "insecure_skip_verify"
 )
 
 // keyNames are the keys a table may set, in the order an unknown key's
@@ -58,6 +67,7 @@ var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
 	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
+	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
 // Error reports what is wrong with a per-target settings file: the
@@ -130,7 +140,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // target itself, or a target with a fallback of its own (one step only, so
 // no cycles) are each refused with a *Error naming the file, the table and
 // the key. A max_reset_timeout that is set but not above reset_timeout is
-// refused too: backoff could never apply. Of several mistakes, the one
+// refused too: backoff could never apply. So are TLS keys (ca_file,
+// client_cert, client_key, server_name, insecure_skip_verify) for a target
+// whose url is not https, client_cert without client_key or the reverse,
+// and a TLS file that cannot be read or used; their paths, when relative,
+// are taken from the file's directory, and their files are read here, so
+// Target.TLS comes back ready. Of several mistakes, the one
 // reported is always the same: the first in file order among the tables
 // and keys, else the first bad value in file order, else the first target
 // that breaks a rule of the whole file.
@@ -157,6 +172,7 @@ type fileTarget struct {
 	target   relay.Target
 	settings relay.TargetSettings
 	added    bool // the file adds it: not in base
+	tlsFiles tlsfiles.ClientFiles
 }
 
 // table is one target's table as the decoder reads it. Only the fields of
@@ -177,6 +193,13 @@ type table struct {
 	MaxResetTimeout offDuration  `toml:"max_reset_timeout"`
 	ResetJitter     share        `toml:"reset_jitter"`
 	Fallback        targetName   `toml:"fallback"`
+
+	AllowedClients     clientPatterns `toml:"allowed_clients"`
+	CAFile             text           `toml:"ca_file"`
+	ClientCert         text           `toml:"client_cert"`
+	ClientKey          text           `toml:"client_key"`
+	ServerName         text           `toml:"server_name"`
+	InsecureSkipVerify flag           `toml:"insecure_skip_verify"`
 }
 
 // parse is Load on the file's contents.
@@ -277,6 +300,11 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
+	for _, ft := range order {
+		if err := ft.finishTLS(&md, filepath.Dir(path)); err != nil {
+			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
+		}
+	}
 	out := make([]relay.Target, len(order))
 	for i, ft := range order {
 		out[i] = ft.target
@@ -346,6 +374,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.FailureCodes, err = t.FailureCodes.get()
 	case keyFallback:
 		ft.target.Fallback, err = t.Fallback.get()
+	default:
+		err = ft.applyTLS(t, key)
 	}
 	return err
 }

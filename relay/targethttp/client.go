@@ -21,6 +21,7 @@ package targethttp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,7 @@ const (
 	msgResetConn      = "target unreachable: connection reset"
 	msgClosedEarly    = "target unreachable: connection closed before a full answer"
 	msgUnreachable    = "target unreachable"
+	msgTLSFailed      = "target unreachable: TLS handshake failed"
 	msgAnswerTooLarge = "target answer too large"
 	msgNotProtocol    = "target answer is not the target protocol"
 	msgNotHTTP        = "target answer is not HTTP"
@@ -70,6 +72,10 @@ type Config struct {
 	// URL is where transactions are posted: the target's base URL + "/tx",
 	// http or https, with a host.
 	URL string
+	// TLS configures the connections to an https URL: the CAs the target
+	// is verified against, a client certificate, a server name. Nil means
+	// the system's roots, no client certificate and the URL's host.
+	TLS *tls.Config
 	// Timeout bounds one call: connect, request, answer. Required.
 	Timeout time.Duration
 	// MaxInflight is the target's bulkhead size, which bounds its calls and
@@ -138,6 +144,7 @@ func New(cfg Config) (*Client, error) {
 	t.client = &fasthttp.HostClient{
 		Addr:                     fasthttp.AddMissingPort(u.Host, tls),
 		IsTLS:                    tls,
+		TLSConfig:                cfg.TLS,
 		DialTimeout:              t.dial,
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
@@ -405,6 +412,8 @@ func classifyCallError(abort context.Context, err error) (code, msg string) {
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errStaleConn):
 		return protocol.CodeUnreachable, msgClosedEarly
+	case isTLSFailure(err):
+		return protocol.CodeUnreachable, msgTLSFailed
 	case errors.As(err, &opErr), errors.As(err, &dnsErr):
 		// Any other socket-level failure: no route, name not found, ...
 		return protocol.CodeUnreachable, msgUnreachable
