@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -566,4 +567,37 @@ func TestFleetOperatorActionsActOnEveryHub(t *testing.T) {
 			return core.State == "CLOSED" && !core.Disabled && !core.Held
 		})
 	}
+}
+
+func TestFleetOnTheStatusPage(t *testing.T) {
+	// Given two hubs sharing the store, CORE failing, and hub A tripping
+	// its breaker,
+	r := startFleetRig(t, same(2, "--fail-threshold", "2", "--reset-timeout", "30s")...)
+	a, b := r.hubs[0], r.hubs[1]
+	r.core.Ctl(t, `{"mode":"fail"}`)
+	c := proctest.Dial(t, a.Addr())
+	for i := range 2 {
+		require.Equal(t, "E500", c.Exchange(tx("F"+strconv.Itoa(i))).Code)
+	}
+	page := func(h *member) string {
+		t.Helper()
+		code, body, _ := getHTML(t, h.admin, "/")
+		require.Equal(t, http.StatusOK, code)
+		return body
+	}
+
+	// then B's page names B and its connected store in its header, and
+	// shows CORE open by A, the change coming from the fleet,
+	proctest.Eventually(t, 2*time.Second, "B's page shows CORE opened by A", func() bool {
+		return strings.Contains(pageCell(t, page(b), "t-CORE-state"), "opened by a ·")
+	})
+	body := page(b)
+	assert.Contains(t, body, "STORE CONNECTED</span> <span>fleet hub b</span>")
+	state := pageCell(t, body, "t-CORE-state")
+	assert.Contains(t, state, "OPEN")
+	assert.Contains(t, state, "last change: the fleet · probe lease: not this hub")
+
+	// and A's page shows that A opened it itself.
+	state = pageCell(t, page(a), "t-CORE-state")
+	assert.Contains(t, state, "opened by a (this hub) · last change: this hub")
 }

@@ -523,7 +523,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		adminAddr string
 	)
 	// Closed on every return from here, after the admin server.
-	page := newStatusPage(srv, reg, rec, c.AdminToken != "", logger)
+	page := newStatusPage(hub, reg, rec, c.AdminToken != "", logger)
 	if page != nil {
 		defer page.Close()
 	}

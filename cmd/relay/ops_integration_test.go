@@ -383,7 +383,7 @@ func TestReloadedTargetsOnTheStatusPageAndInTheAccessLog(t *testing.T) {
 	r := startAdminRelay(t, "--target", "CORE="+core.URL, "--config", config, "--access-log", access)
 	page := func() string {
 		t.Helper()
-		code, body, _ := getHTML(t, r, "/")
+		code, body, _ := getHTML(t, r.admin, "/")
 		require.Equal(t, http.StatusOK, code)
 		return body
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/statuspage"
 )
 
@@ -34,15 +34,16 @@ func alsoObserve(first, then func(breaker.Transition)) func(breaker.Transition) 
 	}
 }
 
-// newStatusPage starts the status page of srv, drawn from reg's metrics
-// and rec's breaker changes; tokenRequired makes it ask for the admin
-// token. It returns nil when rec is nil: the page is off.
-func newStatusPage(srv *relay.Server, reg prometheus.Gatherer, rec *statuspage.Recorder, tokenRequired bool, logger zerolog.Logger) *statuspage.Page {
+// newStatusPage starts the status page of hub (the hub as the admin port
+// sees it, so in fleet mode the page shows the fleet too), drawn from reg's
+// metrics and rec's breaker changes; tokenRequired makes it ask for the
+// admin token. It returns nil when rec is nil: the page is off.
+func newStatusPage(hub admin.Hub, reg prometheus.Gatherer, rec *statuspage.Recorder, tokenRequired bool, logger zerolog.Logger) *statuspage.Page {
 	if rec == nil {
 		return nil
 	}
 	page, err := statuspage.New(statuspage.Config{
-		Hub: srv, Recorder: rec, Gatherer: reg, TokenRequired: tokenRequired, Version: version, Logger: logger,
+		Hub: hub, Recorder: rec, Gatherer: reg, TokenRequired: tokenRequired, Version: version, Logger: logger,
 	})
 	if err != nil {
 		// Hub and Recorder are both given: nothing else can fail.

@@ -377,10 +377,11 @@ func leadUpToTheOutage(t *testing.T, core *proctest.Fixture) {
 	time.Sleep(30 * time.Second)
 }
 
-// getHTML is GET path on r's admin port as a browser asks for it.
-func getHTML(t *testing.T, r *adminRelay, path string) (int, string, http.Header) {
+// getHTML is GET path on the admin port at base URL admin as a browser asks
+// for it.
+func getHTML(t *testing.T, admin, path string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, r.admin+path, nil)
+	req, err := http.NewRequest(http.MethodGet, admin+path, nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
 	resp, err := adminClient.Do(req)
@@ -395,16 +396,17 @@ func TestStatusPageIsForBrowsersAndCanBeTurnedOff(t *testing.T) {
 	// Given a relay with the page on (the default), a browser gets the page
 	// and curl the text index;
 	h := startAdminRelay(t, "--target", "CORE=http://127.0.0.1:1")
-	code, body, hdr := getHTML(t, h, "/")
+	code, body, hdr := getHTML(t, h.admin, "/")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "text/html; charset=utf-8", hdr.Get("Content-Type"))
 	assert.Contains(t, body, `id="t-CORE-state"`)
+	assert.NotContains(t, body, "STORE CONNECTED", "a hub alone shows no fleet")
 	assert.Contains(t, h.mustGet(t, "/"), "relayhub admin\n")
 
 	// given one with --no-status-page, both get the text index and there
 	// is no stream.
 	off := startAdminRelay(t, "--target", "CORE=http://127.0.0.1:1", "--no-status-page")
-	code, body, _ = getHTML(t, off, "/")
+	code, body, _ = getHTML(t, off.admin, "/")
 	assert.Equal(t, http.StatusOK, code)
 	assert.True(t, strings.HasPrefix(body, "relayhub admin\n"), body)
 	assert.NotContains(t, body, "/events")

@@ -1,9 +1,10 @@
 // Package statuspage is the hub's live status page, served on the admin
 // port: one row per target with its breaker state, time in state, retry
 // hint, failures, bulkhead, answers per second by kind, latency, last probe,
-// last failure and fallback, and under it a timeline of the breaker's state
-// and a sparkline of its answers over the last 15 minutes
-// (docs/OPERATING.md, "The status page").
+// last failure and fallback, in fleet mode the breaker's state shared with
+// the fleet, and under it a timeline of the breaker's state and a sparkline
+// of its answers over the last 15 minutes (docs/OPERATING.md, "The status
+// page").
 //
 // The page is rendered on the server with html/template from the hub's own
 // snapshots, its Prometheus metrics (read once a second, never on the
@@ -50,8 +51,9 @@ import (
 // Config configures New. It is a plain value.
 type Config struct {
 	// Hub is the hub the page shows, read through the admin port's
-	// interface: its draining flag, connections and target snapshots.
-	// Required.
+	// interface: its draining flag, connections and target snapshots, and
+	// when it is an admin.FleetHub its place in the fleet and each
+	// target's shared state. Required.
 	Hub admin.Hub
 	// Recorder receives the hub's breaker state changes (it must be the
 	// hub's transition observer). Required.
@@ -261,6 +263,11 @@ func (p *Page) view(now time.Time) pageView {
 		Targets:       make([]targetView, 0, len(snaps)),
 		RateWindow:    spanText(rateWindow),
 	}
+	fh, inFleet := p.hub.(admin.FleetHub)
+	if inFleet {
+		fs := fh.FleetStatus()
+		v.Fleet = &fleetView{HubID: fs.HubID, Connected: fs.StoreConnected}
+	}
 	byName := make(map[string]*relay.TargetSnapshot, len(snaps))
 	for i := range snaps {
 		byName[snaps[i].Name] = &snaps[i]
@@ -278,7 +285,12 @@ func (p *Page) view(now time.Time) pageView {
 			in.rates, in.spark = sr.rates(s.Settings.FailureCodes), sr.spark(now)
 		}
 		p.mu.Unlock()
-		v.Targets = append(v.Targets, newTargetView(in))
+		tv := newTargetView(in)
+		if inFleet {
+			tf, shared := fh.TargetFleet(s.Name)
+			tv.Fleet = fleetText(tf, shared, s, v.Fleet.HubID)
+		}
+		v.Targets = append(v.Targets, tv)
 	}
 	return v
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
 )
 
 // pageView is everything the page template draws, computed at one
@@ -23,6 +24,14 @@ type pageView struct {
 	Targets       []targetView
 	// RateWindow is how far back the rates look, as the column headers say it.
 	RateWindow string
+	// Fleet is the hub's place in its fleet; nil when it runs alone.
+	Fleet *fleetView
+}
+
+// fleetView is the hub's place in its fleet, in the header.
+type fleetView struct {
+	HubID     string
+	Connected bool // the hub reaches the state store
 }
 
 // targetView is one target's row and its history row.
@@ -50,6 +59,9 @@ type targetView struct {
 	Probe    probeView
 	Failure  failureView
 	Fallback fallbackView
+	// Fleet is the breaker's state shared with the fleet, a few short
+	// texts shown under the state; nil when the hub runs alone.
+	Fleet []string
 
 	Timeline  []spanView
 	Probes    []probeMark
@@ -212,6 +224,40 @@ func newTargetView(in targetInput) targetView {
 	v.Spark = sparkline(in.spark)
 	v.HistoryOK = in.rates.ok
 	return v
+}
+
+// fleetText describes a target's breaker state shared with the fleet, as
+// the hub hubID sees it with its breaker in snap; shared is false when the
+// fleet does not share the target. The probe lease is told while the
+// breaker is not closed and not held, when there is an open period to
+// probe.
+func fleetText(tf admin.TargetFleet, shared bool, snap relay.TargetSnapshot, hubID string) []string {
+	if !shared {
+		return []string{"not shared with the fleet"}
+	}
+	out := []string{"fleet epoch " + strconv.FormatInt(tf.Epoch, 10)}
+	switch {
+	case tf.OpenedBy == "":
+	case tf.OpenedBy == hubID:
+		out = append(out, "opened by "+tf.OpenedBy+" (this hub)")
+	default:
+		out = append(out, "opened by "+tf.OpenedBy)
+	}
+	switch tf.Source {
+	case "local":
+		out = append(out, "last change: this hub")
+	case "remote":
+		out = append(out, "last change: the fleet")
+	}
+	switch {
+	case tf.ProbeLease:
+		out = append(out, "probe lease: this hub")
+	case snap.Held:
+		out = append(out, "no probe while held")
+	case snap.State != breaker.Closed:
+		out = append(out, "probe lease: not this hub")
+	}
+	return out
 }
 
 // retryText says when the breaker admits its next probe.

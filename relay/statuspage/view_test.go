@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/admin"
 )
 
 // spansOf returns the timeline's runs as "class x+w".
@@ -223,4 +224,42 @@ func TestTargetViewOfATargetAddedByAReload(t *testing.T) {
 	assert.Equal(t, "10 s", v.InState)
 	assert.Equal(t, "07:09:50", v.Since)
 	assert.Equal(t, []string{"closed 869+21", "open 890+10"}, spansOf(v.Timeline))
+}
+
+func TestFleetText(t *testing.T) {
+	tests := []struct {
+		name   string
+		tf     admin.TargetFleet
+		shared bool
+		snap   breaker.Snapshot
+		want   []string
+	}{
+		{name: "not shared", snap: breaker.Snapshot{State: breaker.Closed}, want: []string{"not shared with the fleet"}},
+		{name: "closed, before any change", shared: true, snap: breaker.Snapshot{State: breaker.Closed}, want: []string{"fleet epoch 0"}},
+		{
+			name: "closed by another hub", shared: true, snap: breaker.Snapshot{State: breaker.Closed},
+			tf:   admin.TargetFleet{Epoch: 8, Source: "remote"},
+			want: []string{"fleet epoch 8", "last change: the fleet"},
+		},
+		{
+			name: "opened here, probing here", shared: true, snap: breaker.Snapshot{State: breaker.HalfOpen},
+			tf:   admin.TargetFleet{Epoch: 7, OpenedBy: "a", Source: "local", ProbeLease: true},
+			want: []string{"fleet epoch 7", "opened by a (this hub)", "last change: this hub", "probe lease: this hub"},
+		},
+		{
+			name: "opened by another hub, which probes", shared: true, snap: breaker.Snapshot{State: breaker.Open},
+			tf:   admin.TargetFleet{Epoch: 7, OpenedBy: "b", Source: "remote"},
+			want: []string{"fleet epoch 7", "opened by b", "last change: the fleet", "probe lease: not this hub"},
+		},
+		{
+			name: "held open by an operator of another hub", shared: true, snap: breaker.Snapshot{State: breaker.Open, Held: true},
+			tf:   admin.TargetFleet{Epoch: 9, OpenedBy: "c", Source: "remote"},
+			want: []string{"fleet epoch 9", "opened by c", "last change: the fleet", "no probe while held"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, fleetText(tt.tf, tt.shared, relay.TargetSnapshot{Name: "CORE", Snapshot: tt.snap}, "a"))
+		})
+	}
 }
