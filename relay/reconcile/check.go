@@ -1,0 +1,227 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout     = 5 * time.Second
+	DefaultConcurrency = 4
+)
+
+// maxAnswerBytes bounds a look-up answer read: a wrong URL serving
+// something huge must not exhaust memory.
+const maxAnswerBytes = 64 << 10
+
+// Outcome is what reconciliation found out about one transaction.
+type Outcome string
+
+// Outcomes.
+const (
+	// Applied: the target says it applied the transaction; Answer is the
+	// answer it gave (a Bnnn answer means it was processed and rejected).
+	Applied Outcome = "applied"
+	// NotApplied: the target says it never applied the transaction.
+	NotApplied Outcome = "not_applied"
+	// Unknown: the target could not be asked, or answered something that
+	// is not a look-up answer for this transaction; Reason says which.
+	Unknown Outcome = "unknown"
+)
+
+// Answer is a target's recorded answer to a transaction. A plain value.
+type Answer struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Result is what reconciliation found for one in-doubt transaction. A
+// plain value.
+type Result struct {
+	Entry
+	// Outcome is applied, not_applied or unknown.
+	Outcome Outcome `json:"outcome"`
+	// Answer is the target's answer, when Applied.
+	Answer *Answer `json:"answer,omitempty"`
+	// Reason says why the outcome is Unknown.
+	Reason string `json:"reason,omitempty"`
+	// Duplicates lists the later journal lines with the same target URL
+	// and txid, which were asked about once with this one.
+	Duplicates []int `json:"duplicates,omitempty"`
+}
+
+// Config configures a Checker. The zero value is usable.
+type Config struct {
+	// Client makes the look-ups. Nil means a client with its own transport
+	// and no TLS settings beyond the system's roots.
+	Client *http.Client
+	// Timeout bounds each look-up. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Concurrency is how many look-ups run at once. Zero means
+	// DefaultConcurrency.
+	Concurrency int
+}
+
+// Checker asks targets about in-doubt transactions. It is safe for
+// concurrent use.
+type Checker struct {
+	client      *http.Client
+	timeout     time.Duration
+	concurrency int
+}
+
+// New returns a Checker configured by cfg.
+func New(cfg Config) *Checker {
+	c := &Checker{client: cfg.Client, timeout: cfg.Timeout, concurrency: cfg.Concurrency}
+	if c.client == nil {
+		c.client = &http.Client{Transport: &http.Transport{}}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.concurrency <= 0 {
+		c.concurrency = DefaultConcurrency
+	}
+	return c
+}
+
+// Check looks up every entry and returns one result per distinct target
+// URL and txid, in journal order; a later line for the same transaction is
+// listed in its result's Duplicates. Look-ups run Concurrency at a time; when
+// ctx ends, those not done are Unknown.
+func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
+	type key struct{ url, txid string }
+	index := make(map[key]int, len(entries))
+	var results []Result
+	for _, e := range entries {
+		k := key{strings.TrimRight(e.URL, "/"), e.TxID}
+		if i, ok := index[k]; ok {
+			results[i].Duplicates = append(results[i].Duplicates, e.Line)
+			continue
+		}
+		index[k] = len(results)
+		results = append(results, Result{Entry: e})
+	}
+
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(c.concurrency, len(results)) {
+		wg.Go(func() {
+			for i := range work {
+				r := &results[i]
+				r.Outcome, r.Answer, r.Reason = c.lookup(ctx, r.Entry)
+			}
+		})
+	}
+	for i := range results {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return results
+}
+
+// lookupAnswer is the body of GET /tx/{txid}. Applied is a pointer so an
+// answer without it — a 404 page of a target that has no look-up — is not
+// read as "not applied".
+type lookupAnswer struct {
+	TxID    string `json:"txid"`
+	Applied *bool  `json:"applied"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// lookup asks e's target about e's transaction. Only an answer that names
+// the transaction and says applied true or false settles it: anything else
+// is Unknown, since "not applied" read from a mere error page could get a
+// booked transfer sent twice.
+func (c *Checker) lookup(ctx context.Context, e Entry) (Outcome, *Answer, string) {
+	u := strings.TrimRight(e.URL, "/") + "/tx/" + url.PathEscape(e.TxID)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		// *url.Error repeats the method and URL this message already has.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return Unknown, nil, fmt.Sprintf("GET %s: read answer: %v", u, err)
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+		return Unknown, nil, fmt.Sprintf("GET %s: %s", u, resp.Status)
+	}
+	var a lookupAnswer
+	if err := json.Unmarshal(body, &a); err != nil || a.Applied == nil {
+		return Unknown, nil, fmt.Sprintf("GET %s: %s, not a look-up answer: %s", u, resp.Status, firstLine(body))
+	}
+	switch {
+	case a.TxID != e.TxID:
+		return Unknown, nil, fmt.Sprintf("GET %s: the answer is about txid %q", u, a.TxID)
+	case *a.Applied && resp.StatusCode == http.StatusOK:
+		return Applied, &Answer{Code: a.Code, Message: a.Message}, ""
+	case !*a.Applied:
+		return NotApplied, nil, ""
+	default:
+		return Unknown, nil, fmt.Sprintf("GET %s: %s with applied true", u, resp.Status)
+	}
+}
+
+// firstLine returns the start of b's first line, for error messages.
+func firstLine(b []byte) string {
+	line, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte("\n"))
+	const max = 120
+	if len(line) > max {
+		return string(line[:max]) + "…"
+	}
+	return string(line)
+}
+
+// Summary counts the results of a reconciliation. A plain value.
+type Summary struct {
+	// InDoubt is the number of distinct transactions looked up.
+	InDoubt    int `json:"in_doubt"`
+	Applied    int `json:"applied"`
+	NotApplied int `json:"not_applied"`
+	Unknown    int `json:"unknown"`
+	// BadLines is the number of journal lines that could not be read.
+	BadLines int `json:"bad_lines"`
+}
+
+// Settled reports whether every transaction is known, applied or not, and
+// every journal line was read: nothing is left for a person to look into.
+func (s Summary) Settled() bool { return s.Unknown == 0 && s.BadLines == 0 }
+
+// Summarize counts results and bad lines.
+func Summarize(results []Result, bad []BadLine) Summary {
+	s := Summary{InDoubt: len(results), BadLines: len(bad)}
+	for _, r := range results {
+		switch r.Outcome {
+		case Applied:
+			s.Applied++
+		case NotApplied:
+			s.NotApplied++
+		default:
+			s.Unknown++
+		}
+	}
+	return s
+}

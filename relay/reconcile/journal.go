@@ -1,0 +1,155 @@
+// Package reconcile settles in-doubt transactions: calls the hub gave up on
+// (E901, E902, E500) after the request may have reached the target. It
+// reads the hub's in-doubt journal and asks each target, by
+// GET {url}/tx/{txid}, whether it applied the transaction, so an operator
+// knows which ones were booked and which were not before anyone retries.
+//
+// Typical use:
+//
+//	f, err := os.Open("in-doubt.log")
+//	if err != nil {
+//		return err
+//	}
+//	defer f.Close()
+//	entries, bad, err := reconcile.ReadJournal(f)
+//	if err != nil {
+//		return err
+//	}
+//	results := reconcile.New(reconcile.Config{}).Check(ctx, entries)
+//	sum := reconcile.Summarize(results, bad)
+//	if sum.Unknown > 0 || sum.BadLines > 0 {
+//		// someone must look at these by hand
+//	}
+package reconcile
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+)
+
+// MaxLineBytes bounds one journal line; a longer one is a bad line. The
+// hub's lines are a few hundred bytes.
+const MaxLineBytes = 64 << 10
+
+// Stages of a call in the journal: how far it got before its outcome
+// became unknown.
+const (
+	StageRequestPartlySent = "request_partly_sent"
+	StageRequestSent       = "request_sent"
+	StageAnswerPartlyRead  = "answer_partly_read"
+)
+
+// Entry is one line of the in-doubt journal: one call whose request may
+// have reached the target and whose answer never came. Fields the journal
+// may gain later are ignored. A plain value.
+type Entry struct {
+	// Line is the entry's line number in the journal, from 1.
+	Line int `json:"line"`
+	// Time is when the outcome became unknown.
+	Time time.Time `json:"time"`
+	// Hub is the id of the hub that made the call.
+	Hub string `json:"hub"`
+	// TxID is the client's transaction id.
+	TxID string `json:"txid"`
+	// Target is the target's canonical name.
+	Target string `json:"target"`
+	// URL is the target's base URL as the hub had it configured.
+	URL string `json:"url"`
+	// Code is what the client was answered: E901, E902 or E500.
+	Code string `json:"code"`
+	// Stage is how far the call got, one of the Stage constants.
+	Stage string `json:"stage"`
+	// BytesSent is how many request bytes were written to the target.
+	BytesSent int64 `json:"bytes_sent"`
+	// PayloadSHA256 is the hex SHA-256 of the payload.
+	PayloadSHA256 string `json:"payload_sha256"`
+}
+
+// BadLine is a journal line that could not be read as an entry. A plain
+// value.
+type BadLine struct {
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+// ReadJournal reads the in-doubt journal from r. Blank lines are skipped; a
+// line that is not a JSON object with a txid, a target and an http or https
+// url — torn by a crash, truncated, edited — is returned in bad with its
+// line number, and reading goes on. err is only a read error of r.
+func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(br)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return entries, bad, fmt.Errorf("read journal line %d: %w", n, err)
+		}
+		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
+			return entries, bad, nil
+		}
+		switch {
+		case tooLong:
+			bad = append(bad, BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
+		case len(bytes.TrimSpace(line)) == 0:
+		default:
+			e, perr := parseEntry(line)
+			if perr != nil {
+				bad = append(bad, BadLine{Line: n, Error: perr.Error()})
+			} else {
+				e.Line = n
+				entries = append(entries, e)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return entries, bad, nil
+		}
+	}
+}
+
+// readLine reads one line without its newline, keeping at most
+// MaxLineBytes of it; tooLong reports that more was discarded. err is
+// io.EOF at the end of input, with the last line's bytes when it had no
+// newline.
+func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxLineBytes+1 { // +1: the newline
+			tooLong = true
+		} else {
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if tooLong {
+			line = nil
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
+	}
+}
+
+// parseEntry reads one journal line.
+func parseEntry(line []byte) (Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(line, &e); err != nil {
+		return Entry{}, fmt.Errorf("not a journal entry: %w", err)
+	}
+	switch {
+	case e.TxID == "":
+		return Entry{}, errors.New("no txid")
+	case e.Target == "":
+		return Entry{}, errors.New("no target")
+	case e.URL == "":
+		return Entry{}, errors.New("no url")
+	}
+	u, err := url.Parse(e.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Entry{}, fmt.Errorf("url %q: want http://host:port or https://host:port", e.URL)
+	}
+	return e, nil
+}

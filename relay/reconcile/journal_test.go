@@ -1,0 +1,71 @@
+package reconcile_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/relay/reconcile"
+)
+
+const goodLine = `{"time":"2026-12-01T17:30:00.123Z","hub":"hub-a:9200","txid":"T1","target":"CORE","url":"http://127.0.0.1:9201","code":"E901","stage":"request_sent","bytes_sent":123,"payload_sha256":"5d41402abc4b2a76b9719d911017c592ae1f5c9a4d2c7f5d4d3cde1e2b0e1f1a"}`
+
+func TestReadJournal(t *testing.T) {
+	journal := strings.Join([]string{
+		goodLine,
+		"",
+		`{"txid":"T2","target":"CLAIM","url":"https://claims.example:8443/","code":"E902","stage":"request_partly_sent","future_field":{"x":1}}`,
+		`{"txid":"T3","target":"CORE","url":"http://127.0.0.1:9201","code":"E500","stage":"answer_partly_read"`,
+		`not json at all`,
+		`{"target":"CORE","url":"http://127.0.0.1:9201"}`,
+		`{"txid":"T4","url":"http://127.0.0.1:9201"}`,
+		`{"txid":"T5","target":"CORE"}`,
+		`{"txid":"T6","target":"CORE","url":"127.0.0.1:9201"}`,
+		`{"txid":"T7","target":"CORE","url":"http://127.0.0.1:9201","time":"yesterday"}`,
+		`{"txid":"T8","target":"CORE","url":"http://127.0.0.1:9201"}`, // last line, no newline
+	}, "\n")
+	entries, bad, err := reconcile.ReadJournal(strings.NewReader(journal))
+	require.NoError(t, err)
+
+	require.Len(t, entries, 3)
+	assert.Equal(t, reconcile.Entry{
+		Line: 1, Time: time.Date(2026, 12, 1, 17, 30, 0, 123e6, time.UTC), Hub: "hub-a:9200",
+		TxID: "T1", Target: "CORE", URL: "http://127.0.0.1:9201", Code: "E901", Stage: reconcile.StageRequestSent,
+		BytesSent: 123, PayloadSHA256: "5d41402abc4b2a76b9719d911017c592ae1f5c9a4d2c7f5d4d3cde1e2b0e1f1a",
+	}, entries[0])
+	assert.Equal(t, 3, entries[1].Line)
+	assert.Equal(t, "T2", entries[1].TxID, "unknown fields are ignored")
+	assert.Equal(t, 11, entries[2].Line)
+	assert.Equal(t, "T8", entries[2].TxID)
+
+	var lines []int
+	for _, b := range bad {
+		lines = append(lines, b.Line)
+		assert.NotEmpty(t, b.Error)
+	}
+	assert.Equal(t, []int{4, 5, 6, 7, 8, 9, 10}, lines)
+	assert.Contains(t, bad[2].Error, "no txid")
+	assert.Contains(t, bad[5].Error, "url")
+}
+
+func TestReadJournalLongLine(t *testing.T) {
+	long := `{"txid":"T1","target":"CORE","url":"http://127.0.0.1:9201","pad":"` + strings.Repeat("x", reconcile.MaxLineBytes) + `"}`
+	entries, bad, err := reconcile.ReadJournal(strings.NewReader(long + "\n" + goodLine + "\n"))
+	require.NoError(t, err)
+	require.Len(t, bad, 1)
+	assert.Equal(t, 1, bad[0].Line)
+	require.Len(t, entries, 1)
+	assert.Equal(t, 2, entries[0].Line, "the line after a long one is read whole")
+}
+
+func TestReadJournalEmpty(t *testing.T) {
+	for _, in := range []string{"", "\n\n", "  \n"} {
+		entries, bad, err := reconcile.ReadJournal(strings.NewReader(in))
+		require.NoError(t, err)
+		assert.Empty(t, entries)
+		assert.Empty(t, bad)
+	}
+}
