@@ -1,7 +1,8 @@
 // Command relayctl is the operator's client for the relay hub: it sends one
 // transaction, load-tests the hub with latency percentiles, shows every
-// target's breaker and bulkhead, and replays access logs through the
-// breakers to tune their settings on real traffic.
+// target's breaker and bulkhead, replays access logs through the
+// breakers to tune their settings on real traffic, and reconciles the
+// hub's in-doubt transactions with their targets.
 //
 // Typical use:
 //
@@ -10,6 +11,7 @@
 //	relayctl load --rate 20000 --requests 200000 --json
 //	relayctl status
 //	relayctl replay --access-log access.log --config relay.toml --compare fail_threshold=3
+//	relayctl reconcile --in-doubt-log in-doubt.log --json
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
 // cannot be reached or does not answer in time. load exits 1 when any answer
@@ -17,6 +19,9 @@
 // connect at all. status exits 1 when the admin endpoint's answer is not a
 // status, 2 when it cannot be reached. replay exits 1 when its settings or
 // a file cannot be used; malformed lines are reported, not fatal.
+// reconcile exits 0 when every in-doubt transaction is known, applied or
+// not, 1 when any is unknown or a journal line could not be read, 2 when
+// it could not check at all (a bad flag, a journal it cannot open).
 //
 // load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
 // TXID, since the hub may answer out of order. By default it runs a closed
@@ -37,6 +42,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -50,17 +56,19 @@ var version = "dev"
 
 // cli is the command line, filled by kong. Not for concurrent use.
 type cli struct {
-	Version kong.VersionFlag `help:"Print the version and exit."`
-	Send    sendCmd          `cmd:"" help:"Send one transaction and print its answer."`
-	Load    loadCmd          `cmd:"" help:"Load-test the hub and report throughput and latency percentiles."`
-	Status  statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
-	Replay  replayCmd        `cmd:"" help:"Replay access logs through the breakers, with the hub's settings or others, and show what they did or would have done."`
+	Version   kong.VersionFlag `help:"Print the version and exit."`
+	Send      sendCmd          `cmd:"" help:"Send one transaction and print its answer."`
+	Load      loadCmd          `cmd:"" help:"Load-test the hub and report throughput and latency percentiles."`
+	Status    statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
+	Replay    replayCmd        `cmd:"" help:"Replay access logs through the breakers, with the hub's settings or others, and show what they did or would have done."`
+	Reconcile reconcileCmd     `cmd:"" help:"Ask each target whether it applied each transaction of the hub's in-doubt journal."`
 }
 
 // streams are where a command writes. The summary goes to Out, progress
 // and diagnostics to Err, so Out stays clean for --json. Each writer is
 // used by one goroutine at a time.
 type streams struct {
+	In     io.Reader // standard input, for a file given as -
 	Out    io.Writer
 	Err    io.Writer
 	ErrTTY bool // Err is a terminal: progress rewrites one line
@@ -89,10 +97,17 @@ func (e *exitError) ExitCode() int { return e.code }
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relayctl"),
-		kong.Description("Operator's client for the relay hub: send, load, status, replay."),
+		kong.Description("Operator's client for the relay hub: send, load, status, replay, reconcile."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
 		kong.NamedMapper("hubduration", hubDuration{}),
 	}, opts...)...)
+}
+
+// isReconcile reports whether a parse error is one of the reconcile
+// command's.
+func isReconcile(err error) bool {
+	pe, ok := errors.AsType[*kong.ParseError](err)
+	return ok && pe.Context != nil && strings.HasPrefix(pe.Context.Command(), "reconcile")
 }
 
 func main() {
@@ -102,6 +117,11 @@ func main() {
 		panic(err) // the cli struct's tags are wrong: a build defect
 	}
 	kctx, err := parser.Parse(os.Args[1:])
+	if err != nil && isReconcile(err) {
+		// reconcile's statuses are 0 settled, 1 unsettled, 2 not checked.
+		parser.Errorf("%s", err)
+		os.Exit(2)
+	}
 	parser.FatalIfErrorf(err)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -111,7 +131,7 @@ func main() {
 	context.AfterFunc(ctx, stop)
 
 	kctx.BindTo(ctx, (*context.Context)(nil))
-	err = kctx.Run(&streams{Out: os.Stdout, Err: os.Stderr, ErrTTY: isatty.IsTerminal(os.Stderr.Fd())})
+	err = kctx.Run(&streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, ErrTTY: isatty.IsTerminal(os.Stderr.Fd())})
 	if ee, ok := errors.AsType[*exitError](err); ok && ee.err == nil {
 		os.Exit(ee.code)
 	}

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/fixtures"
 	"github.com/relayhub/relayhub/internal/certtest"
 	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/loadgen"
@@ -77,4 +80,38 @@ func TestStatusOverHTTPSWithToken(t *testing.T) {
 	_, code, err = runStatus(t, statusCmd{Admin: admin, TLSFlags: flags})
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "401")
+}
+
+// TestReconcileOverMutualTLS: a target behind mutual TLS is asked with
+// --ca, --cert and --key; without a client certificate it cannot be asked,
+// and its transaction stays unknown.
+func TestReconcileOverMutualTLS(t *testing.T) {
+	ca := certtest.NewCA(t, "core CA")
+	core, err := fixtures.New(fixtures.Config{Kind: fixtures.KindCore})
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(core)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	flags := tlsFiles(t, ca, "relayhub")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(ca.Client(t, "teller"))}}
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/tx", strings.NewReader("WD 1 10"))
+	require.NoError(t, err)
+	req.Header.Set("X-Tx-Id", "T1")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	journal := writeJournal(t, journalLine("T1", "CORE", srv.URL, "E901", "request_sent"))
+
+	var out bytes.Buffer
+	c := reconcileCmd{InDoubtLog: journal, Timeout: 5 * time.Second, Concurrency: 1, TLSFlags: flags}
+	require.NoError(t, c.Run(t.Context(), &streams{Out: &out}))
+	assert.Contains(t, out.String(), "1 applied")
+
+	out.Reset()
+	c.Cert, c.Key = "", ""
+	err = c.Run(t.Context(), &streams{Out: &out})
+	assert.Equal(t, 1, exitCode(err))
+	assert.Contains(t, out.String(), "1 unknown")
 }

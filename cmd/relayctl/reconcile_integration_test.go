@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/relay/reconcile"
+)
+
+// journalLine is one in-doubt journal line as the hub writes it.
+func journalLine(txid, target, url, code, stage string) string {
+	b, err := json.Marshal(map[string]any{
+		"time": "2026-12-01T17:30:00.123Z", "hub": "hub-a:9200", "txid": txid, "target": target,
+		"url": url, "code": code, "stage": stage, "bytes_sent": 120,
+		"payload_sha256": strings.Repeat("ab", 32),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// writeJournal writes lines as a journal file and returns its path.
+func writeJournal(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in-doubt.log")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	return path
+}
+
+// deadURL is the URL of a loopback port nobody listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return url
+}
+
+// TestReconcileAgainstRealFixtures: transactions posted straight to real
+// fixture binaries, as a hub would have before losing their answers, are
+// found applied; those never sent are found not applied; one whose target
+// is down is unknown, and so is the run, exit status 1. Nothing is applied
+// twice by being looked up.
+func TestReconcileAgainstRealFixtures(t *testing.T) {
+	core := proctest.StartFixture(t, "CORE", "core")
+	claim := proctest.StartFixture(t, "CLAIM", "claim")
+	for _, tx := range []struct{ url, txid, payload, code string }{
+		{core.URL, "TX-wd-1", "WD 1001 2500", "0000"},
+		{core.URL, "TX-xfer-1", "XFER 1001 1002 500", "0000"},
+		{core.URL, "TX-over-1", "WD 1003 99999999", "B201"},
+		{claim.URL, "TX-claim-1", "SUBMIT P1 700", "0000"},
+	} {
+		a, err := proctest.Tx(tx.url, tx.txid, tx.payload)
+		require.NoError(t, err)
+		require.Equal(t, tx.code, a.Code, tx.txid)
+	}
+	down := deadURL(t)
+	journal := writeJournal(t,
+		journalLine("TX-wd-1", "CORE", core.URL, "E901", reconcile.StageRequestSent),
+		journalLine("TX-xfer-1", "CORE", core.URL, "E902", reconcile.StageAnswerPartlyRead),
+		journalLine("TX-over-1", "CORE", core.URL, "E901", reconcile.StageRequestSent),
+		journalLine("TX-claim-1", "CLAIM", claim.URL, "E500", reconcile.StageAnswerPartlyRead),
+		journalLine("TX-never-1", "CORE", core.URL, "E902", reconcile.StageRequestPartlySent),
+		journalLine("TX-never-2", "CLAIM", claim.URL, "E901", reconcile.StageRequestSent),
+		journalLine("TX-down-1", "CORE", down, "E901", reconcile.StageRequestSent),
+		`{"txid":"TX-torn","target":"CO`,
+		journalLine("TX-wd-1", "CORE", core.URL+"/", "E901", reconcile.StageRequestSent),
+	)
+
+	res := proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal, "--json")
+	assert.Equal(t, 1, res.ExitCode, res.Stderr)
+	var report reconcileReport
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &report), res.Stdout)
+	got := map[string]string{}
+	for _, r := range report.Results {
+		detail := ""
+		if r.Answer != nil {
+			detail = r.Answer.Code
+		}
+		got[r.TxID] = string(r.Outcome) + " " + detail
+	}
+	assert.Equal(t, map[string]string{
+		"TX-wd-1":    "applied 0000",
+		"TX-xfer-1":  "applied 0000",
+		"TX-over-1":  "applied B201",
+		"TX-claim-1": "applied 0000",
+		"TX-never-1": "not_applied ",
+		"TX-never-2": "not_applied ",
+		"TX-down-1":  "unknown ",
+	}, got)
+	assert.Equal(t, []int{9}, report.Results[0].Duplicates)
+	assert.Contains(t, report.Results[6].Reason, "connection refused")
+	assert.Equal(t, []reconcile.BadLine{{Line: 8, Error: report.BadLines[0].Error}}, report.BadLines)
+	assert.Equal(t, reconcile.Summary{InDoubt: 7, Applied: 4, NotApplied: 2, Unknown: 1, BadLines: 1}, report.Summary)
+
+	// The text form says the same, a line each.
+	res = proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal)
+	assert.Equal(t, 1, res.ExitCode, res.Stderr)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	require.Len(t, lines, 10, res.Stdout)
+	assert.Regexp(t, `^applied +TX-wd-1 +CORE +E901 +1,9 +0000 balance=97500$`, lines[1])
+	assert.Regexp(t, `^not applied +TX-never-1 +CORE +E902 +5 +-$`, lines[5])
+	assert.Regexp(t, `^unknown +TX-down-1 +CORE +E901 +7 +GET `+down+`/tx/TX-down-1: .*connection refused`, lines[7])
+	assert.True(t, strings.HasPrefix(lines[8], "bad journal line 8: "), lines[8])
+	assert.Equal(t, "7 in doubt: 4 applied, 2 not applied, 1 unknown; 1 bad journal line", lines[9])
+
+	// Looking up applied nothing twice: the money moved once.
+	a, err := proctest.Tx(core.URL, "TX-bal-1", "BAL 1001")
+	require.NoError(t, err)
+	assert.Equal(t, "balance=97000", a.Message, "100000 - 2500 - 500")
+	assert.Zero(t, core.SettledStats(t).Codes["E500"])
+
+	// Without the down target and the torn line, everything is settled.
+	settled := writeJournal(t,
+		journalLine("TX-wd-1", "CORE", core.URL, "E901", reconcile.StageRequestSent),
+		journalLine("TX-never-1", "CORE", core.URL, "E902", reconcile.StageRequestPartlySent),
+	)
+	res = proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", settled)
+	assert.Equal(t, 0, res.ExitCode, res.Stdout+res.Stderr)
+	assert.True(t, strings.HasSuffix(res.Stdout, "2 in doubt: 1 applied, 1 not applied, 0 unknown\n"), res.Stdout)
+}
+
+func TestReconcileExitStatuses(t *testing.T) {
+	empty := writeJournal(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		out  string
+	}{
+		{"empty journal", []string{"--in-doubt-log", empty}, 0, "0 in doubt: 0 applied, 0 not applied, 0 unknown\n"},
+		{"missing journal", []string{"--in-doubt-log", filepath.Join(t.TempDir(), "nope")}, 2, ""},
+		{"no journal flag", nil, 2, ""},
+		{"unknown flag", []string{"--in-doubt-log", empty, "--bogus"}, 2, ""},
+		{"zero timeout", []string{"--in-doubt-log", empty, "--timeout", "0s"}, 2, ""},
+		{"key without certificate", []string{"--in-doubt-log", empty, "--key", "k.pem"}, 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := proctest.Run(t, "./cmd/relayctl", append([]string{"reconcile"}, tt.args...)...)
+			assert.Equal(t, tt.code, res.ExitCode, res.Stderr)
+			if tt.code == 0 {
+				assert.True(t, strings.HasSuffix(res.Stdout, tt.out), res.Stdout)
+			} else {
+				assert.Empty(t, res.Stdout)
+				assert.NotEmpty(t, res.Stderr)
+			}
+		})
+	}
+}
+
+func TestReconcileReadsStandardInput(t *testing.T) {
+	core := proctest.StartFixture(t, "CORE", "core")
+	_, err := proctest.Tx(core.URL, "T1", "DEP 1 1")
+	require.NoError(t, err)
+	var out strings.Builder
+	c := reconcileCmd{InDoubtLog: "-", Timeout: reconcile.DefaultTimeout, Concurrency: 1}
+	err = c.Run(t.Context(), &streams{In: strings.NewReader(journalLine("T1", "CORE", core.URL, "E901", "request_sent")), Out: &out})
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(out.String(), "1 in doubt: 1 applied, 0 not applied, 0 unknown\n"), out.String())
+}
