@@ -1000,5 +1000,8 @@ done
   direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
   fi
+  if want 9; then
+  echo "Scenario 9: CPU the machine spent on other processes during its runs: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s9-hub-*.json "$out"/s9-haproxy-*.json "$out"/s9-direct-*.json) cores of $(nproc); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
+  fi
 } >>"$out/table.md"
 end_table
