@@ -35,11 +35,21 @@
 #      of TLS connections; connections per second, plain, TLS with full
 #      handshakes and TLS resuming sessions (relaybench connect). The
 #      certificates are made with openssl for the run (tls_bench).
+#   9. full path against HAProxy: the same raw keep-alive HTTP target
+#      (relaybench target, a few µs per answer) behind the hub, behind
+#      HAProxy (mode http, http-reuse always, server maxconn = the hub's
+#      bulkhead, FULL_INFLIGHT) and spoken to directly, at 16 and 64
+#      connections in a closed loop, the three runs of each round in turn;
+#      replies/s and server CPU per transaction, ratios per round
+#      (proxy_bench). STRACE=1 then counts each proxy's syscalls per
+#      transaction with strace -c under a 16-connection load.
 #
-# Installs redis-server from Debian when it is missing (needs root). The raw
+# Installs redis-server (and, for scenario 9, haproxy and with STRACE=1
+# strace) from Debian when it is missing (needs root). The raw
 # JSON of every run stays in BENCH_OUT (a new temporary directory by
 # default). Takes about 7 minutes with the defaults below; SCENARIOS="2 6"
-# runs only those (SCENARIOS=7: the status page alone, about two minutes).
+# runs only those (SCENARIOS=7: the status page alone, about two minutes;
+# SCENARIOS=9, HAProxy, about two minutes, three with STRACE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +65,9 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
-SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8}
+STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
+STRACE_SECONDS=${STRACE_SECONDS:-3}
+SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
 
 # want N: whether scenario N is to run.
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
@@ -303,6 +315,185 @@ tls_report() {
       f=("$out"/s8-conn-$s-*.json)
       echo "| ${label[conn-$s]} | $(agg %.0f .per_second "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.0f '.server_cpu[0].us_per_answer' "${f[@]}") | $(agg %.0f '.client_cpu.us_per_answer' "${f[@]}") | $(agg %.1f%% '100 * .resumed / ([.connections, 1] | max)' "${f[@]}") | $(jq -s 'map(.failures) | add' "${f[@]}") |"
     done
+  } >>"$out/table.md"
+}
+
+# ------------------------------------------- 9. full path vs HAProxy --
+
+# wait_port ADDR PID LOG: waits up to 10 s for process PID to listen on
+# ADDR; gives up with the end of LOG if PID ends first.
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 9<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null && return
+    kill -0 "$2" 2>/dev/null || die "pid $2 ended before listening on $1: $(tail -n 3 "$3")"
+    sleep 0.05
+  done
+  die "nothing listens on $1 after 10 s: $(tail -n 3 "$3")"
+}
+
+# proxy_bench runs scenario 9: one raw target, the hub and HAProxy in
+# front of it, and the same load through the hub (its line protocol),
+# through HAProxy and straight to the target (HTTP), in turn, RUNS rounds
+# at 16 and 64 connections.
+proxy_bench() {
+  need_cmd haproxy haproxy
+  echo "bench: 9. full path: hub vs HAProxy vs straight to a raw target" >&2
+  bin/relaybench target --listen 127.0.0.1:0 2>"$out/raw-target.log" &
+  local target=$! target_addr
+  pids+=("$target")
+  target_addr=$(wait_addr "$out/raw-target.log")
+  start_relay proxy --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
+  local relay=$RELAY_PID relay_addr=$RELAY_ADDR
+  # HAProxy as a keep-alive HTTP proxy with the hub's timeouts: 3 s to the
+  # target, 5 min idle on the client side. nbthread defaults to the CPUs, as
+  # GOMAXPROCS does for the hub.
+  local ha_addr="127.0.0.1:$(free_port)"
+  cat >"$out/haproxy.cfg" <<CFG
+global
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 3s
+    timeout client 5m
+    timeout server 3s
+    timeout http-keep-alive 5m
+frontend bench
+    bind $ha_addr
+    default_backend core
+backend core
+    server core $target_addr maxconn $FULL_INFLIGHT
+CFG
+  haproxy -db -f "$out/haproxy.cfg" >"$out/haproxy.log" 2>&1 &
+  local ha=$!
+  pids+=("$ha")
+  wait_port "$ha_addr" "$ha" "$out/haproxy.log"
+  answer=$(bin/relayctl send --addr "$relay_addr" CORE "BAL ACC1" || true)
+  [[ $answer == *"|0000|"* ]] || die "the hub does not answer 0000 through the raw target: $answer"
+  local run c
+  for run in $(seq "$RUNS"); do
+    for c in 16 64; do
+      load "s9-hub-c$c-$run" --addr "$relay_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+        --server-pid "$relay" --server-pid "$target"
+      load "s9-haproxy-c$c-$run" --addr "$ha_addr" --protocol http --conns "$c" --payload 'BAL ACC{conn}' \
+        --server-pid "$ha" --server-pid "$target"
+      load "s9-direct-c$c-$run" --addr "$target_addr" --protocol http --conns "$c" --payload 'BAL ACC{conn}' \
+        --server-pid "$target"
+      proxy_pair "s9-pair-hub-haproxy-c$c-$run" "$out/s9-hub-c$c-$run.json" "$out/s9-haproxy-c$c-$run.json"
+      proxy_pair "s9-pair-hub-direct-c$c-$run" "$out/s9-hub-c$c-$run.json" "$out/s9-direct-c$c-$run.json"
+      proxy_pair "s9-pair-haproxy-direct-c$c-$run" "$out/s9-haproxy-c$c-$run.json" "$out/s9-direct-c$c-$run.json"
+    done
+  done
+  if ((STRACE)); then
+    need_cmd strace strace
+    strace_count hub "$relay" --addr "$relay_addr"
+    strace_count haproxy "$ha" --addr "$ha_addr" --protocol http
+  fi
+  stop "$ha"
+  stop "$relay"
+  stop "$target"
+}
+
+# proxy_pair NAME A.json B.json: one round's comparison of two sides of
+# scenario 9: replies/s, and the CPU per transaction of every server the
+# run measured (the target included) and of the first alone.
+proxy_pair() {
+  jq -n --slurpfile a "$2" --slurpfile b "$3" '
+    def cpu: .server_cpu | map(.us_per_answer) | add;
+    {
+      ratio: ($a[0].throughput / $b[0].throughput),
+      cpu_ratio: (($a[0] | cpu) / ($b[0] | cpu)),
+      first_cpu_ratio: ($a[0].server_cpu[0].us_per_answer / $b[0].server_cpu[0].us_per_answer)
+    }' >"$out/$1.json"
+}
+
+# strace_count NAME PID LOAD-ARGS...: the syscalls of process PID, all its
+# threads, while a 16-connection closed loop of STRACE_SECONDS runs
+# through it; strace is attached before the load starts and detached after
+# its last answer, so every transaction counted was in the window. Keeps
+# strace's table in s9-strace-NAME.txt and the load's in
+# s9-strace-NAME.json.
+strace_count() {
+  local name=$1 pid=$2
+  shift 2
+  strace -c -f -p "$pid" -o "$out/s9-strace-$name.txt" 2>"$out/s9-strace-$name.log" &
+  local tracer=$!
+  pids+=("$tracer")
+  local _ t traced
+  for _ in $(seq 200); do # until strace has attached to every thread
+    traced=1
+    for t in /proc/"$pid"/task/*/status; do
+      [[ $(awk '/^TracerPid:/ { print $2 }' "$t" 2>/dev/null) == "${tracer:-0}" ]] || traced=0
+    done
+    ((traced)) && break
+    sleep 0.05
+  done
+  ((traced)) || die "strace did not attach to $name (pid $pid)"
+  bin/relaybench load --quiet --json --duration "${STRACE_SECONDS}s" --drain 2s --conns 16 \
+    --payload 'BAL ACC{conn}' "$@" >"$out/s9-strace-$name.json" ||
+    echo "bench: strace $name: relaybench load exited $?" >&2
+  kill -INT "$tracer" 2>/dev/null || true
+  wait "$tracer" 2>/dev/null || true
+  forget "$tracer"
+}
+
+# proxy_report appends scenario 9's table, and with STRACE=1 the syscalls
+# per transaction, to the report.
+proxy_report() {
+  local c s f proxy tcpu
+  declare -A label=([hub]="hub → raw target" [haproxy]="HAProxy → raw target" [direct]="straight to raw target")
+  {
+    echo
+    echo "| 9 full path, same raw target, in the same run | path | replies/s | p50 ms | p99 ms | proxy CPU µs/transaction | target CPU µs/transaction | server CPU µs/transaction, target included | load tool CPU µs/answer | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for c in 16 64; do
+      for s in hub haproxy direct; do
+        f=("$out"/s9-$s-c$c-*.json)
+        if [[ $s == direct ]]; then
+          proxy="" tcpu='.server_cpu[0].us_per_answer'
+        else
+          proxy=$(agg %.1f '.server_cpu[0].us_per_answer' "${f[@]}") tcpu='.server_cpu[1].us_per_answer'
+        fi
+        echo "| $c conns, closed loop | ${label[$s]} | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $proxy | $(agg %.1f "$tcpu" "${f[@]}") | $(agg %.1f '.server_cpu | map(.us_per_answer) | add' "${f[@]}") | $(agg %.1f '.client_cpu.us_per_answer' "${f[@]}") | $(errors "${f[@]}") |"
+      done
+    done
+    echo
+    echo "| 9 ratios, per round (median (min–max) of $RUNS) | replies/s | server CPU per transaction, target included | proxy's own CPU per transaction |"
+    echo "| --- | ---: | ---: | ---: |"
+    for c in 16 64; do
+      for s in hub-haproxy hub-direct haproxy-direct; do
+        f=("$out"/s9-pair-$s-c$c-*.json)
+        echo "| $c conns, ${s/-/ ÷ } | $(agg %.2f .ratio "${f[@]}") | $(agg %.2f .cpu_ratio "${f[@]}") | $([[ $s == *direct ]] || agg %.2f .first_cpu_ratio "${f[@]}") |"
+      done
+    done
+    if ((STRACE)); then
+      echo
+      echo "| 9 syscalls per transaction (strace -c -f, 16 conns, ${STRACE_SECONDS}s; failed: mostly EAGAIN) | hub | HAProxy |"
+      echo "| --- | ---: | ---: |"
+      local hub_n ha_n
+      hub_n=$(jq .answered "$out/s9-strace-hub.json")
+      ha_n=$(jq .answered "$out/s9-strace-haproxy.json")
+      awk -v hn="$hub_n" -v an="$ha_n" '
+        FNR == 1 { side++ }
+        $1 ~ /^[0-9]+\.[0-9]+$/ && NF >= 5 {
+          name = $NF; n[name, side] = $4; e[name, side] = (NF == 6) ? $5 : 0
+          if (name != "total" && !(name in seen)) { seen[name] = 1; order[++k] = name }
+        }
+        function cell(name, s, tx,   c, x) {
+          c = n[name, s] / tx; x = e[name, s] / tx
+          if (n[name, s] == 0) return "–"
+          return (x >= 0.005) ? sprintf("%.2f (%.2f failed)", c, x) : sprintf("%.2f", c)
+        }
+        END {
+          for (i = 1; i <= k; i++) {
+            s = order[i]
+            if (n[s, 1] / hn >= 0.01 || n[s, 2] / an >= 0.01) printf "| %s | %s | %s |\n", s, cell(s, 1, hn), cell(s, 2, an)
+          }
+          printf "| **all** | **%s** | **%s** |\n", cell("total", 1, hn), cell("total", 2, an)
+          printf "| transactions answered in the window | %d | %d |\n", hn, an
+        }' "$out/s9-strace-hub.txt" "$out/s9-strace-haproxy.txt"
+    fi
   } >>"$out/table.md"
 }
 
@@ -638,6 +829,8 @@ want 7 && page_bench
 
 want 8 && tls_bench
 
+want 9 && proxy_bench
+
 # ------------------------------------------------------------- report --
 
 start_table
@@ -735,6 +928,8 @@ want 5 && {
 
 want 8 && tls_report
 
+want 9 && proxy_report
+
 # Targets of the performance record, judged on medians.
 want 1 && for d in 1 16; do
   r=$(med .ratio "$out"/s1-pair-d$d-*.json)
@@ -789,6 +984,13 @@ if want 6; then
   verdict "fleet: a trip on one hub answered E904 by the others, 20 trips: ${prop:-no figures} (p99 ≤ 100 ms)" "$(le "${p99ms:-1000}" 100)"
 fi
 
+want 9 && for c in 16 64; do
+  r=$(med .ratio "$out"/s9-pair-hub-haproxy-c$c-*.json)
+  verdict "full path $c conns: hub replies/s ≥ HAProxy: hub/HAProxy = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
+  r=$(med .cpu_ratio "$out"/s9-pair-hub-haproxy-c$c-*.json)
+  verdict "full path $c conns: hub server CPU per transaction (target included) ≤ HAProxy: hub/HAProxy = $(fmt %.2f "$r")×" "$(le "$r" 1)"
+done
+
 {
   echo
   echo "Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-)."
@@ -797,6 +999,9 @@ fi
   relay_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer + .server_cpu[1].us_per_answer' "$out"/s2-relay-c64-*.json)
   direct_sum=$(med '.client_cpu.us_per_answer + .server_cpu[0].us_per_answer' "$out"/s2-direct-c64-*.json)
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
+  fi
+  if want 9; then
+  echo "Scenario 9: CPU the machine spent on other processes during its runs: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s9-hub-*.json "$out"/s9-haproxy-*.json "$out"/s9-direct-*.json) cores of $(nproc); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
   fi
 } >>"$out/table.md"
 end_table

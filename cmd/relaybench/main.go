@@ -11,6 +11,7 @@
 //	relaybench load --addr 127.0.0.1:9201 --protocol http --conns 16 --payload 'BAL ACC{conn}'
 //	relaybench idle --conns 10000 --hold 10s --server-pid "$(pidof relay)"
 //	relaybench connect --workers 8 --duration 5s --tls --ca hub-ca.pem --resume --server-pid "$(pidof relay)"
+//	relaybench target --listen 127.0.0.1:9301
 //
 // load takes every flag of `relayctl load`, and its output and exit status
 // are the same, plus --protocol (relay, the hub's line protocol; redis-ping,
@@ -18,7 +19,10 @@
 // the hub does) and --server-pid (repeatable: report the CPU time of that
 // process per answer). idle exits 1 when a connection could not be opened
 // or did not survive the hold, 2 when none could be opened. connect exits
-// 1 when a connection failed, 2 when none succeeded. load, idle and
+// 1 when a connection failed, 2 when none succeeded. target serves a raw
+// keep-alive HTTP/1.1 target (every POST /tx answered {"code":"0000",...},
+// pipelined requests answered with one write) until SIGINT or SIGTERM, and
+// logs the address it listens on as a JSON line on stderr. load, idle and
 // connect speak TLS with --tls (and --ca, --cert, --key, --server-name). Every flag also
 // has an environment variable, RELAYBENCH_ and the flag in upper snake case.
 package main
@@ -47,6 +51,7 @@ type cli struct {
 	Load    loadCmd          `cmd:"" help:"Load-test the hub, or a reference server, and report throughput, latency percentiles and server CPU."`
 	Idle    idleCmd          `cmd:"" help:"Hold many silent connections open and report the hub's memory per connection."`
 	Connect connectCmd       `cmd:"" help:"Connect, send one line and hang up, over and over: connections (TLS handshakes, full or resumed) per second and their server CPU."`
+	Target  targetCmd        `cmd:"" help:"Serve a raw keep-alive HTTP target that answers every POST /tx with 0000 in a few microseconds, for measuring proxies in front of it."`
 }
 
 // HubFlags are the flags that idle and connect share: the hub's address,
@@ -112,7 +117,7 @@ func reportTo(s *streams, asJSON bool) func(loadgen.Report, error) error {
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
 		kong.Name("relaybench"),
-		kong.Description("Benchmark harness for the relay hub: load (also against reference servers), idle, connect."),
+		kong.Description("Benchmark harness for the relay hub: load (also against reference servers), idle, connect, and a raw target."),
 		kong.Vars{"version": version, "rate_depth": strconv.Itoa(loadgen.RateDepth)},
 	}, opts...)...)
 }
