@@ -472,8 +472,9 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := cl.conf.client.Call(txid, cl.line[cl.txidN:])
+	res := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
+	code, msg := res.Code, res.Msg
 	failed := cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
