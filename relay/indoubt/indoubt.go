@@ -179,10 +179,12 @@ type Journal struct {
 }
 
 // pending is one line on its way to the file, and where its writer
-// reports the outcome: done receives one error (nil once fsynced).
+// reports the outcome: done receives one error (nil once fsynced). wait is
+// the caller's timer, kept with it so that a pooled pending allocates none.
 type pending struct {
 	line []byte
 	done chan error
+	wait *time.Timer
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
@@ -234,13 +236,19 @@ func (j *Journal) Append(e *Entry) error {
 		pendingPool.Put(p)
 		return err
 	}
-	t := time.NewTimer(j.waitTimeout)
-	defer t.Stop()
+	if p.wait == nil {
+		p.wait = time.NewTimer(j.waitTimeout)
+	} else {
+		// Stopped, and since Go 1.23 a stopped timer's channel holds no
+		// stale tick.
+		p.wait.Reset(j.waitTimeout)
+	}
 	select {
 	case err := <-p.done:
+		p.wait.Stop()
 		pendingPool.Put(p)
 		return err
-	case <-t.C:
+	case <-p.wait.C:
 		// The writer still holds p and will report on done: p is left to
 		// it, not put back in the pool.
 		return ErrWaitTimeout
