@@ -139,13 +139,13 @@ type Target struct {
 	// RetryAfterSeconds is how long until the breaker admits a probe, in
 	// seconds rounded up to the millisecond; 0 when closed, half-open or
 	// held open.
-	RetryAfterSeconds float64  `json:"retry_after_seconds"`
-	Held              bool     `json:"held"`
-	Disabled          bool     `json:"disabled"`
-	Settings          Settings `json:"settings"`
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	Held              bool    `json:"held"`
+	Disabled          bool    `json:"disabled"`
 	// InDoubt is how many of the target's calls ended in doubt since the
 	// hub started (GET /in-doubt lists the recent ones).
-	InDoubt int64 `json:"in_doubt"`
+	InDoubt  int64    `json:"in_doubt"`
+	Settings Settings `json:"settings"`
 	// Fleet is the target's breaker state shared with the fleet; absent
 	// when the hub runs alone.
 	Fleet *TargetFleet `json:"fleet,omitempty"`
