@@ -299,3 +299,23 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestAppendDoesNotAllocate checks that an append, its line written and
+// fsynced, allocates nothing once its pooled buffers are warm: the line's
+// buffer, its queue entry and its timer are reused.
+func TestAppendDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	j := openTest(t, Config{})
+	e := testEntry("T1")
+	require.NoError(t, j.Append(&e))
+	var failed error
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := j.Append(&e); err != nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	assert.Zero(t, allocs)
+}
