@@ -27,6 +27,9 @@ const (
 	metricFallbacks        = "relay_fallbacks_total"
 	metricPanics           = "relay_panics_total"
 	metricConnsOpened      = "relay_target_connections_opened_total"
+	metricInDoubt          = "relay_in_doubt_total"
+	metricInDoubtLogError  = "relay_in_doubt_log_errors_total"
+	metricRetries          = "relay_target_retries_total"
 
 	labelTarget   = "target"
 	labelCode     = "code"
@@ -146,6 +149,9 @@ type Metrics struct {
 	duration    *prometheus.HistogramVec
 	fallbacks   *prometheus.CounterVec
 	connsOpened *prometheus.CounterVec
+	inDoubt     *prometheus.CounterVec
+	inDoubtErrs prometheus.Counter
+	retries     *prometheus.CounterVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -183,6 +189,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricConnsOpened,
 			Help: "Connections opened to the target, each a new TCP (and, for https, TLS) handshake; a kept-alive connection reused is not counted.",
 		}, []string{labelTarget}),
+		inDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricInDoubt,
+			Help: "Calls to the target that ended in doubt: the request may have reached the target and the outcome is unknown (see the in-doubt journal).",
+		}, []string{labelTarget}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricRetries,
+			Help: "Calls tried a second time because the connect to the target was refused or reset, before any byte of the request was sent.",
+		}, []string{labelTarget}),
+		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricInDoubtLogError,
+			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
+		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricAccessLogDropped,
 			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
@@ -204,7 +222,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.panics[i] = panics.WithLabelValues(name)
 	}
 	for _, c := range []prometheus.Collector{
-		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, unrouted, m.dropped, panics, m.live,
+		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -240,6 +258,14 @@ func (m *Metrics) countDropped() {
 	}
 }
 
+// countInDoubtLogError counts a call in doubt the journal did not take.
+// It does nothing on a nil Metrics.
+func (m *Metrics) countInDoubtLogError() {
+	if m != nil {
+		m.inDoubtErrs.Inc()
+	}
+}
+
 // countPanic counts a panic caught in a goroutine doing t. It does nothing
 // on a nil Metrics.
 func (m *Metrics) countPanic(t task) {
@@ -267,6 +293,8 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 	rm := &routeMetrics{
 		duration:    m.duration.WithLabelValues(name),
 		connsOpened: m.connsOpened.WithLabelValues(name),
+		inDoubt:     m.inDoubt.WithLabelValues(name),
+		retries:     m.retries.WithLabelValues(name),
 	}
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
@@ -293,6 +321,24 @@ type routeMetrics struct {
 	transitions [3][3]prometheus.Counter
 	// connsOpened counts the connections opened to the target.
 	connsOpened prometheus.Counter
+	// inDoubt counts the target's calls that ended in doubt.
+	inDoubt prometheus.Counter
+	// retries counts the calls tried again after a failed connect.
+	retries prometheus.Counter
+}
+
+// countRetry counts a call tried again after a failed connect.
+func (rm *routeMetrics) countRetry() {
+	if rm != nil {
+		rm.retries.Inc()
+	}
+}
+
+// countInDoubt counts a call that ended in doubt.
+func (rm *routeMetrics) countInDoubt() {
+	if rm != nil {
+		rm.inDoubt.Inc()
+	}
 }
 
 // countConnOpened counts a connection opened to the target.

@@ -259,7 +259,7 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	c.Send("C1|CORE|x")
 	core.WaitEntered(t, 1)
 	assert.Equal(t, "C2|E905|target busy: too many calls in flight", c.RoundTrip("C2|CORE|x"))
-	assert.Equal(t, "C1|E901|no answer within target timeout", c.Read())
+	assert.Equal(t, "C1|E901|no answer within target timeout; outcome unknown", c.Read())
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// and CLAIM's 4xx count as failures there, opening it at its threshold 3.

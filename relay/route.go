@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"runtime/debug"
 	"sync"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // route is everything the hub holds for one target: its breaker, its
@@ -32,7 +35,8 @@ type route struct {
 	log         zerolog.Logger
 	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions transitionLog
-	lastFailure lastFailure // the latest failed call, for status pages
+	lastFailure lastFailure  // the latest failed call, for status pages
+	inDoubt     atomic.Int64 // calls ended in doubt, for status pages
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -168,7 +172,8 @@ func (s *Server) lookup(name []byte) *route {
 //  5. on a call worker (see startCall): the HTTP call, its classification, the
 //     result recorded with the breaker's DoneAfter (a failure when the code
 //     is one of the route's failure codes; the call's duration for the
-//     slow-call policy), the slot released, and the answer.
+//     slow-call policy), the slot released, a call in doubt recorded (and
+//     journalled, fsynced), and the answer.
 //
 // Steps 1 to 4 never wait, so their answers go out from the read loop (which
 // flushes them) and a fast refusal never queues behind a slow call. The
@@ -360,6 +365,49 @@ func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code stri
 	}
 }
 
+// inDoubtRecent is how many calls in doubt InDoubt remembers.
+const inDoubtRecent = indoubt.DefaultRingSize
+
+// noteInDoubt records a call to rt that ended in doubt at end: counted,
+// kept among the recent ones, and appended to the journal, if any, which
+// returns once the line is fsynced. A journal that fails is logged and
+// counted; the caller answers the client all the same.
+func (s *Server) noteInDoubt(rt *route, conf *routeConf, txid, payload []byte, res targethttp.Result, end time.Time) {
+	rt.inDoubt.Add(1)
+	rt.metrics.countInDoubt()
+	var hub string
+	if id := s.hubID.Load(); id != nil {
+		hub = *id
+	}
+	e := indoubt.Entry{
+		Time:          end,
+		Hub:           hub,
+		TxID:          string(txid),
+		Target:        rt.name,
+		URL:           conf.url,
+		Code:          res.Code,
+		Stage:         res.Stage.String(),
+		BytesSent:     res.BytesSent,
+		PayloadSHA256: sha256.Sum256(payload),
+	}
+	s.inDoubtRecent.Add(e)
+	if s.inDoubtLog == nil {
+		return
+	}
+	if err := s.inDoubtLog.Append(&e); err != nil {
+		s.metrics.countInDoubtLogError()
+		if ev := rt.failLog.Error(); ev != nil {
+			ev.Err(err).Bytes("txid", txid).Str("path", s.inDoubtLog.Path()).Msg("in-doubt call not journalled")
+		}
+	}
+}
+
+// InDoubt returns the recent calls in doubt (the last 1000) that ended at
+// or after since, oldest first.
+func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
+	return s.inDoubtRecent.Since(since)
+}
+
 // nameOrEmpty returns r's name, or "" for a nil route.
 func (r *route) nameOrEmpty() string {
 	if r == nil {
@@ -472,8 +520,9 @@ func (cl *call) run() {
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
-	code, msg := cl.conf.client.Call(txid, cl.line[cl.txidN:])
+	res := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
+	code, msg := res.Code, res.Msg
 	failed := cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
@@ -487,12 +536,18 @@ func (cl *call) run() {
 	// that a client holding its answer finds it in the metrics and in the
 	// target's last failure.
 	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if res.Retried {
+		rt.metrics.countRetry()
+	}
 	if failed {
 		rt.lastFailure.note(code, msg, start.Add(took))
 	}
 	if s.access != nil {
 		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
 			client: c.client})
+	}
+	if res.Stage.InDoubt() {
+		s.noteInDoubt(rt, cl.conf, txid, cl.line[cl.txidN:], res, start.Add(took))
 	}
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.

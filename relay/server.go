@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
@@ -213,6 +216,41 @@ type Config struct {
 	// ProxyTrusted are the addresses whose PROXY headers are believed (the
 	// load balancers); required unless ProxyProtocol is ProxyOff.
 	ProxyTrusted []netip.Prefix
+	// InDoubtLog, when set, is the in-doubt journal: every call whose
+	// request may have reached its target and whose outcome is unknown is
+	// appended to it, and fsynced, before the client gets its answer (see
+	// call.run). A journal that fails is logged and counted, and the
+	// answer still goes out. Closing it is the caller's job, once Shutdown
+	// or Close has returned. Nil means no journal: such calls are still
+	// counted and listed by InDoubt.
+	InDoubtLog *indoubt.Journal
+	// HubID names the hub in the in-doubt records. Empty means
+	// DefaultHubID of the first listener given to Serve.
+	HubID string
+}
+
+// DefaultHubID is HOSTNAME:PORT of addr, a bound listen address, made of
+// the characters a hub id may hold (those of a TXID) and at most 64 long.
+func DefaultHubID(addr net.Addr) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "hub"
+	}
+	port := "0"
+	if a, ok := addr.(*net.TCPAddr); ok {
+		port = strconv.Itoa(a.Port)
+	}
+	b := []byte(host)
+	for i, ch := range b {
+		if !protocol.ValidTxID([]byte{ch}) {
+			b[i] = '-'
+		}
+	}
+	id := string(b) + ":" + port
+	if len(id) > 64 {
+		id = id[len(id)-64:]
+	}
+	return id
 }
 
 // Server is the relay hub: it serves the client protocol on the listeners
@@ -256,6 +294,12 @@ type Server struct {
 	// targetConns holds every open target connection, so that abortCalls
 	// can cut the calls blocked on them.
 	targetConns *targethttp.Conns
+
+	// The calls in doubt: the journal (nil: none), the recent ones, and
+	// the hub's name in their records (set by New or the first Serve).
+	inDoubtLog    *indoubt.Journal
+	inDoubtRecent *indoubt.Ring
+	hubID         atomic.Pointer[string]
 
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
 	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
@@ -321,21 +365,26 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{
-		defaults:     defaults,
-		defaultCodes: defaultCodes,
-		clock:        cfg.Clock,
-		rand:         cfg.Rand,
-		probePermits: cfg.ProbePermits,
-		onTransition: cfg.OnTransition,
-		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
-		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
-		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
-		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
-		log:          cfg.Logger.With().Str("component", "relay").Logger(),
-		metrics:      cfg.Metrics,
-		listeners:    make(map[*net.Listener]struct{}),
-		conns:        make(map[net.Conn]*conn),
-		stopWorkers:  make(chan struct{}),
+		defaults:      defaults,
+		defaultCodes:  defaultCodes,
+		clock:         cfg.Clock,
+		rand:          cfg.Rand,
+		probePermits:  cfg.ProbePermits,
+		onTransition:  cfg.OnTransition,
+		maxLineBytes:  orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
+		maxConns:      orDefault(cfg.MaxConns, DefaultMaxConns),
+		idleTimeout:   orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		writeTimeout:  orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
+		log:           cfg.Logger.With().Str("component", "relay").Logger(),
+		metrics:       cfg.Metrics,
+		listeners:     make(map[*net.Listener]struct{}),
+		conns:         make(map[net.Conn]*conn),
+		stopWorkers:   make(chan struct{}),
+		inDoubtLog:    cfg.InDoubtLog,
+		inDoubtRecent: indoubt.NewRing(inDoubtRecent),
+	}
+	if id := cfg.HubID; id != "" {
+		s.hubID.Store(&id)
 	}
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
@@ -526,6 +575,10 @@ type TargetSnapshot struct {
 	// LastFailure is the target's most recent failed call; its At is zero
 	// when there has been none.
 	LastFailure Failure
+	// InDoubt is how many of the target's calls ended in doubt since the
+	// hub started: the request may have reached the target, the outcome
+	// is unknown.
+	InDoubt int64
 }
 
 // TargetSettings are a target's bulkhead, call and breaker settings: the
@@ -616,6 +669,7 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		ProbeTimeout: bs.ProbeTimeout,
 		Settings:     settings,
 		LastFailure:  r.lastFailure.load(),
+		InDoubt:      r.inDoubt.Load(),
 	}
 }
 
@@ -639,6 +693,10 @@ func (s *Server) ConnectionsOpen() int {
 // Close it returns ErrServerClosed; otherwise the listener's error.
 func (s *Server) Serve(ln net.Listener) error {
 	defer ln.Close()
+	if s.hubID.Load() == nil {
+		id := DefaultHubID(ln.Addr())
+		s.hubID.CompareAndSwap(nil, &id)
+	}
 	if !s.trackListener(&ln, true) {
 		return ErrServerClosed
 	}

@@ -417,7 +417,7 @@ func TestShutdownDeadlineAbortsCalls(t *testing.T) {
 	// When the drain time runs out, the call is cancelled and answered.
 	err := <-hubtest.ShutdownAsync(srv, 30*time.Millisecond)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, "S1|E901|no answer before shutdown", c.Read())
+	assert.Equal(t, "S1|E901|no answer before shutdown; outcome unknown", c.Read())
 	c.ExpectEOF()
 	assert.Zero(t, status(t, srv, "CORE").InFlight)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,27 +68,10 @@ func startFleet(c *cli, addr net.Addr, srv *relay.Server, reg prometheus.Registe
 }
 
 // defaultHubID is HOSTNAME:PORT of the bound listen address, made of the
-// characters a hub id may hold.
+// characters a hub id may hold: the name the hub also gives its in-doubt
+// records.
 func defaultHubID(addr net.Addr) string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "hub"
-	}
-	port := "0"
-	if a, ok := addr.(*net.TCPAddr); ok {
-		port = strconv.Itoa(a.Port)
-	}
-	b := []byte(host)
-	for i, ch := range b {
-		if !fleet.ValidName(string(ch)) {
-			b[i] = '-'
-		}
-	}
-	id := string(b) + ":" + port
-	if len(id) > 64 {
-		id = id[len(id)-64:]
-	}
-	return id
+	return relay.DefaultHubID(addr)
 }
 
 // redactURL returns raw without its password, for the start-up line.

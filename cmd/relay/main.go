@@ -46,6 +46,7 @@ import (
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/settingsfile"
 	"github.com/relayhub/relayhub/relay/statuspage"
@@ -72,6 +73,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
+	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
 	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
@@ -284,6 +286,9 @@ func (c *cli) Validate() error {
 	if c.AccessLog != "" && strings.TrimSpace(c.AccessLog) == "" {
 		return errors.New("--access-log: must name a file, or be empty to turn it off")
 	}
+	if c.InDoubtLog != "" && strings.TrimSpace(c.InDoubtLog) == "" {
+		return errors.New("--in-doubt-log: must name a file, or be empty to turn it off")
+	}
 	if err := c.validateService(); err != nil {
 		return err
 	}
@@ -457,6 +462,19 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		}()
 		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
 	}
+	var inDoubtLog *indoubt.Journal
+	if c.InDoubtLog != "" {
+		if inDoubtLog, err = indoubt.Open(indoubt.Config{Path: c.InDoubtLog, Logger: logger}); err != nil {
+			return fmt.Errorf("--in-doubt-log: %w", err)
+		}
+		// Closed after the hub has stopped: the calls cut off by the end
+		// of the drain are journalled too.
+		defer func() {
+			if cerr := inDoubtLog.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--in-doubt-log: close: %w", cerr)
+			}
+		}()
+	}
 	hangup = append(hangup, htls.reloads(logger)...)
 	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
 	reg, metrics, err := newMetrics()
@@ -477,6 +495,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		OnTransition:   chainObservers(transitionObserver(blog, logger), shared.Observe),
 		Metrics:        metrics,
 		ProbePermits:   c.StateStore != "",
+		InDoubtLog:     inDoubtLog,
+		HubID:          c.HubID,
 	}
 	rec := statusPageRecorder(c)
 	if rec != nil {
@@ -567,7 +587,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
-		Str("access_log", c.AccessLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
+		Str("access_log", c.AccessLog).Str("in_doubt_log", c.InDoubtLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
 		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).

@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/indoubt"
 )
 
 // Hub is what the admin endpoints need of the hub. *relay.Server implements
@@ -65,6 +66,18 @@ type FleetHub interface {
 	// does not share it.
 	TargetFleet(name string) (TargetFleet, bool)
 }
+
+// InDoubtHub is a Hub that keeps its recent calls in doubt (*relay.Server
+// does); GET /in-doubt lists them. An implementation must be safe for
+// concurrent use.
+type InDoubtHub interface {
+	Hub
+	// InDoubt returns the recent calls in doubt that ended at or after
+	// since, oldest first.
+	InDoubt(since time.Time) []indoubt.Entry
+}
+
+var _ InDoubtHub = (*relay.Server)(nil)
 
 // Fleet is the hub's place in its fleet, in Status. It is a plain value.
 type Fleet struct {
@@ -126,10 +139,13 @@ type Target struct {
 	// RetryAfterSeconds is how long until the breaker admits a probe, in
 	// seconds rounded up to the millisecond; 0 when closed, half-open or
 	// held open.
-	RetryAfterSeconds float64  `json:"retry_after_seconds"`
-	Held              bool     `json:"held"`
-	Disabled          bool     `json:"disabled"`
-	Settings          Settings `json:"settings"`
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	Held              bool    `json:"held"`
+	Disabled          bool    `json:"disabled"`
+	// InDoubt is how many of the target's calls ended in doubt since the
+	// hub started (GET /in-doubt lists the recent ones).
+	InDoubt  int64    `json:"in_doubt"`
+	Settings Settings `json:"settings"`
 	// Fleet is the target's breaker state shared with the fleet; absent
 	// when the hub runs alone.
 	Fleet *TargetFleet `json:"fleet,omitempty"`
@@ -201,6 +217,7 @@ func TargetOf(t relay.TargetSnapshot) Target {
 		RetryAfterSeconds:   relay.RetryAfterSeconds(t.RetryAfter),
 		Held:                t.Held,
 		Disabled:            t.Disabled,
+		InDoubt:             t.InDoubt,
 		Settings: Settings{
 			MaxInflight:              ts.MaxInflight,
 			FailThreshold:            ts.FailThreshold,
@@ -324,6 +341,9 @@ func New(cfg Config) (*Handler, error) {
 		a.reloadFn = cfg.Reload
 		a.mux.HandleFunc("/reload", a.serveReload)
 	}
+	if ih, ok := cfg.Hub.(InDoubtHub); ok {
+		a.mux.HandleFunc("GET /in-doubt", func(w http.ResponseWriter, r *http.Request) { serveInDoubt(ih, w, r) })
+	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{a.log},
@@ -335,6 +355,9 @@ func New(cfg Config) (*Handler, error) {
 		a.mux.Handle("GET /events", cfg.Page)
 	}
 	a.index = adminIndex
+	if _, ok := cfg.Hub.(InDoubtHub); ok {
+		a.index += inDoubtIndex
+	}
 	if cfg.Reload != nil {
 		a.index += reloadIndex
 	}
@@ -445,6 +468,9 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 // such as curl.
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
+// inDoubtIndex is the line the index adds when GET /in-doubt is served.
+const inDoubtIndex = "/in-doubt?since=RFC3339  JSON list of the recent calls in doubt (the last 1000)\n"
+
 // reloadIndex is the line the index adds when POST /reload is served.
 const reloadIndex = "POST /reload  re-read the settings file and apply it without a restart\n"
 
@@ -524,6 +550,31 @@ func (a *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSONBody(w, http.StatusOK, body)
+}
+
+// serveInDoubt is GET /in-doubt: {"in_doubt":[...]}, the recent calls in
+// doubt of hub, oldest first, each in the in-doubt journal's form; with
+// ?since=RFC3339 only those that ended at or after it. A since that does
+// not parse is answered 400.
+func serveInDoubt(hub InDoubtHub, w http.ResponseWriter, r *http.Request) {
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, "since: want an RFC 3339 time such as 2026-12-01T17:30:00Z")
+			return
+		}
+		since = t
+	}
+	entries := hub.InDoubt(since)
+	body := append(make([]byte, 0, 64+len(entries)*256), `{"in_doubt":[`...)
+	for i := range entries {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = entries[i].AppendJSON(body)
+	}
+	writeJSONBody(w, http.StatusOK, append(body, "]}"...))
 }
 
 // writeJSON answers v as JSON that no cache may keep. v is one of the

@@ -79,7 +79,7 @@ func TestIndexWithoutThePage(t *testing.T) {
 	base, _ := serveAdmin(t, Config{})
 	code, body, _ := getAccept(t, base+"/", "text/html")
 	assert.Equal(t, http.StatusOK, code)
-	assert.Equal(t, adminIndex, body)
+	assert.Equal(t, adminIndex+inDoubtIndex, body)
 	code, _, _ = getAccept(t, base+"/events", "")
 	assert.Equal(t, http.StatusNotFound, code)
 }

@@ -13,7 +13,10 @@
 //	if err != nil {
 //		return err
 //	}
-//	code, msg := core.Call([]byte("T1"), []byte("BAL 1001"))
+//	res := core.Call([]byte("T1"), []byte("BAL 1001"))
+//	if res.Stage.InDoubt() {
+//		// the target may have processed it: journal it
+//	}
 //	...
 //	conns.Abort() // at shutdown: calls still out end E901 at once
 package targethttp
@@ -51,9 +54,14 @@ const maxAnswerBytes = 64 << 10
 // Conns.Abort gives up on them (a shutdown whose drain time has run out).
 var ErrAborted = errors.New("targethttp: calls aborted: drain time over")
 
-// Messages of answers made up about a call. Fixed strings, so the common
-// failures answer without formatting.
+// Messages of answers made up about a call. Each failure the hub makes up
+// ends with one of two suffixes: suffixNotSent when no byte of the request
+// went out (the target cannot have processed it), suffixInDoubt when the
+// request may have reached the target and its outcome is unknown.
 const (
+	suffixNotSent = "; not sent"
+	suffixInDoubt = "; outcome unknown"
+
 	msgTimeout        = "no answer within target timeout"
 	msgAborted        = "no answer before shutdown"
 	msgRefusedConn    = "target unreachable: connection refused"
@@ -66,6 +74,71 @@ const (
 	msgNotHTTP        = "target answer is not HTTP"
 	msgBadTargetCode  = "target answered a code of unknown form"
 )
+
+// Stage is how far a call got: whether its request may have reached the
+// target, and how much of the answer came back.
+type Stage uint8
+
+// The stages of a call, in the order a call goes through them.
+const (
+	// NotSent: no byte of the request was written to a connection to the
+	// target (the dial failed, a kept-alive connection was found closed,
+	// the TLS handshake failed, the hub gave up first). The target cannot
+	// have processed it.
+	NotSent Stage = iota
+	// PartlySent: some bytes of the request were written, not all.
+	PartlySent
+	// Sent: the whole request was written, and no byte of an answer read.
+	Sent
+	// AnswerPartlyRead: some bytes of an answer were read, but it is
+	// incomplete, not HTTP, over the cap, or not the target protocol.
+	AnswerPartlyRead
+	// Answered: a full answer in the target protocol was read (whatever
+	// its code).
+	Answered
+)
+
+// String returns the stage's name in the in-doubt journal
+// ("request_sent", ...), or "not_sent" and "answered".
+func (s Stage) String() string {
+	switch s {
+	case NotSent:
+		return "not_sent"
+	case PartlySent:
+		return "request_partly_sent"
+	case Sent:
+		return "request_sent"
+	case AnswerPartlyRead:
+		return "answer_partly_read"
+	case Answered:
+		return "answered"
+	default:
+		return "unknown"
+	}
+}
+
+// InDoubt reports whether a call that ended at this stage may have been
+// processed by the target without the hub knowing its outcome: some of the
+// request went out and no full answer in the target protocol came back.
+func (s Stage) InDoubt() bool {
+	return s == PartlySent || s == Sent || s == AnswerPartlyRead
+}
+
+// Result is the outcome of one Call. It is a plain value.
+type Result struct {
+	// Code and Msg are the answer the client gets; Msg is raw (the
+	// response writer cleans and caps it).
+	Code string
+	Msg  []byte
+	// Stage is how far the call got.
+	Stage Stage
+	// BytesSent is how many bytes of the request were written to the
+	// target's connection (for https, before encryption).
+	BytesSent int
+	// Retried reports that the call was tried a second time because the
+	// first try failed to connect (see Call).
+	Retried bool
+}
 
 // Config configures a Client. It is a plain value.
 type Config struct {
@@ -104,6 +177,7 @@ type Config struct {
 type Client struct {
 	uri         *fasthttp.URI
 	client      *fasthttp.HostClient
+	tls         *tls.Config // for an https target: its connections' TLS; nil for http
 	timeout     time.Duration
 	idleTimeout time.Duration
 	conns       *Conns
@@ -132,7 +206,7 @@ func New(cfg Config) (*Client, error) {
 	if err := uri.Parse(nil, []byte(cfg.URL)); err != nil {
 		return nil, fmt.Errorf("targethttp: URL %q: %w", cfg.URL, err)
 	}
-	tls := u.Scheme == "https"
+	isTLS := u.Scheme == "https"
 	maxInflight := cfg.MaxInflight
 	t := &Client{
 		uri:         uri,
@@ -141,10 +215,20 @@ func New(cfg Config) (*Client, error) {
 		timeout:     cfg.Timeout,
 		idleTimeout: idleTimeout,
 	}
+	if isTLS {
+		// The connections make their TLS themselves (see Client.dial), so
+		// that they count the request's bytes rather than the handshake's.
+		t.tls = &tls.Config{}
+		if cfg.TLS != nil {
+			t.tls = cfg.TLS.Clone()
+		}
+		if t.tls.ServerName == "" {
+			t.tls.ServerName = u.Hostname()
+		}
+	}
 	t.client = &fasthttp.HostClient{
-		Addr:                     fasthttp.AddMissingPort(u.Host, tls),
-		IsTLS:                    tls,
-		TLSConfig:                cfg.TLS,
+		Addr:                     fasthttp.AddMissingPort(u.Host, isTLS),
+		IsTLS:                    isTLS,
 		DialTimeout:              t.dial,
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
@@ -183,13 +267,21 @@ func (t *Client) IdleTimeout() time.Duration { return t.idleTimeout }
 const DefaultIdleTimeout = 4 * time.Second
 
 // dial is the pool's dial function: Conns.dial, and OnDial for each
-// connection opened.
+// connection opened. For an https target the connection carries TLS over
+// the socket, its handshake made by the first write: the pool, seeing a
+// connection that has a Handshake method, does not wrap it again.
 func (t *Client) dial(addr string, timeout time.Duration) (net.Conn, error) {
 	c, err := t.conns.dial(addr, timeout)
-	if err == nil && t.onDial != nil {
+	if err != nil {
+		return nil, err
+	}
+	if t.tls != nil {
+		c.Conn = tls.Client(c.raw, t.tls)
+	}
+	if t.onDial != nil {
 		t.onDial()
 	}
-	return c, err
+	return c, nil
 }
 
 // Parts of every target request.
@@ -199,17 +291,22 @@ var (
 )
 
 // Call sends one transaction to the target and classifies the outcome into a
-// response code and message (docs/PROTOCOL.md, "Target protocol"). Only
-// Conns.Abort cuts it short; nothing of the client's connection does: a
-// client that goes away does not cancel a call that may already have
-// reached the target.
+// response code and message (docs/PROTOCOL.md, "Target protocol"), with how
+// far the call got. Only Conns.Abort cuts it short; nothing of the
+// client's connection does: a client that goes away does not cancel a call
+// that may already have reached the target.
 //
-// The request is sent once. The hub adds no retries; the pool tries a
-// request again only when it met a connection the target had closed while
-// it was idle, before a byte of it was written (see targetConn.Write), so a
-// transaction that may have reached the target is never sent twice.
+// A request that may have reached the target is never sent again. It is
+// tried again only when no byte of it was written: the pool moves on to
+// another connection when the one it took was closed by the target while
+// idle (see targetConn.Write), and Call tries once more when the connect
+// itself was refused or reset, within what is left of the timeout.
 // Redirects are not followed: a 307 would resend the body elsewhere.
-func (t *Client) Call(txid, payload []byte) (code string, msg []byte) {
+//
+// The message of a failure the hub makes up says which it was: it ends
+// "; not sent" when the request never went out, "; outcome unknown" when
+// the result's Stage is in doubt.
+func (t *Client) Call(txid, payload []byte) Result {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -220,13 +317,74 @@ func (t *Client) Call(txid, payload []byte) (code string, msg []byte) {
 	req.Header.SetCanonical(headerTxID, txid)
 	req.SetBodyRaw(payload)
 
-	if err := t.client.DoTimeout(req, resp, t.timeout); err != nil {
-		code, m := classifyCallError(t.conns.abort, err)
-		return code, []byte(m)
+	start := time.Now()
+	err := t.client.DoTimeout(req, resp, t.timeout)
+	retried := false
+	if err != nil && connectFailed(resp, err) && t.conns.abort.Err() == nil {
+		if left := t.timeout - time.Since(start); left > 0 {
+			retried = true
+			err = t.client.DoTimeout(req, resp, left)
+		}
 	}
-	// DecodeAnswer's message never aliases the body, which goes back to
+	if err != nil {
+		stage, sent := progressOf(resp)
+		code, m := classifyCallError(t.conns.abort, err)
+		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: sent, Retried: retried}
+	}
+	// decodeAnswer's message never aliases the body, which goes back to
 	// the pool on return.
-	return DecodeAnswer(resp.StatusCode(), resp.Body())
+	code, msg, malformed := decodeAnswer(resp.StatusCode(), resp.Body())
+	if malformed {
+		// The whole request went out (the connection may already carry
+		// another call, so its counts are not read here).
+		return Result{Code: code, Msg: msg, Stage: AnswerPartlyRead,
+			BytesSent: len(req.Header.Header()) + len(payload), Retried: retried}
+	}
+	return Result{Code: code, Msg: msg, Stage: Answered, Retried: retried}
+}
+
+// connectFailed reports whether a call that failed with err never had a
+// connection to write on (the pool's try left no connection's address on
+// resp) because the connect was refused or reset: a failure that is safe to
+// try once more.
+func connectFailed(resp *fasthttp.Response, err error) bool {
+	return resp.LocalAddr() == nil &&
+		(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET))
+}
+
+// progressOf returns how far the failed call whose answer is resp got, and
+// how many request bytes it wrote, from the counts of the connection its
+// last try used. The pool records each try's connection on resp (its
+// LocalAddr, which targetConn makes its own connAddr), and a connection
+// whose call failed is closed, never reused, so its counts are this
+// call's. No connection means nothing was sent.
+func progressOf(resp *fasthttp.Response) (Stage, int) {
+	a, ok := resp.LocalAddr().(*connAddr)
+	if !ok {
+		return NotSent, 0
+	}
+	c := a.conn
+	switch {
+	case c.recv > 0:
+		return AnswerPartlyRead, c.sent
+	case c.sent == 0:
+		return NotSent, 0
+	case c.writeFailed:
+		return PartlySent, c.sent
+	default:
+		return Sent, c.sent
+	}
+}
+
+// withSuffix returns msg followed by the suffix of stage: "; not sent" or
+// "; outcome unknown".
+func withSuffix(msg string, stage Stage) []byte {
+	suffix := suffixNotSent
+	if stage.InDoubt() {
+		suffix = suffixInDoubt
+	}
+	b := make([]byte, 0, len(msg)+len(suffix))
+	return append(append(b, msg...), suffix...)
 }
 
 // CloseIdle drops the target's idle pooled connections.
@@ -274,14 +432,15 @@ func (tc *Conns) Abort() {
 
 // dial connects within timeout (and before Abort) and tracks the
 // connection; each Client's own dial calls it.
-func (tc *Conns) dial(addr string, timeout time.Duration) (net.Conn, error) {
+func (tc *Conns) dial(addr string, timeout time.Duration) (*targetConn, error) {
 	ctx, cancel := context.WithTimeout(tc.abort, timeout)
 	defer cancel()
 	nc, err := tc.dialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &targetConn{Conn: nc, set: tc}
+	c := &targetConn{Conn: nc, raw: nc, set: tc}
+	c.addr = connAddr{Addr: nc.LocalAddr(), conn: c}
 	c.watchIdle()
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -300,7 +459,7 @@ func (tc *Conns) closeAll() {
 	tc.open = nil
 	tc.mu.Unlock()
 	for c := range open {
-		c.Conn.Close()
+		c.raw.Close()
 	}
 }
 
@@ -322,6 +481,12 @@ func (tc *Conns) forget(c *targetConn) {
 // hands a connection to one call at a time, so Read and Write never run
 // concurrently; Close may run at any time.
 //
+// It also counts, for the request it carries, the bytes written and the
+// answer bytes read (for https, those of the request and answer, not of
+// TLS): how far a failed call got, so that the hub knows whether the
+// target may have processed it. The counts start again with each request,
+// at its first write after the previous answer was read.
+//
 // The check peeks through syscall.RawConn.Control, not RawConn.Read: Read
 // fails at once, without looking at the socket, when the read deadline has
 // passed, and the pool leaves the last call's deadline on an idle
@@ -329,13 +494,30 @@ func (tc *Conns) forget(c *targetConn) {
 // would be given up, healthy or not. Control ignores deadlines (the peek
 // never waits, so it needs none) and costs no more: the one peek syscall.
 type targetConn struct {
-	net.Conn
+	net.Conn          // what requests go through: raw, or TLS over raw
+	raw      net.Conn // the socket
 	set      *Conns
+	addr     connAddr         // LocalAddr's answer, which leads progressOf back here
 	rc       syscall.RawConn  // the socket, for the idle check; nil: no check
 	peek     func(fd uintptr) // c.peekIdle, bound once so that a check does not allocate
 	peekBuf  [1]byte
 	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
 	answered bool // a read happened since the last write: the next write starts a request
+
+	// The current request's progress, read by progressOf once the call
+	// has failed and the connection is closed.
+	sent        int  // request bytes written
+	recv        int  // answer bytes read
+	writeFailed bool // a write of the request failed
+}
+
+// connAddr is a target connection's local address, as its LocalAddr gives
+// it: the socket's, and the connection itself. The pool stores it on each
+// response (fasthttp.Response.LocalAddr), which is how Call finds the
+// connection its call used without a lookup or an allocation.
+type connAddr struct {
+	net.Addr
+	conn *targetConn
 }
 
 // watchIdle turns on the idle check when the connection is a socket.
@@ -343,21 +525,37 @@ func (c *targetConn) watchIdle() {
 	if !canPeek {
 		return
 	}
-	if sc, ok := c.Conn.(syscall.Conn); ok {
+	if sc, ok := c.raw.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc, c.peek = rc, c.peekIdle
 		}
 	}
 }
 
+// LocalAddr returns the socket's local address as a *connAddr.
+func (c *targetConn) LocalAddr() net.Addr { return &c.addr }
+
+// Handshake makes the TLS handshake of an https connection, if not yet
+// made; for http it does nothing. Its presence tells the pool that the
+// connection makes its own TLS.
+func (c *targetConn) Handshake() error {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return tc.Handshake()
+	}
+	return nil
+}
+
 func (c *targetConn) Read(p []byte) (int, error) {
 	c.answered = true
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	c.recv += n
+	return n, err
 }
 
 func (c *targetConn) Write(p []byte) (int, error) {
 	if c.answered {
 		c.answered = false
+		c.sent, c.recv, c.writeFailed = 0, 0, false
 		if c.rc != nil {
 			c.gone = false
 			if err := c.rc.Control(c.peek); err != nil || c.gone {
@@ -365,7 +563,12 @@ func (c *targetConn) Write(p []byte) (int, error) {
 			}
 		}
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	c.sent += n
+	if err != nil {
+		c.writeFailed = true
+	}
+	return n, err
 }
 
 func (c *targetConn) Close() error {
@@ -437,29 +640,37 @@ var answerParsers fastjson.ParserPool
 //     the object's "message", relayed as they are;
 //   - 4xx: E400;
 //   - 5xx, a 200 body that is not such JSON, a code of another form, or any
-//     other status: E500.
+//     other status: E500; a 200 that is not such JSON is in doubt, and its
+//     message ends "; outcome unknown".
 //
 // The returned message is raw (the response writer cleans and caps it) and
 // never aliases body. It never panics, whatever the body.
 func DecodeAnswer(status int, body []byte) (code string, msg []byte) {
+	code, msg, _ = decodeAnswer(status, body)
+	return code, msg
+}
+
+// decodeAnswer is DecodeAnswer, and reports a 200 whose body is not the
+// target protocol: the target took the request, but what it did is unknown.
+func decodeAnswer(status int, body []byte) (code string, msg []byte, malformed bool) {
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)
 	a := parseAnswer(p, body)
 	switch {
 	case status == http.StatusOK:
 		if !a.valid || a.code == nil {
-			return protocol.CodeTargetFailed, []byte(msgNotProtocol)
+			return protocol.CodeTargetFailed, withSuffix(msgNotProtocol, AnswerPartlyRead), true
 		}
 		if !protocol.ValidTargetCode(a.code) {
-			return protocol.CodeTargetFailed, []byte(msgBadTargetCode)
+			return protocol.CodeTargetFailed, withSuffix(msgBadTargetCode, AnswerPartlyRead), true
 		}
-		return targetCode(a.code), bytes.Clone(a.message)
+		return targetCode(a.code), bytes.Clone(a.message), false
 	case status >= 400 && status <= 499:
-		return protocol.CodeRefused, statusMessage("target refused the request: HTTP ", status, a.message)
+		return protocol.CodeRefused, statusMessage("target refused the request: HTTP ", status, a.message), false
 	case status >= 500 && status <= 599:
-		return protocol.CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.message)
+		return protocol.CodeTargetFailed, statusMessage("target failed: HTTP ", status, a.message), false
 	default:
-		return protocol.CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, nil)
+		return protocol.CodeTargetFailed, statusMessage("target answered unexpected HTTP ", status, nil), false
 	}
 }
 

@@ -32,16 +32,16 @@ func TestDecodeAnswer(t *testing.T) {
 		{name: "extra fields", status: 200, body: `{"code":"0000","message":"ok","extra":[1,2]}`, wantCode: "0000", wantMsg: "ok"},
 		{name: "no message", status: 200, body: `{"code":"0000"}`, wantCode: "0000", wantMsg: ""},
 		{name: "escaped newline kept raw", status: 200, body: `{"code":"0000","message":"a\nb"}`, wantCode: "0000", wantMsg: "a\nb"},
-		{name: "no code", status: 200, body: `{"message":"ok"}`, wantCode: "E500", wantMsg: msgNotProtocol},
-		{name: "code not a string", status: 200, body: `{"code":0}`, wantCode: "E500", wantMsg: msgNotProtocol},
-		{name: "lower-case code", status: 200, body: `{"code":"b201"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
-		{name: "code too long", status: 200, body: `{"code":"00000"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
-		{name: "code of other letter", status: 200, body: `{"code":"X201"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
-		{name: "code with letters", status: 200, body: `{"code":"B2x1"}`, wantCode: "E500", wantMsg: msgBadTargetCode},
-		{name: "not json", status: 200, body: `balance=99500`, wantCode: "E500", wantMsg: msgNotProtocol},
-		{name: "json array", status: 200, body: `["0000"]`, wantCode: "E500", wantMsg: msgNotProtocol},
-		{name: "empty body", status: 200, body: ``, wantCode: "E500", wantMsg: msgNotProtocol},
-		{name: "trailing garbage", status: 200, body: `{"code":"0000"}x`, wantCode: "E500", wantMsg: msgNotProtocol},
+		{name: "no code", status: 200, body: `{"message":"ok"}`, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
+		{name: "code not a string", status: 200, body: `{"code":0}`, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
+		{name: "lower-case code", status: 200, body: `{"code":"b201"}`, wantCode: "E500", wantMsg: msgBadTargetCode + suffixInDoubt},
+		{name: "code too long", status: 200, body: `{"code":"00000"}`, wantCode: "E500", wantMsg: msgBadTargetCode + suffixInDoubt},
+		{name: "code of other letter", status: 200, body: `{"code":"X201"}`, wantCode: "E500", wantMsg: msgBadTargetCode + suffixInDoubt},
+		{name: "code with letters", status: 200, body: `{"code":"B2x1"}`, wantCode: "E500", wantMsg: msgBadTargetCode + suffixInDoubt},
+		{name: "not json", status: 200, body: `balance=99500`, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
+		{name: "json array", status: 200, body: `["0000"]`, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
+		{name: "empty body", status: 200, body: ``, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
+		{name: "trailing garbage", status: 200, body: `{"code":"0000"}x`, wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt},
 		{name: "400", status: 400, body: `bad`, wantCode: "E400", wantMsg: "target refused the request: HTTP 400"},
 		{name: "404 with json message", status: 404, body: `{"code":"E400","message":"no route"}`, wantCode: "E400", wantMsg: "target refused the request: HTTP 404: no route"},
 		{name: "499", status: 499, body: ``, wantCode: "E400", wantMsg: "target refused the request: HTTP 499"},
@@ -108,7 +108,7 @@ func TestTargetCallSendsTheTransaction(t *testing.T) {
 	tg := testTarget(t, srv.URL+"/", time.Second)
 
 	payload := []byte("XFER 1|2 \x00\xff 3")
-	code, msg := tg.Call([]byte("TX-1"), payload)
+	code, msg := codeMsg(tg.Call([]byte("TX-1"), payload))
 
 	assert.Equal(t, "0000", code)
 	assert.Equal(t, "balance=99500", string(msg))
@@ -124,24 +124,25 @@ func TestTargetCallSendsTheTransaction(t *testing.T) {
 func TestTargetCallClassifies(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	tests := []struct {
-		name     string
-		handler  http.HandlerFunc
-		wantCode string
-		wantMsg  string
+		name      string
+		handler   http.HandlerFunc
+		wantCode  string
+		wantMsg   string
+		wantStage Stage
 	}{
 		{
 			name: "success",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
 			},
-			wantCode: "0000", wantMsg: "ok",
+			wantCode: "0000", wantMsg: "ok", wantStage: Answered,
 		},
 		{
 			name: "business rejection",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, `{"code":"B201","message":"insufficient funds"}`)
 			},
-			wantCode: "B201", wantMsg: "insufficient funds",
+			wantCode: "B201", wantMsg: "insufficient funds", wantStage: Answered,
 		},
 		{
 			name: "fixture fail mode",
@@ -149,24 +150,24 @@ func TestTargetCallClassifies(t *testing.T) {
 				w.WriteHeader(500)
 				_, _ = io.WriteString(w, `{"code":"E500","message":"injected"}`)
 			},
-			wantCode: "E500", wantMsg: "target failed: HTTP 500: injected",
+			wantCode: "E500", wantMsg: "target failed: HTTP 500: injected", wantStage: Answered,
 		},
 		{
 			name:     "4xx",
 			handler:  func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", http.StatusUnprocessableEntity) },
-			wantCode: "E400", wantMsg: "target refused the request: HTTP 422",
+			wantCode: "E400", wantMsg: "target refused the request: HTTP 422", wantStage: Answered,
 		},
 		{
 			name:     "not json",
 			handler:  func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "OK") },
-			wantCode: "E500", wantMsg: msgNotProtocol,
+			wantCode: "E500", wantMsg: msgNotProtocol + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 		{
 			name: "answer over the cap",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, `{"code":"0000","message":"`+strings.Repeat("x", maxAnswerBytes)+`"}`)
 			},
-			wantCode: "E500", wantMsg: msgAnswerTooLarge,
+			wantCode: "E500", wantMsg: msgAnswerTooLarge + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 		{
 			name: "redirect not followed",
@@ -177,7 +178,7 @@ func TestTargetCallClassifies(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, `{"code":"0000","message":"resent"}`)
 			},
-			wantCode: "E500", wantMsg: "target answered unexpected HTTP 307",
+			wantCode: "E500", wantMsg: "target answered unexpected HTTP 307", wantStage: Answered,
 		},
 		{
 			name: "headers over the cap",
@@ -185,14 +186,14 @@ func TestTargetCallClassifies(t *testing.T) {
 				w.Header().Set("X-Padding", strings.Repeat("p", maxAnswerBytes))
 				_, _ = io.WriteString(w, `{"code":"0000","message":"ok"}`)
 			},
-			wantCode: "E500", wantMsg: msgNotHTTP,
+			wantCode: "E500", wantMsg: msgNotHTTP + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 		{
 			name: "no headers in time",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				waitForClientGone(r)
 			},
-			wantCode: "E901", wantMsg: msgTimeout,
+			wantCode: "E901", wantMsg: msgTimeout + suffixInDoubt, wantStage: Sent,
 		},
 		{
 			name: "body stalls",
@@ -202,7 +203,7 @@ func TestTargetCallClassifies(t *testing.T) {
 				w.(http.Flusher).Flush()
 				waitForClientGone(r)
 			},
-			wantCode: "E901", wantMsg: msgTimeout,
+			wantCode: "E901", wantMsg: msgTimeout + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 		{
 			name: "closed without answer",
@@ -212,7 +213,7 @@ func TestTargetCallClassifies(t *testing.T) {
 					c.Close()
 				}
 			},
-			wantCode: "E902", wantMsg: msgClosedEarly,
+			wantCode: "E902", wantMsg: msgClosedEarly + suffixInDoubt, wantStage: Sent,
 		},
 		{
 			// Before the first byte of an answer, the client cannot tell a
@@ -225,7 +226,7 @@ func TestTargetCallClassifies(t *testing.T) {
 					c.Close()
 				}
 			},
-			wantCode: "E902", wantMsg: msgClosedEarly,
+			wantCode: "E902", wantMsg: msgClosedEarly + suffixInDoubt, wantStage: Sent,
 		},
 		{
 			name: "closed mid body",
@@ -237,7 +238,7 @@ func TestTargetCallClassifies(t *testing.T) {
 					c.Close()
 				}
 			},
-			wantCode: "E902", wantMsg: msgClosedEarly,
+			wantCode: "E902", wantMsg: msgClosedEarly + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 	}
 	for _, tt := range tests {
@@ -245,9 +246,12 @@ func TestTargetCallClassifies(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			t.Cleanup(srv.Close)
 			tg := testTarget(t, srv.URL, timeout)
-			code, msg := tg.Call([]byte("TX1"), []byte("BAL 1"))
-			assert.Equal(t, tt.wantCode, code)
-			assert.Equal(t, tt.wantMsg, string(msg))
+			res := tg.Call([]byte("TX1"), []byte("BAL 1"))
+			assert.Equal(t, tt.wantCode, res.Code)
+			assert.Equal(t, tt.wantMsg, string(res.Msg))
+			assert.Equal(t, tt.wantStage, res.Stage)
+			assert.Equal(t, tt.wantStage.InDoubt(), res.BytesSent > 0, "bytes sent: %d", res.BytesSent)
+			assert.False(t, res.Retried)
 		})
 	}
 }
@@ -260,9 +264,9 @@ func TestTargetCallRefused(t *testing.T) {
 	require.NoError(t, ln.Close())
 
 	tg := testTarget(t, "http://"+addr, time.Second)
-	code, msg := tg.Call([]byte("TX1"), nil)
+	code, msg := codeMsg(tg.Call([]byte("TX1"), nil))
 	assert.Equal(t, "E902", code)
-	assert.Equal(t, msgRefusedConn, string(msg))
+	assert.Equal(t, msgRefusedConn+suffixNotSent, string(msg))
 }
 
 func TestCallAborted(t *testing.T) {
@@ -281,13 +285,16 @@ func TestCallAborted(t *testing.T) {
 
 	// The call blocks reading the answer until the abort cuts its
 	// connection, long before the minute of its timeout.
-	code, msg := tg.Call([]byte("TX1"), nil)
-	assert.Equal(t, "E901", code)
-	assert.Equal(t, msgAborted, string(msg))
+	res := tg.Call([]byte("TX1"), nil)
+	assert.Equal(t, "E901", res.Code)
+	assert.Equal(t, msgAborted+suffixInDoubt, string(res.Msg), "the target may have processed it")
+	assert.Equal(t, Sent, res.Stage)
 
-	code, msg = tg.Call([]byte("TX2"), nil)
-	assert.Equal(t, "E901", code, "no call goes out once aborted")
-	assert.Equal(t, msgAborted, string(msg))
+	res = tg.Call([]byte("TX2"), nil)
+	assert.Equal(t, "E901", res.Code, "no call goes out once aborted")
+	assert.Equal(t, msgAborted+suffixNotSent, string(res.Msg))
+	assert.Equal(t, NotSent, res.Stage)
+	assert.False(t, res.Retried)
 }
 
 // TestTargetCallSkipsConnectionsClosedWhileIdle has the target close every
@@ -333,7 +340,7 @@ func TestTargetCallSkipsConnectionsClosedWhileIdle(t *testing.T) {
 			trustTestServer(tg, srv, tt.useTLS)
 
 			for i := range 3 {
-				code, msg := tg.Call([]byte("TX"), []byte("DEP 1 5"))
+				code, msg := codeMsg(tg.Call([]byte("TX"), []byte("DEP 1 5")))
 				require.Equal(t, "0000", code, "call %d: %s", i, msg)
 				select {
 				case <-closed:
@@ -372,7 +379,7 @@ func TestTargetCallReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
 					// Only real time expires the previous call's deadline.
 					time.Sleep(2 * timeout)
 				}
-				code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
+				code, msg := codeMsg(tg.Call([]byte("TX"), []byte("BAL 1")))
 				require.Equal(t, "0000", code, "call %d: %s", i, msg)
 			}
 			assert.Equal(t, int32(1), dials.Load(), "the idle connection is reused")
@@ -399,7 +406,7 @@ func TestTargetIdleTimeout(t *testing.T) {
 	require.Equal(t, idle, tg.IdleTimeout())
 
 	start := time.Now()
-	code, msg := tg.Call([]byte("TX"), nil)
+	code, msg := codeMsg(tg.Call([]byte("TX"), nil))
 	require.Equal(t, "0000", code, string(msg))
 
 	select {
@@ -436,19 +443,19 @@ func TestTargetOnDialCountsConnectionsOpened(t *testing.T) {
 	tg := testTargetWith(t, Config{URL: srv.URL, Timeout: time.Second, OnDial: func() { opened.Add(1) }})
 
 	for range 3 {
-		code, msg := tg.Call([]byte("TX"), nil)
+		code, msg := codeMsg(tg.Call([]byte("TX"), nil))
 		require.Equal(t, "0000", code, string(msg))
 	}
 	assert.Equal(t, int32(1), opened.Load(), "one connection, kept alive")
 
 	srv.CloseClientConnections()
-	code, msg := tg.Call([]byte("TX"), nil)
+	code, msg := codeMsg(tg.Call([]byte("TX"), nil))
 	require.Equal(t, "0000", code, string(msg))
 	assert.Equal(t, int32(2), opened.Load(), "a fresh connection once the target closed the first")
 	assert.Equal(t, accepted.Load(), opened.Load(), "as many as the target accepted")
 
 	srv.Close()
-	code, _ = tg.Call([]byte("TX"), nil)
+	code, _ = codeMsg(tg.Call([]byte("TX"), nil))
 	require.Equal(t, "E902", code)
 	assert.Equal(t, int32(2), opened.Load(), "a refused connect opens nothing")
 }
@@ -466,7 +473,7 @@ func startServer(srv *httptest.Server, useTLS bool) {
 // test server's certificate is its own.
 func trustTestServer(tg *Client, srv *httptest.Server, useTLS bool) {
 	if useTLS {
-		tg.client.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+		tg.tls.RootCAs = srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 	}
 }
 
@@ -493,7 +500,7 @@ func TestTargetCallSkipsEveryStaleConnection(t *testing.T) {
 	}
 
 	srv.CloseClientConnections()
-	code, msg := tg.Call([]byte("TX-LAST"), []byte("DEP 1 5"))
+	code, msg := codeMsg(tg.Call([]byte("TX-LAST"), []byte("DEP 1 5")))
 
 	assert.Equal(t, "0000", code, string(msg))
 	assert.Equal(t, int32(pooled+1), calls.Load(), "the last transaction reaches the target exactly once")
@@ -521,12 +528,12 @@ func TestTargetCallNeverRetries(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, time.Second)
 
-	code, _ := tg.Call([]byte("TX1"), []byte("DEP 1 5"))
+	code, _ := codeMsg(tg.Call([]byte("TX1"), []byte("DEP 1 5")))
 	require.Equal(t, "0000", code)
-	code, msg := tg.Call([]byte("TX2"), []byte("DEP 1 5"))
+	code, msg := codeMsg(tg.Call([]byte("TX2"), []byte("DEP 1 5")))
 
 	assert.Equal(t, "E902", code)
-	assert.Equal(t, msgClosedEarly, string(msg))
+	assert.Equal(t, msgClosedEarly+suffixInDoubt, string(msg))
 	assert.Equal(t, int32(2), calls.Load(), "the second transaction must reach the target exactly once")
 	assert.Equal(t, int32(1), dials.Load(), "the second call must have used the kept-alive connection")
 }
@@ -578,7 +585,7 @@ func callsTogether(tg *Client, n int, entered <-chan struct{}, release func()) [
 	done := make(chan string, n)
 	for range n {
 		go func() {
-			code, _ := tg.Call([]byte("TX"), nil)
+			code, _ := codeMsg(tg.Call([]byte("TX"), nil))
 			done <- code
 		}()
 	}
@@ -609,7 +616,7 @@ func TestTargetCallOverTLS(t *testing.T) {
 	trustTestServer(tg, srv, true)
 
 	for i := range 3 {
-		code, msg := tg.Call([]byte("TX"), []byte("BAL 1"))
+		code, msg := codeMsg(tg.Call([]byte("TX"), []byte("BAL 1")))
 		require.Equal(t, "0000", code, "call %d: %s", i, msg)
 		assert.Equal(t, "over tls", string(msg))
 	}
@@ -663,3 +670,7 @@ func checkOneLine(t *testing.T, out []byte) {
 		t.Fatalf("answer %q is not exactly one line", out)
 	}
 }
+
+// codeMsg returns the code and message of r, for tests that check only
+// those.
+func codeMsg(r Result) (string, []byte) { return r.Code, r.Msg }

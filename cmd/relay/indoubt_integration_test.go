@@ -1,0 +1,118 @@
+package main_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/proctest"
+)
+
+// These tests start the real relay and fixture binaries and hold them to
+// docs/PROTOCOL.md, "In-doubt journal": a call that may have reached its
+// target without an answer is journalled, fsynced, before its client reads
+// the answer; one that never left the hub is not, and is tried once more.
+
+// inDoubtLines reads the in-doubt journal at path, one decoded object per
+// line.
+func inDoubtLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
+		out = append(out, m)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+func TestInDoubtCallIsJournalledBeforeItsAnswerAndSurvivesKill9(t *testing.T) {
+	// Given CORE slower than the relay's target timeout, and a journal,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"slow","delay_ms":3000}`)
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms",
+		"--in-doubt-log", journal, "--hub-id", "hub-it")
+	c := proctest.Dial(t, h.Addr())
+
+	// when a transfer times out after CORE took it,
+	a := c.Exchange("XF-1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, "XF-1|E901|no answer within target timeout; outcome unknown", a.String())
+
+	// then the admin port lists it and counts it,
+	var listed struct {
+		InDoubt []map[string]any `json:"in_doubt"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(h.mustGet(t, "/in-doubt")), &listed))
+	require.Len(t, listed.InDoubt, 1)
+	assert.Equal(t, "XF-1", listed.InDoubt[0]["txid"])
+	assert.Equal(t, int64(1), statusOf(t, h.status(t), "CORE").InDoubt)
+	m, _ := h.scrape(t)
+	assert.Equal(t, 1.0, m[`relay_in_doubt_total{target="CORE"}`])
+
+	// and when a second one times out and the relay is killed with SIGKILL
+	// the moment its client has read the answer,
+	a = c.Exchange("XF-2|CORE|XFER 1001 1003 700")
+	h.Kill()
+	require.Equal(t, "XF-2|E901|no answer within target timeout; outcome unknown", a.String())
+
+	// then both lines are in the journal, whole, in the documented format.
+	lines := inDoubtLines(t, journal)
+	require.Len(t, lines, 2)
+	for i, want := range []struct{ txid, payload string }{{"XF-1", "XFER 1001 1002 2500"}, {"XF-2", "XFER 1001 1003 700"}} {
+		l := lines[i]
+		assert.ElementsMatch(t, []string{"time", "hub", "txid", "target", "url", "code", "stage", "bytes_sent", "payload_sha256"}, keys(l))
+		assert.Equal(t, want.txid, l["txid"])
+		assert.Equal(t, "hub-it", l["hub"])
+		assert.Equal(t, "CORE", l["target"])
+		assert.Equal(t, core.URL, l["url"])
+		assert.Equal(t, "E901", l["code"])
+		assert.Equal(t, "request_sent", l["stage"])
+		assert.Greater(t, l["bytes_sent"], float64(len(want.payload)))
+		sum := sha256.Sum256([]byte(want.payload))
+		assert.Equal(t, hex.EncodeToString(sum[:]), l["payload_sha256"])
+		assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`, l["time"])
+	}
+	assert.Equal(t, int64(2), core.SettledStats(t).Calls, "each transfer reached CORE once")
+}
+
+func TestFailureBeforeSendIsNotInDoubtAndIsTriedOnceMore(t *testing.T) {
+	// Given CORE's port closed, and a journal,
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	h := startAdminRelay(t, "--target", "CORE="+closedPortURL(t), "--in-doubt-log", journal)
+	c := proctest.Dial(t, h.Addr())
+
+	// when a transfer cannot connect,
+	a := c.Exchange("XF-1|CORE|XFER 1001 1002 2500")
+
+	// then the client learns it was not sent, the connect was tried once
+	// more, and nothing is in doubt.
+	assert.Equal(t, "XF-1|E902|target unreachable: connection refused; not sent", a.String())
+	m, _ := h.scrape(t)
+	assert.Equal(t, 1.0, m[`relay_target_retries_total{target="CORE"}`], "one retry, never more")
+	assert.Equal(t, 0.0, m[`relay_in_doubt_total{target="CORE"}`])
+	assert.Zero(t, statusOf(t, h.status(t), "CORE").InDoubt)
+	assert.Equal(t, `{"in_doubt":[]}`+"\n", h.mustGet(t, "/in-doubt"))
+	assert.Empty(t, inDoubtLines(t, journal))
+}
+
+// keys returns the keys of m.
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

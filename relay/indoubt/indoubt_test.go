@@ -1,0 +1,321 @@
+package indoubt
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testEntry(txid string) Entry {
+	return Entry{
+		Time:          time.Date(2026, 12, 1, 17, 30, 0, 123456789, time.UTC),
+		Hub:           "hub-a:9200",
+		TxID:          txid,
+		Target:        "CORE",
+		URL:           "http://127.0.0.1:9201",
+		Code:          "E901",
+		Stage:         "request_sent",
+		BytesSent:     123,
+		PayloadSHA256: sha256.Sum256([]byte("XFER 1001 1002 2500")),
+	}
+}
+
+func TestEntryIsTheJournalFormat(t *testing.T) {
+	e := testEntry("T1")
+	line := string(e.AppendJSON(nil))
+	assert.Equal(t, `{"time":"2026-12-01T17:30:00.123Z","hub":"hub-a:9200","txid":"T1","target":"CORE","url":"http://127.0.0.1:9201",`+
+		`"code":"E901","stage":"request_sent","bytes_sent":123,"payload_sha256":"`+fmt.Sprintf("%x", e.PayloadSHA256)+`"}`, line)
+
+	t.Run("strings are escaped", func(t *testing.T) {
+		e := testEntry("T1")
+		e.Hub = "a\"b\\c\nd\x01é\xff"
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(e.AppendJSON(nil), &got))
+		assert.Equal(t, "a\"b\\c\nd\x01é\uFFFD", got["hub"])
+	})
+	t.Run("time is UTC", func(t *testing.T) {
+		e := testEntry("T1")
+		e.Time = time.Date(2026, 12, 1, 18, 30, 0, 5e6, time.FixedZone("CET", 3600))
+		assert.Contains(t, string(e.AppendJSON(nil)), `"time":"2026-12-01T17:30:00.005Z"`)
+	})
+}
+
+func openTest(t *testing.T, cfg Config) *Journal {
+	t.Helper()
+	if cfg.Path == "" {
+		cfg.Path = filepath.Join(t.TempDir(), "in-doubt.log")
+	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	j, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	return j
+}
+
+// readLines returns the lines of the file at path, each decoded.
+func readLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
+		out = append(out, m)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+func TestAppendIsInTheFileWhenItReturns(t *testing.T) {
+	j := openTest(t, Config{})
+	for _, txid := range []string{"T1", "T2"} {
+		e := testEntry(txid)
+		require.NoError(t, j.Append(&e))
+		lines := readLines(t, j.Path())
+		require.NotEmpty(t, lines)
+		assert.Equal(t, txid, lines[len(lines)-1]["txid"], "the line is written before Append returns")
+	}
+	assert.Equal(t, int64(2), j.syncs.Load(), "each line fsynced before Append returned")
+}
+
+func TestAppendAppendsToAnExistingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in-doubt.log")
+	require.NoError(t, os.WriteFile(path, []byte("{\"txid\":\"OLD\"}\n"), 0o640))
+	j := openTest(t, Config{Path: path})
+	e := testEntry("NEW")
+	require.NoError(t, j.Append(&e))
+	lines := readLines(t, path)
+	require.Len(t, lines, 2)
+	assert.Equal(t, "OLD", lines[0]["txid"])
+	assert.Equal(t, "NEW", lines[1]["txid"])
+}
+
+// blockSync makes j's fsyncs wait for release, and reports each one on
+// entered.
+func blockSync(j *Journal) (entered chan struct{}, release chan struct{}) {
+	entered, release = make(chan struct{}, 100), make(chan struct{})
+	sync := j.sync
+	j.sync = func() error {
+		entered <- struct{}{}
+		<-release
+		return sync()
+	}
+	return entered, release
+}
+
+// TestConcurrentAppendsShareAnFsync holds the first fsync while ten more
+// callers queue their lines: they go out together, in one write and one
+// fsync.
+func TestConcurrentAppendsShareAnFsync(t *testing.T) {
+	j := openTest(t, Config{})
+	entered, release := blockSync(j)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 11)
+	appendOne := func(txid string) {
+		defer wg.Done()
+		e := testEntry(txid)
+		errs <- j.Append(&e)
+	}
+	wg.Add(1)
+	go appendOne("FIRST")
+	<-entered
+	for i := range 10 {
+		wg.Add(1)
+		go appendOne(fmt.Sprintf("T%d", i))
+	}
+	require.Eventually(t, func() bool { return len(j.queue) == 10 }, 5*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(2), j.syncs.Load(), "one fsync for the first line, one for the ten queued behind it")
+	assert.Len(t, readLines(t, j.Path()), 11)
+}
+
+func TestAppendUnderConcurrency(t *testing.T) {
+	j := openTest(t, Config{})
+	const callers, each = 32, 20
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				e := testEntry(fmt.Sprintf("C%d-%d", c, i))
+				assert.NoError(t, j.Append(&e))
+			}
+		}()
+	}
+	wg.Wait()
+	lines := readLines(t, j.Path())
+	require.Len(t, lines, callers*each, "every line whole, none lost or split")
+	seen := make(map[any]bool)
+	for _, l := range lines {
+		seen[l["txid"]] = true
+	}
+	assert.Len(t, seen, callers*each)
+	assert.LessOrEqual(t, j.syncs.Load(), int64(callers*each))
+}
+
+func TestAppendFailures(t *testing.T) {
+	t.Run("write error", func(t *testing.T) {
+		j := openTest(t, Config{})
+		require.NoError(t, j.file.Close())
+		e := testEntry("T1")
+		assert.ErrorIs(t, j.Append(&e), os.ErrClosed)
+	})
+	t.Run("fsync error", func(t *testing.T) {
+		j := openTest(t, Config{})
+		boom := errors.New("disk gone")
+		j.sync = func() error { return boom }
+		e := testEntry("T1")
+		assert.ErrorIs(t, j.Append(&e), boom)
+	})
+	t.Run("queue full", func(t *testing.T) {
+		j := openTest(t, Config{QueueSize: 1, WaitTimeout: time.Minute})
+		entered, release := blockSync(j)
+		defer close(release)
+		first, second := make(chan error, 1), make(chan error, 1)
+		go func() { e := testEntry("T1"); first <- j.Append(&e) }()
+		<-entered
+		go func() { e := testEntry("T2"); second <- j.Append(&e) }()
+		require.Eventually(t, func() bool { return len(j.queue) == 1 }, 5*time.Second, time.Millisecond)
+		e := testEntry("T3")
+		assert.ErrorIs(t, j.Append(&e), ErrQueueFull, "never waits for room")
+	})
+	t.Run("stalled fsync", func(t *testing.T) {
+		j := openTest(t, Config{WaitTimeout: 20 * time.Millisecond})
+		_, release := blockSync(j)
+		defer close(release)
+		e := testEntry("T1")
+		start := time.Now()
+		assert.ErrorIs(t, j.Append(&e), ErrWaitTimeout)
+		assert.Less(t, time.Since(start), 5*time.Second)
+	})
+	t.Run("closed", func(t *testing.T) {
+		j := openTest(t, Config{})
+		require.NoError(t, j.Close())
+		require.NoError(t, j.Close(), "Close is idempotent")
+		e := testEntry("T1")
+		assert.ErrorIs(t, j.Append(&e), ErrClosed)
+	})
+}
+
+func TestOpenFailsOnAPathItCannotWrite(t *testing.T) {
+	_, err := Open(Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "in-doubt.log")})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in-doubt.log")
+}
+
+func TestRing(t *testing.T) {
+	r := NewRing(3)
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	txids := func(es []Entry) []string {
+		out := []string{}
+		for _, e := range es {
+			out = append(out, e.TxID)
+		}
+		return out
+	}
+	assert.Empty(t, r.Since(time.Time{}))
+	for i := range 5 {
+		e := testEntry(fmt.Sprintf("T%d", i))
+		e.Time = base.Add(time.Duration(i) * time.Second)
+		r.Add(e)
+	}
+	assert.Equal(t, []string{"T2", "T3", "T4"}, txids(r.Since(time.Time{})), "the last three, oldest first")
+	assert.Equal(t, []string{"T3", "T4"}, txids(r.Since(base.Add(3*time.Second))), "since is inclusive")
+	assert.Empty(t, r.Since(base.Add(time.Hour)))
+}
+
+func ExampleJournal() {
+	dir, _ := os.MkdirTemp("", "indoubt")
+	defer os.RemoveAll(dir)
+	j, err := Open(Config{Path: filepath.Join(dir, "in-doubt.log")})
+	if err != nil {
+		panic(err)
+	}
+	e := Entry{Time: time.Date(2026, 12, 1, 17, 30, 0, 0, time.UTC), Hub: "hub-a", TxID: "T1", Target: "CORE",
+		URL: "http://127.0.0.1:9201", Code: "E901", Stage: "request_sent", BytesSent: 120,
+		PayloadSHA256: sha256.Sum256([]byte("BAL 1001"))}
+	if err := j.Append(&e); err != nil {
+		panic(err)
+	}
+	_ = j.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, "in-doubt.log"))
+	fmt.Print(string(b))
+	// Output:
+	// {"time":"2026-12-01T17:30:00.000Z","hub":"hub-a","txid":"T1","target":"CORE","url":"http://127.0.0.1:9201","code":"E901","stage":"request_sent","bytes_sent":120,"payload_sha256":"14d5894f9127a9a4b636a8421550e2bc2730ee0201eafa02d9aa63be1d8241fc"}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			j, err := Open(Config{Path: filepath.Join(b.TempDir(), "in-doubt.log")})
+			require.NoError(b, err)
+			defer j.Close()
+			b.SetParallelism((callers + 1) / 2) // × GOMAXPROCS; exact when it is 2
+			if callers == 1 {
+				b.SetParallelism(1)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := j.syncs.Load()
+			if callers == 1 {
+				e := testEntry("T1")
+				for b.Loop() {
+					if err := j.Append(&e); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.RunParallel(func(pb *testing.PB) {
+					e := testEntry("T1")
+					for pb.Next() {
+						if err := j.Append(&e); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(b.N)/float64(max(j.syncs.Load()-start, 1)), "lines/fsync")
+		})
+	}
+}
+
+// TestAppendDoesNotAllocate checks that an append, its line written and
+// fsynced, allocates nothing once its pooled buffers are warm: the line's
+// buffer, its queue entry and its timer are reused.
+func TestAppendDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	j := openTest(t, Config{})
+	e := testEntry("T1")
+	require.NoError(t, j.Append(&e))
+	var failed error
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := j.Append(&e); err != nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	assert.Zero(t, allocs)
+}
