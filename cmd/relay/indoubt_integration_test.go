@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
 // These tests start the real relay and fixture binaries and hold them to
@@ -109,6 +111,76 @@ func TestFailureBeforeSendIsNotInDoubtAndIsTriedOnceMore(t *testing.T) {
 }
 
 // keys returns the keys of m.
+// TestLateBookingsAreReconciledAppliedOnce: a CORE that books at once but
+// answers after the relay's target timeout leaves its clients with E901
+// for withdrawals it did book; relayctl reconcile, reading the relay's
+// journal, finds every one of them applied, none missing, and CORE's
+// ledger shows each applied exactly once.
+func TestLateBookingsAreReconciledAppliedOnce(t *testing.T) {
+	const n = 10
+	// Given CORE booking at once and answering after 1 s, and a relay that
+	// waits 300 ms, journals calls in doubt, and neither trips nor fills
+	// over n of them,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "300ms",
+		"--in-doubt-log", journal, "--fail-threshold", "1000", "--max-inflight", fmt.Sprint(2*n))
+	c := proctest.Dial(t, h.Addr())
+
+	// when n distinct withdrawals are sent at once,
+	lines := make([]string, n)
+	for i := range n {
+		lines[i] = fmt.Sprintf("LATE-%d|CORE|WD ACC%d 100", i, i)
+	}
+	c.Send(lines...)
+
+	// then each client answer is a timeout of unknown outcome,
+	answers := proctest.ByTxID(t, c.ReadAnswers(n))
+	require.Len(t, answers, n)
+	for i := range n {
+		txid := fmt.Sprintf("LATE-%d", i)
+		a := answers[txid]
+		assert.Equal(t, "E901", a.Code, txid)
+		assert.Contains(t, a.Message, "; outcome unknown", txid)
+	}
+
+	// reconcile finds every one of them applied with the booking's answer,
+	// none missing, nothing unknown, and exits 0,
+	res := proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal, "--json")
+	require.Equal(t, 0, res.ExitCode, res.Stdout+res.Stderr)
+	var report struct {
+		Results []reconcile.Result `json:"results"`
+		Summary reconcile.Summary  `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &report), res.Stdout)
+	got := map[string]string{}
+	for _, r := range report.Results {
+		detail := string(r.Outcome)
+		if r.Answer != nil {
+			detail += " " + r.Answer.Code + " " + r.Answer.Message
+		}
+		got[r.TxID] = detail
+	}
+	want := map[string]string{}
+	for i := range n {
+		want[fmt.Sprintf("LATE-%d", i)] = "applied 0000 balance=99900"
+	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, reconcile.Summary{InDoubt: n, Applied: n}, report.Summary)
+
+	// and, asked directly once it answers at once again, CORE reached each
+	// withdrawal once and booked it exactly once.
+	core.Ctl(t, `{"mode":"normal"}`)
+	st := core.SettledStats(t)
+	assert.Equal(t, int64(n), st.Calls, "each withdrawal reached CORE once")
+	for i := range n {
+		a, err := proctest.Tx(core.URL, fmt.Sprintf("BAL-%d", i), fmt.Sprintf("BAL ACC%d", i))
+		require.NoError(t, err)
+		assert.Equal(t, "balance=99900", a.Message, "ACC%d", i)
+	}
+}
+
 func keys(m map[string]any) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
