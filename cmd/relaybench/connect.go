@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -70,5 +71,9 @@ func (c *connectCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return err
 	}
-	return reportTo(s, c.JSON)(p.Run(ctx))
+	sum, err := p.Run(ctx)
+	if err != nil {
+		return cmdline.Exit(2, err)
+	}
+	return cmdline.Report(s, sum, c.JSON)
 }

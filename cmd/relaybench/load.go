@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -51,22 +52,5 @@ func (c *loadCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return err
 	}
-	var p *loadgen.ProgressPrinter
-	if !c.Quiet {
-		p = &loadgen.ProgressPrinter{W: s.Err, TTY: s.ErrTTY}
-		cfg.Progress = p.Print
-	}
-	g, err := loadgen.New(cfg)
-	if err != nil {
-		return err
-	}
-	res, err := g.Run(ctx)
-	if p != nil {
-		p.Finish()
-	}
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	sum := g.Summary(res)
-	return exitFor(loadgen.Print(s.Out, sum, c.JSON))
+	return cmdline.RunLoad(ctx, s, cfg, c.Quiet, c.JSON)
 }

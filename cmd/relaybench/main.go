@@ -28,17 +28,12 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"io"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
 	"github.com/alecthomas/kong"
-	"github.com/mattn/go-isatty"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -64,55 +59,8 @@ type HubFlags struct {
 	loadgen.TLSFlags `embed:"" envprefix:"RELAYBENCH_"`
 }
 
-// streams are where a command writes. The summary goes to Out, progress
-// and diagnostics to Err, so Out stays clean for --json. Each writer is
-// used by one goroutine at a time.
-type streams struct {
-	Out    io.Writer
-	Err    io.Writer
-	ErrTTY bool // Err is a terminal: progress rewrites one line
-}
-
-// exitError ends the program with a given status; an immutable value.
-// Without err nothing more is printed.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return "exit status " + strconv.Itoa(e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
-// ExitCode makes kong exit with the command's status.
-func (e *exitError) ExitCode() int { return e.code }
-
-// exitFor is the result of a command that printed its report with
-// loadgen.Print: the error of the printing, else exit status 1 when the
-// run had problems.
-func exitFor(problems string, err error) error {
-	if err == nil && problems != "" {
-		return &exitError{code: 1, err: errors.New(problems)}
-	}
-	return err
-}
-
-// reportTo returns what ends a command that ran a probe: given the run's
-// report, or why the run failed (exit status 2), it prints the report with
-// loadgen.Print and returns as exitFor does.
-func reportTo(s *streams, asJSON bool) func(loadgen.Report, error) error {
-	return func(r loadgen.Report, err error) error {
-		if err != nil {
-			return &exitError{code: 2, err: err}
-		}
-		return exitFor(loadgen.Print(s.Out, r, asJSON))
-	}
-}
+// streams are where a command reads and writes.
+type streams = cmdline.Streams
 
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
@@ -128,19 +76,5 @@ func main() {
 	if err != nil {
 		panic(err) // the cli struct's tags are wrong: a build defect
 	}
-	kctx, err := parser.Parse(os.Args[1:])
-	parser.FatalIfErrorf(err)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// A second Ctrl-C should kill a run that is draining, so the handler
-	// is dropped after the first.
-	context.AfterFunc(ctx, stop)
-
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	err = kctx.Run(&streams{Out: os.Stdout, Err: os.Stderr, ErrTTY: isatty.IsTerminal(os.Stderr.Fd())})
-	if ee, ok := errors.AsType[*exitError](err); ok && ee.err == nil {
-		os.Exit(ee.code)
-	}
-	kctx.FatalIfErrorf(err)
+	cmdline.Main(parser, os.Args[1:], nil)
 }

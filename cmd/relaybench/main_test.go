@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
@@ -42,18 +42,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int, err err
 	var out, errOut bytes.Buffer
 	kctx.BindTo(t.Context(), (*context.Context)(nil))
 	err = kctx.Run(&streams{Out: &out, Err: &errOut})
-	return out.String(), errOut.String(), exitCode(err), err
-}
-
-// exitCode is the status main exits with for a command's error.
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	if ee, ok := errors.AsType[*exitError](err); ok {
-		return ee.code
-	}
-	return 1
+	return out.String(), errOut.String(), cmdline.Code(err), err
 }
 
 func TestParseLoadBenchmarkFlags(t *testing.T) {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -30,33 +30,5 @@ func (c *loadCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return err
 	}
-	var p *loadgen.ProgressPrinter
-	if !c.Quiet {
-		p = &loadgen.ProgressPrinter{W: s.Err, TTY: s.ErrTTY}
-		cfg.Progress = p.Print
-	}
-	g, err := loadgen.New(cfg)
-	if err != nil {
-		return err
-	}
-	res, err := g.Run(ctx)
-	if p != nil {
-		p.Finish()
-	}
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	sum := g.Summary(res)
-	if c.JSON {
-		err = sum.WriteJSON(s.Out)
-	} else {
-		err = sum.WriteText(s.Out)
-	}
-	if err != nil {
-		return err
-	}
-	if bad := sum.Problems(); bad != "" {
-		return &exitError{code: 1, err: errors.New(bad)}
-	}
-	return nil
+	return cmdline.RunLoad(ctx, s, cfg, c.Quiet, c.JSON)
 }

@@ -36,18 +36,14 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/alecthomas/kong"
-	"github.com/mattn/go-isatty"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -64,35 +60,8 @@ type cli struct {
 	Reconcile reconcileCmd     `cmd:"" help:"Ask each target whether it applied each transaction of the hub's in-doubt journal."`
 }
 
-// streams are where a command writes. The summary goes to Out, progress
-// and diagnostics to Err, so Out stays clean for --json. Each writer is
-// used by one goroutine at a time.
-type streams struct {
-	In     io.Reader // standard input, for a file given as -
-	Out    io.Writer
-	Err    io.Writer
-	ErrTTY bool // Err is a terminal: progress rewrites one line
-}
-
-// exitError ends the program with a given status; an immutable value. Without err nothing more
-// is printed, for outcomes the command has already shown (a rejected
-// transaction's answer line).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return "exit status " + strconv.Itoa(e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
-// ExitCode makes kong exit with the command's status.
-func (e *exitError) ExitCode() int { return e.code }
+// streams are where a command reads and writes.
+type streams = cmdline.Streams
 
 func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, append([]kong.Option{
@@ -116,24 +85,11 @@ func main() {
 	if err != nil {
 		panic(err) // the cli struct's tags are wrong: a build defect
 	}
-	kctx, err := parser.Parse(os.Args[1:])
-	if err != nil && isReconcile(err) {
-		// reconcile's statuses are 0 settled, 1 unsettled, 2 not checked.
-		parser.Errorf("%s", err)
-		os.Exit(2)
-	}
-	parser.FatalIfErrorf(err)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// A second Ctrl-C should kill a run that is draining, so the handler
-	// is dropped after the first.
-	context.AfterFunc(ctx, stop)
-
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	err = kctx.Run(&streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, ErrTTY: isatty.IsTerminal(os.Stderr.Fd())})
-	if ee, ok := errors.AsType[*exitError](err); ok && ee.err == nil {
-		os.Exit(ee.code)
-	}
-	kctx.FatalIfErrorf(err)
+	cmdline.Main(parser, os.Args[1:], func(err error) {
+		if isReconcile(err) {
+			// reconcile's statuses are 0 settled, 1 unsettled, 2 not checked.
+			parser.Errorf("%s", err)
+			os.Exit(2)
+		}
+	})
 }

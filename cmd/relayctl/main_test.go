@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
@@ -111,7 +112,7 @@ func TestRunLoadCommandEndToEnd(t *testing.T) {
 			kctx.BindTo(t.Context(), (*context.Context)(nil))
 			err = kctx.Run(&streams{Out: &out, Err: &errOut})
 
-			assert.Equal(t, tt.wantCode, exitCode(err))
+			assert.Equal(t, tt.wantCode, cmdline.Code(err))
 			assert.Empty(t, errOut.String(), "--quiet prints no progress")
 			var sum loadgen.Summary
 			require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
@@ -133,7 +134,7 @@ func TestRunLoadCommandCannotConnect(t *testing.T) {
 	kctx.BindTo(t.Context(), (*context.Context)(nil))
 	var out bytes.Buffer
 	err = kctx.Run(&streams{Out: &out, Err: &bytes.Buffer{}})
-	assert.Equal(t, 2, exitCode(err))
+	assert.Equal(t, 2, cmdline.Code(err))
 	assert.ErrorIs(t, err, loadgen.ErrDialAll)
 	assert.Empty(t, out.String())
 }

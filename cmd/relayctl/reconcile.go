@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
@@ -52,20 +53,20 @@ type reconcileReport struct {
 func (c *reconcileCmd) Run(ctx context.Context, s *streams) error {
 	tlsConfig, err := c.ClientConfig()
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cmdline.Exit(2, err)
 	}
 	in := s.In
 	if c.InDoubtLog != "-" {
 		f, err := os.Open(c.InDoubtLog)
 		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("--in-doubt-log: %w", err)}
+			return cmdline.Exit(2, fmt.Errorf("--in-doubt-log: %w", err))
 		}
 		defer f.Close()
 		in = f
 	}
 	entries, bad, err := reconcile.ReadJournal(in)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("--in-doubt-log %s: %w", c.InDoubtLog, err)}
+		return cmdline.Exit(2, fmt.Errorf("--in-doubt-log %s: %w", c.InDoubtLog, err))
 	}
 	checker := reconcile.New(reconcile.Config{
 		Client:      &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}},
@@ -91,7 +92,7 @@ func (c *reconcileCmd) Run(ctx context.Context, s *streams) error {
 		return err
 	}
 	if !report.Summary.Settled() {
-		return &exitError{code: 1}
+		return cmdline.Exit(1, nil)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
@@ -65,17 +66,17 @@ func (c *sendCmd) Run(ctx context.Context, s *streams) error {
 	defer cancel()
 	answer, err := sendOne(ctx, c.Addr, tlsConfig, txid, c.Target, c.Payload)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cmdline.Exit(2, err)
 	}
 	fmt.Fprintln(s.Out, answer)
 	gotTxID, code, _, ok := loadgen.ParseAnswer([]byte(answer))
 	switch {
 	case !ok:
-		return &exitError{code: 1, err: fmt.Errorf("malformed answer %q", answer)}
+		return cmdline.Exit(1, fmt.Errorf("malformed answer %q", answer))
 	case string(gotTxID) != txid && string(gotTxID) != "-":
-		return &exitError{code: 1, err: fmt.Errorf("answer is for TXID %q, not %q", gotTxID, txid)}
+		return cmdline.Exit(1, fmt.Errorf("answer is for TXID %q, not %q", gotTxID, txid))
 	case !loadgen.CodeSucceeded(code):
-		return &exitError{code: 1}
+		return cmdline.Exit(1, nil)
 	}
 	return nil
 }

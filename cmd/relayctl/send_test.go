@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -12,20 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
-
-// exitCode is the status main exits with for a command's error.
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	if ee, ok := errors.AsType[*exitError](err); ok {
-		return ee.code
-	}
-	return 1
-}
 
 func runSend(t *testing.T, c sendCmd) (stdout string, code int, err error) {
 	t.Helper()
@@ -35,7 +24,7 @@ func runSend(t *testing.T, c sendCmd) (stdout string, code int, err error) {
 	require.NoError(t, c.Validate())
 	var out, errOut bytes.Buffer
 	err = c.Run(t.Context(), &streams{Out: &out, Err: &errOut})
-	return out.String(), exitCode(err), err
+	return out.String(), cmdline.Code(err), err
 }
 
 func TestSendExitStatus(t *testing.T) {

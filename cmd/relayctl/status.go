@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -96,12 +97,12 @@ func (c *statusCmd) Run(ctx context.Context, s *streams) error {
 		if ue, ok := errors.AsType[*neturl.Error](err); ok {
 			err = ue.Err
 		}
-		return &exitError{code: 2, err: fmt.Errorf("GET %s: %w", url, err)}
+		return cmdline.Exit(2, fmt.Errorf("GET %s: %w", url, err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBytes))
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("GET %s: read body: %w", url, err)}
+		return cmdline.Exit(2, fmt.Errorf("GET %s: read body: %w", url, err))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, firstLine(body))

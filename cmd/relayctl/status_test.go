@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/cmdline"
 )
 
 const statusJSON = `{"draining":false,"goroutines":42,"targets":[` +
@@ -42,7 +44,7 @@ func runStatus(t *testing.T, c statusCmd) (string, int, error) {
 	require.NoError(t, c.Validate())
 	var out bytes.Buffer
 	err := c.Run(t.Context(), &streams{Out: &out, Err: &bytes.Buffer{}})
-	return out.String(), exitCode(err), err
+	return out.String(), cmdline.Code(err), err
 }
 
 func TestStatusTable(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relayhub/relayhub/fixtures"
 	"github.com/relayhub/relayhub/internal/certtest"
+	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/loadgen"
 	"github.com/relayhub/relayhub/relay"
@@ -112,6 +113,6 @@ func TestReconcileOverMutualTLS(t *testing.T) {
 	out.Reset()
 	c.Cert, c.Key = "", ""
 	err = c.Run(t.Context(), &streams{Out: &out})
-	assert.Equal(t, 1, exitCode(err))
+	assert.Equal(t, 1, cmdline.Code(err))
 	assert.Contains(t, out.String(), "1 unknown")
 }
