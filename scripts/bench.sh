@@ -18,7 +18,13 @@
 #   3. isolation: CORE slow; 500 connections hammer CORE (flat out, then
 #      paced at STORM_RATE) while 16 send CLAIM at a fixed rate; against the
 #      same CLAIM load with CORE idle. CLAIM latency is that of the answers
-#      CLAIM processed (0000/Bnnn): fast E905s must not flatter it.
+#      CLAIM processed (0000/Bnnn): fast E905s must not flatter it. Then
+#      (3b) CORE open: its target dead and its breaker tripped, so every
+#      CORE line is refused E904 at once; 500 connections send CORE lines
+#      flat out while CLAIM runs as above, against CLAIM alone, round by
+#      round; with BEFORE_RELAY set, the same on that relay binary too, in
+#      the same rounds (before/after a change). SCENARIOS=3a runs only the
+#      slow part, SCENARIOS=3b only the open part.
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); relay RSS per connection, fresh relay every run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
@@ -67,10 +73,16 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
 STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
 STRACE_SECONDS=${STRACE_SECONDS:-3}
+BEFORE_RELAY=${BEFORE_RELAY:-}    # scenario 3b: another relay binary, measured in the same rounds
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
 
-# want N: whether scenario N is to run.
-want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+# want N: whether scenario N is to run; 3a and 3b, the parts of scenario 3,
+# run with 3 too.
+want() {
+  [[ " $SCENARIOS " == *" $1 "* ]] && return
+  [[ $1 == 3[ab] ]] && want 3
+}
+[[ -z $BEFORE_RELAY || -x $BEFORE_RELAY ]] || { echo "bench: BEFORE_RELAY=$BEFORE_RELAY is not an executable" >&2; exit 1; }
 
 # ---------------------------------------------------------------- setup --
 
@@ -143,11 +155,12 @@ start_fixture() {
 
 # start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
+# RELAY_BIN, when set, is the binary started instead of bin/relay.
 start_relay() {
   local name=$1
   shift
   : >"$out/relay-$name.log"
-  bin/relay --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
+  "${RELAY_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
     >/dev/null 2>"$out/relay-$name.log" &
   RELAY_PID=$!
   pids+=("$RELAY_PID")
@@ -497,6 +510,34 @@ proxy_report() {
   } >>"$out/table.md"
 }
 
+# open_report appends scenario 3b's tables: CLAIM alone and during the
+# open-CORE storm, per relay; the ratios per round; the storm itself.
+open_report() {
+  local side f
+  {
+    echo
+    echo "| 3b isolation, CORE open, CLAIM $CLAIM_CONNS conns at $CLAIM_RATE/s | relay | CLAIM answers/s | CLAIM p50 ms (0000) | CLAIM p99 ms (0000) | CLAIM E905 | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    for side in "${io_sides[@]}"; do
+      for s in alone during; do
+        f=("$out"/s3b-$side-$s-*.json)
+        echo "| $([[ $s == alone ]] && echo "CLAIM alone" || echo "during $STORM_CONNS conns flat out on open CORE") | $side | $(agg %.0f .throughput "${f[@]}") | $(agg %.2f '.latency_ok_us.p50/1000' "${f[@]}") | $(agg %.2f '.latency_ok_us.p99/1000' "${f[@]}") | $(jq -s 'map(.codes["E905"] // 0) | add' "${f[@]}") ($(share E905 "${f[@]}" | awk '{ printf "%.2f%%", $1 }')) | $(errors "${f[@]}") |"
+      done
+    done
+    echo
+    echo "| 3b per round, median (min–max) of $RUNS | relay | CLAIM p99 during ÷ alone | CLAIM p50 during ÷ alone | storm E904/s | storm p99 ms | storm relay CPU µs/answer |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    for side in "${io_sides[@]}"; do
+      f=("$out"/s3b-$side-storm-*.json)
+      echo "| CORE open, $STORM_CONNS conns flat out | $side | $(agg %.2f .ok_p99_ratio "$out"/s3b-$side-pair-*.json) | $(agg %.2f .ok_p50_ratio "$out"/s3b-$side-pair-*.json) | $(agg %.0f '.codes["E904"] / .elapsed_seconds' "${f[@]}") | $(agg %.2f '.latency_us.p99/1000' "${f[@]}") | $(agg %.2f '.server_cpu[0].us_per_answer' "${f[@]}") |"
+    done
+    if [[ -n $BEFORE_RELAY ]]; then
+      echo
+      echo "Storm answers/s, after ÷ before, per round: $(agg %.2f .ratio "$out"/s3b-storm-pair-*.json); relay CPU per storm answer, after ÷ before: $(agg %.2f .cpu_ratio "$out"/s3b-storm-pair-*.json)."
+    fi
+  } >>"$out/table.md"
+}
+
 # ------------------------------------------------------------ aggregation --
 
 # agg FMT JQ FILE...: median (min–max) of JQ over the files, each printed
@@ -529,6 +570,7 @@ pair() {
     p99_ratio: ($a[0].latency_us.p99 / $b[0].latency_us.p99),
     p99_overhead_us: ($a[0].latency_us.p99 - $b[0].latency_us.p99),
     ok_p99_ratio: (if $b[0].latency_ok_us.p99 > 0 then $a[0].latency_ok_us.p99 / $b[0].latency_ok_us.p99 else null end),
+    ok_p50_ratio: (if $b[0].latency_ok_us.p50 > 0 then $a[0].latency_ok_us.p50 / $b[0].latency_ok_us.p50 else null end),
     cpu_ratio: (if ($b[0].server_cpu // [] | length) > 0 and $b[0].server_cpu[0].us_per_answer > 0
                 then $a[0].server_cpu[0].us_per_answer / $b[0].server_cpu[0].us_per_answer else null end)
   }' >"$out/$1.json"
@@ -710,7 +752,7 @@ fi
 
 # ------------------------------------------------------- 3. isolation --
 
-if want 3; then
+if want 3a; then
 echo "bench: 3. isolation: CLAIM while CORE is slow and hammered" >&2
 start_fixture CORE core --mode slow --delay-ms "$SLOW_MS"
 is_core=$FIX_PID is_core_url=$FIX_URL
@@ -746,6 +788,60 @@ done
 stop "$is_relay"
 stop "$is_core"
 stop "$is_claim"
+fi
+
+if want 3b; then
+echo "bench: 3b. isolation: CLAIM while CORE is open and hammered" >&2
+# The relays under test: this tree's, and BEFORE_RELAY's when set. Each
+# has a dead CORE, tripped by one call (E902), and a CLAIM fixture of its
+# own, so the two relays share nothing but the machine.
+io_sides=(after)
+[[ -n $BEFORE_RELAY ]] && io_sides+=(before)
+declare -A io_addr io_pid io_claim
+closed=$(free_port)
+for side in "${io_sides[@]}"; do
+  start_fixture "CLAIM-$side" claim
+  io_claim[$side]=$FIX_PID
+  bin=bin/relay
+  [[ $side == before ]] && bin=$BEFORE_RELAY
+  RELAY_BIN=$bin start_relay "open-$side" --target "CORE=http://127.0.0.1:$closed" --target "CLAIM=$FIX_URL" \
+    --fail-threshold 1 --reset-timeout 1h
+  io_addr[$side]=$RELAY_ADDR io_pid[$side]=$RELAY_PID
+  bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open on the $side relay: $answer"
+done
+# open_claim NAME SIDE: CLAIM's paced load through SIDE's relay.
+open_claim() {
+  load "$1" --addr "${io_addr[$2]}" --conns "$CLAIM_CONNS" --rate "$CLAIM_RATE" --mix CLAIM=100 \
+    --payload 'SUBMIT P{conn} 100'
+}
+# open_storm SIDE RUN: CLAIM measured while STORM_CONNS connections send
+# CORE lines flat out to SIDE's relay, started a second early.
+open_storm() {
+  bin/relaybench load --quiet --json --addr "${io_addr[$1]}" --conns "$STORM_CONNS" --mix CORE=100 \
+    --duration "$((DURATION + 2))s" --drain 2s --server-pid "${io_pid[$1]}" >"$out/s3b-$1-storm-$2.json" &
+  local storm=$!
+  pids+=("$storm")
+  sleep 1
+  open_claim "s3b-$1-during-$2" "$1"
+  wait "$storm" || echo "bench: open storm $1 $2: relaybench load exited $?" >&2
+  forget "$storm"
+}
+for run in $(seq "$RUNS"); do
+  for side in "${io_sides[@]}"; do
+    open_claim "s3b-$side-alone-$run" "$side"
+    open_storm "$side" "$run"
+    pair "s3b-$side-pair-$run" "$out/s3b-$side-during-$run.json" "$out/s3b-$side-alone-$run.json"
+  done
+  if [[ -n $BEFORE_RELAY ]]; then
+    pair "s3b-storm-pair-$run" "$out/s3b-after-storm-$run.json" "$out/s3b-before-storm-$run.json"
+  fi
+done
+for side in "${io_sides[@]}"; do
+  stop "${io_pid[$side]}"
+  stop "${io_claim[$side]}"
+done
 fi
 
 # ---------------------------------------------------------- 4. memory --
@@ -861,7 +957,7 @@ want 2 && for c in c16 c64 paced; do
     "$(agg %.1f '.client_cpu.us_per_answer' "${f[@]}")" \
     "$(errors "${f[@]}")"
 done
-want 3 && for s in alone during-flat during-paced; do
+want 3a && for s in alone during-flat during-paced; do
   f=("$out"/s3-$s-*.json)
   case $s in
   alone) label="CORE idle" ;;
@@ -876,11 +972,12 @@ want 3 && for s in alone during-flat during-paced; do
     "" \
     "$(errors "${f[@]}"); CLAIM E905 $(share E905 "${f[@]}" | awk '{ printf "%.2f%%", $1 }')"
 done
-want 3 && for s in flat paced; do
+want 3a && for s in flat paced; do
   f=("$out"/s3-storm-$s-*.json)
   load_row "3 isolation, the storm ($s)" "$STORM_CONNS conns → CORE" \
     "; E905 $(share E905 "${f[@]}" | awk '{ printf "%.1f%%", $1 }')" "${f[@]}"
 done
+want 3b && open_report
 want 6 && for c in ff full paced; do
   case $c in
   ff) label="fast-fail, $CONNS_FASTFAIL conns, depth 1" ;;
@@ -953,10 +1050,17 @@ want 2 && for c in c16 c64 paced; do
   esac
   verdict "full path $label: p99 overhead < 1 ms: $(fmt %.2f "$o") ms" "$(lt "$o" 1)"
 done
-want 3 && for s in flat paced; do
+want 3a && for s in flat paced; do
   r=$(med .ok_p99_ratio "$out"/s3-pair-$s-*.json)
   e=$(share E905 "$out"/s3-during-$s-*.json)
   verdict "isolation ($s storm): CLAIM p99 ≤ 1.2× alone: $(fmt %.2f "$r")×, and CLAIM E905 $(fmt %.2f "$e")% of its answers" "$(le "$r" 1.2)"
+done
+want 3b && for side in "${io_sides[@]}"; do
+  r=$(med .ok_p99_ratio "$out"/s3b-$side-pair-*.json)
+  a=$(jq -s 'map(.codes["E905"] // 0) | add' "$out"/s3b-$side-alone-*.json)
+  d=$(jq -s 'map(.codes["E905"] // 0) | add' "$out"/s3b-$side-during-*.json)
+  verdict "isolation (open CORE, $side): CLAIM p99 during the storm ≤ 2× alone: $(fmt %.2f "$r")×" "$(le "$r" 2)"
+  verdict "isolation (open CORE, $side): no CLAIM E905 from the storm: $d during, $a alone" "$(le "$d" "$a")"
 done
 want 4 && for mode in cold warm; do
   k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
