@@ -61,6 +61,9 @@ type conn struct {
 	hintSecs int64                     // the retry hint scratch holds, in seconds; 0: none yet
 	txid     [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
 	rdl      time.Time                 // the idle deadline armReadDeadline last set
+	refusals int                       // lines refused in a row, up to laneAfter: refusal-heavy at laneAfter
+	inTurn   bool                      // the connection has its turn in the refusal lane
+	turnWait *time.Timer               // times a wait for a turn (awaitTurn); nil until the first wait
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
@@ -186,20 +189,34 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // deadline is re-armed whenever the loop is about to wait for input, so it
 // measures time without a complete line; the flush and the re-arm share one
 // clock read.
+//
+// A refusal-heavy connection serves the lines it has read in its turn in
+// the refusal lane (see refusalLane): the lines of one read, every one
+// answered, then the turn ends with the flush, before the loop reads again.
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
+	defer c.leaveLane()
 	c.armReadDeadline(time.Now())
 	for {
 		line, tooLong, err := c.readLine()
+		if (tooLong || len(line) > 0) && c.refusals >= laneAfter && !c.inTurn {
+			c.awaitTurn()
+		}
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
 			c.noteUnparsed(line, protocol.CodeUnavailable)
 			answer(c, line, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
+			c.noteRefused()
 		case tooLong:
 			c.noteUnparsed(line, protocol.CodeMalformed)
 			answer(c, line, protocol.CodeMalformed, protocol.MsgLineTooLong, false)
+			c.noteRefused()
 		case len(line) > 0:
-			c.serveLine(line)
+			if c.serveLine(line) {
+				c.refusals = 0
+			} else {
+				c.noteRefused()
+			}
 		}
 		if err != nil {
 			c.flush()
@@ -209,6 +226,7 @@ func (c *conn) readLoop() readEnd {
 			now := time.Now()
 			c.flushAt(now)
 			c.armReadDeadline(now)
+			c.endTurn(now)
 		}
 	}
 }
@@ -436,12 +454,12 @@ func (s *Server) longBuf() *[]byte {
 
 // serveLine answers a malformed line E900 (E906 once shutting down, like
 // every line) and hands a well-formed one to dispatch. Its answers are
-// buffered: the read loop flushes.
-func (c *conn) serveLine(line []byte) {
+// buffered: the read loop flushes. It reports whether the line was
+// admitted: handed to a call, which answers it.
+func (c *conn) serveLine(line []byte) (admitted bool) {
 	req, err := protocol.ParseRequest(line)
 	if err == nil {
-		c.dispatch(req)
-		return
+		return c.dispatch(req)
 	}
 	var pe *protocol.ProtocolError
 	if !errors.As(err, &pe) {
@@ -454,6 +472,7 @@ func (c *conn) serveLine(line []byte) {
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
 	c.noteUnparsed(line[:len(pe.TxID)], code)
 	answer(c, pe.TxID, code, msg, false)
+	return false
 }
 
 // deadlineSlack is how much later than its timeout a connection's deadline

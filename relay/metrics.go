@@ -23,6 +23,7 @@ const (
 	metricInflight         = "relay_bulkhead_inflight"
 	metricDuration         = "relay_target_duration_seconds"
 	metricConnectionsOpen  = "relay_connections_open"
+	metricLaneWaiting      = "relay_refusal_lane_waiting"
 	metricAccessLogDropped = "relay_access_log_dropped_total"
 	metricFallbacks        = "relay_fallbacks_total"
 	metricPanics           = "relay_panics_total"
@@ -382,7 +383,8 @@ func (rm *routeMetrics) transition(t breaker.Transition) {
 // rather than kept up to date on every request: the breakers' states (of
 // the targets served now: a target a reload removed has no series), the
 // bulkheads' calls in
-// flight, the open connections, and the rejections, which are the
+// flight, the open connections, the connections waiting for a turn in the
+// refusal lane, and the rejections, which are the
 // E904 and E905 answers of relay_requests_total under another name, so a
 // refusal costs one increment, not two. Safe for concurrent use.
 type liveCollector struct {
@@ -390,6 +392,7 @@ type liveCollector struct {
 	state      *prometheus.Desc
 	inflight   *prometheus.Desc
 	conns      *prometheus.Desc
+	laneWait   *prometheus.Desc
 	rejections *prometheus.Desc
 }
 
@@ -401,6 +404,8 @@ func newLiveCollector() *liveCollector {
 			"Calls to the target holding a bulkhead slot now.", []string{labelTarget}, nil),
 		conns: prometheus.NewDesc(metricConnectionsOpen,
 			"Client connections being served now.", nil, nil),
+		laneWait: prometheus.NewDesc(metricLaneWaiting,
+			"Refusal-heavy client connections holding lines read and waiting for their turn to answer them now.", nil, nil),
 		rejections: prometheus.NewDesc(metricRejections,
 			"Requests refused without calling the target: reason open is the breaker (E904), full the bulkhead (E905).",
 			[]string{labelTarget, labelReason}, nil),
@@ -412,6 +417,7 @@ func (lc *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lc.state
 	ch <- lc.inflight
 	ch <- lc.conns
+	ch <- lc.laneWait
 	ch <- lc.rejections
 }
 
@@ -433,6 +439,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(lc.conns, prometheus.GaugeValue, float64(s.ConnectionsOpen()))
+	ch <- prometheus.MustNewConstMetric(lc.laneWait, prometheus.GaugeValue, float64(s.lane.waiting.Load()))
 }
 
 // counterValue reads a counter's current value.

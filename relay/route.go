@@ -187,7 +187,10 @@ func (s *Server) lookup(name []byte) *route {
 // A panic anywhere in here is a hub bug: the request is answered E907, a
 // breaker ticket taken is handed back with Cancel and a bulkhead slot taken
 // is released, so neither policy is left holding a leaked admission.
-func (c *conn) dispatch(req protocol.Request) {
+//
+// It reports whether the request was admitted and its call started (step
+// 5); every other request has been answered by the time it returns.
+func (c *conn) dispatch(req protocol.Request) (started bool) {
 	s := c.srv
 	// Counted before the shutdown check so that Shutdown, which sets the
 	// flag and then waits for this count to drain, cannot miss a call about
@@ -285,6 +288,7 @@ func (c *conn) dispatch(req protocol.Request) {
 	c.calls.Add(1)
 	s.startCall(rt, cl)
 	async = true
+	return true
 }
 
 // startCall runs cl on one of rt's idle call workers, or on a new one when

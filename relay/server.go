@@ -301,6 +301,13 @@ type Server struct {
 	inDoubtRecent *indoubt.Ring
 	hubID         atomic.Pointer[string]
 
+	// lane holds refusal-heavy connections back in turn (see refusalLane).
+	lane refusalLane
+	// draining is closed when Shutdown or Close begins, so that no
+	// connection waits any longer for a turn in the lane.
+	draining     chan struct{}
+	drainingOnce sync.Once
+
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
 	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
 	activeCalls atomic.Int64 // requests between admission and their answer
@@ -380,12 +387,14 @@ func New(cfg Config) (*Server, error) {
 		listeners:     make(map[*net.Listener]struct{}),
 		conns:         make(map[net.Conn]*conn),
 		stopWorkers:   make(chan struct{}),
+		draining:      make(chan struct{}),
 		inDoubtLog:    cfg.InDoubtLog,
 		inDoubtRecent: indoubt.NewRing(inDoubtRecent),
 	}
 	if id := cfg.HubID; id != "" {
 		s.hubID.Store(&id)
 	}
+	s.lane.init()
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
 	if cfg.TLS != nil {
@@ -843,6 +852,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// has been told "shutting down" can no longer connect.
 	lnErr := s.closeListeners()
 	s.inShutdown.Store(true)
+	s.drainingOnce.Do(func() { close(s.draining) })
 
 	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
 	if err == nil {
@@ -875,6 +885,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	err := s.closeListeners()
 	s.inShutdown.Store(true)
+	s.drainingOnce.Do(func() { close(s.draining) })
 	s.abortCalls()
 	s.closeConns()
 	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })

@@ -1,0 +1,149 @@
+package relay
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Fair reading: the refusal lane.
+//
+// A line the hub refuses (E900, E903, E904, E905, E908) is answered at
+// once, by the read loop, without a call. A client that sends such lines
+// flat out in a closed loop, say hundreds of connections hammering a target
+// whose breaker is open, therefore keeps its connections' goroutines
+// runnable for every line, and on a busy hub they take the CPU, and the
+// turns of Go's scheduler, that the other connections' calls need: their
+// lines are read late and their calls, slowed, fill their bulkheads.
+//
+// So a connection whose last laneAfter lines were all refused is
+// refusal-heavy, and serves the lines it reads in turn with the other
+// refusal-heavy connections: it waits for a turn in the lane, which has
+// room for laneTurns connections at a time; in its turn it answers every
+// complete line it has read (one read's worth), writes the answers, and
+// gives the turn on, first pausing for lanePause if the hub has had calls
+// in flight within laneCallsRecent, so that their goroutines and the
+// network poller get the CPU between two turns. Lines are read before the
+// wait and answered as soon as the turn comes; lines not yet read wait in
+// the socket. A connection leaves the lane with its first admitted line.
+// Connections that are not refusal-heavy never wait for the lane.
+const (
+	// laneAfter is how many refused lines in a row make a connection
+	// refusal-heavy.
+	laneAfter = 16
+	// laneTurns is how many refusal-heavy connections serve their lines
+	// at a time. One: with two or more, a storm keeps every P of the
+	// runtime busy and the network poller runs only when sysmon forces it
+	// (docs/BENCHMARKS.md, "Isolation under an open-CORE storm").
+	laneTurns = 1
+	// lanePause is the pause between two turns while the hub has calls in
+	// flight: short, it yields the CPU to whatever else is runnable and to
+	// the network poller, which then finds the calls' answers.
+	lanePause = 10 * time.Microsecond
+	// laneCallsRecent is how long after the hub last had calls in flight
+	// the lane keeps pausing between turns.
+	laneCallsRecent = time.Second
+	// laneStuck is how long a connection waits for a turn while no turn
+	// ends before it serves its lines without one: a connection blocked
+	// in its turn writing to a client that does not read (for up to
+	// WriteTimeout) must not hold every other refusal-heavy connection
+	// back with it.
+	laneStuck = 100 * time.Millisecond
+)
+
+// refusalLane is the turn taking of refusal-heavy connections. It is safe
+// for concurrent use.
+type refusalLane struct {
+	turn    chan struct{} // a token per connection in its turn; capacity laneTurns
+	ended   atomic.Uint64 // turns ended, so that a waiter tells a stuck lane from a busy one
+	waiting atomic.Int64  // connections waiting for a turn now
+	callsAt atomic.Int64  // when the end of a turn last found calls in flight, in Unix nanoseconds
+	stuck   time.Duration // laneStuck; tests lengthen it
+}
+
+// init readies l for use.
+func (l *refusalLane) init() {
+	l.turn = make(chan struct{}, laneTurns)
+	l.stuck = laneStuck
+}
+
+// noteRefused counts a refused line towards making the connection
+// refusal-heavy.
+func (c *conn) noteRefused() {
+	c.refusals = min(c.refusals+1, laneAfter)
+}
+
+// awaitTurn waits for the connection's turn in the lane. It returns without
+// one once the Server is shutting down (every line then gets E906 at once),
+// or when no turn has ended for the lane's stuck time.
+func (c *conn) awaitTurn() {
+	l := &c.srv.lane
+	select {
+	case l.turn <- struct{}{}:
+		c.inTurn = true
+		return
+	default:
+	}
+	l.waiting.Add(1)
+	defer l.waiting.Add(-1)
+	if c.turnWait == nil {
+		c.turnWait = time.NewTimer(l.stuck)
+	} else {
+		c.turnWait.Reset(l.stuck)
+	}
+	defer c.turnWait.Stop()
+	seen := l.ended.Load()
+	for {
+		select {
+		case l.turn <- struct{}{}:
+			c.inTurn = true
+			return
+		case <-c.srv.draining:
+			return
+		case <-c.turnWait.C:
+			ended := l.ended.Load()
+			if ended == seen {
+				return
+			}
+			seen = ended
+			c.turnWait.Reset(l.stuck)
+		}
+	}
+}
+
+// endTurn ends the connection's turn, if it has one, now that its answers
+// are written at now: after lanePause while the hub has had calls in flight
+// within laneCallsRecent.
+func (c *conn) endTurn(now time.Time) {
+	if !c.inTurn {
+		return
+	}
+	l := &c.srv.lane
+	at := now.UnixNano()
+	if c.srv.callsInFlight() {
+		l.callsAt.Store(at)
+	}
+	if at-l.callsAt.Load() < int64(laneCallsRecent) {
+		time.Sleep(lanePause)
+	}
+	c.leaveLane()
+}
+
+// leaveLane gives the connection's turn back, if it has one.
+func (c *conn) leaveLane() {
+	if !c.inTurn {
+		return
+	}
+	c.inTurn = false
+	c.srv.lane.ended.Add(1)
+	<-c.srv.lane.turn
+}
+
+// callsInFlight reports whether any target has a call in flight.
+func (s *Server) callsInFlight() bool {
+	for _, rt := range s.routeList() {
+		if rt.bulkhead.InFlight() > 0 {
+			return true
+		}
+	}
+	return false
+}

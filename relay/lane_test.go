@@ -1,0 +1,340 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/hubtest"
+)
+
+// laneServer serves a CORE whose breaker is open for an hour and a healthy
+// CLAIM that echoes its payload, with cfg's other settings. A connection
+// waits for its turn in the lane as long as the test holds the lane: no
+// wait gives up on a stuck lane.
+func laneServer(t *testing.T, cfg Config) (*Server, string) {
+	t.Helper()
+	claim := hubtest.NewTarget(t, hubtest.Echo)
+	base, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"}, Target{Name: "CLAIM", URL: claim.URL})
+	cfg.Targets, cfg.Clock, cfg.Logger = base.Targets, base.Clock, base.Logger
+	srv := openCoreServer(t, cfg)
+	srv.lane.stuck = time.Hour
+	return srv, hubtest.Serve(t, srv, ErrServerClosed)
+}
+
+// holdLane takes every turn of srv's lane, as connections in their turns
+// would, and returns the function that gives one of them back. The turns
+// still held are given back when the test ends.
+func holdLane(t *testing.T, srv *Server) (giveBack func()) {
+	t.Helper()
+	held := cap(srv.lane.turn)
+	for range held {
+		srv.lane.turn <- struct{}{}
+	}
+	giveBack = func() {
+		require.Positive(t, held, "no turn held")
+		held--
+		<-srv.lane.turn
+	}
+	t.Cleanup(func() {
+		for held > 0 {
+			giveBack()
+		}
+	})
+	return giveBack
+}
+
+// makeRefusalHeavy sends laneAfter CORE lines on c, one at a time, each
+// answered E904 at once, which makes c's connection refusal-heavy.
+func makeRefusalHeavy(t *testing.T, c *hubtest.Client, prefix string) {
+	t.Helper()
+	for i := range laneAfter {
+		txid := fmt.Sprintf("%s%d", prefix, i)
+		require.Equal(t, txid+"|E904|circuit open; retry after 3600s", c.RoundTrip(txid+"|CORE|BAL 1"))
+	}
+}
+
+// waitersBecome waits until n connections wait for a turn in srv's lane.
+func waitersBecome(t *testing.T, srv *Server, n int64) {
+	t.Helper()
+	hubtest.Eventually(t, func() bool { return srv.lane.waiting.Load() == n },
+		fmt.Sprintf("want %d connections waiting for a turn, have %d", n, srv.lane.waiting.Load()))
+}
+
+// expectNoAnswerYet checks that nothing is waiting to be read on c. The
+// caller has made sure that the hub cannot answer c now (its connection
+// waits for a turn the test holds), so the short wait cannot miss a late
+// answer; without the lane the answer would be there.
+func expectNoAnswerYet(t *testing.T, c *hubtest.Client) {
+	t.Helper()
+	require.NoError(t, c.Conn().SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	var b [1]byte
+	n, err := c.Conn().Read(b[:])
+	assert.Zero(t, n, "an answer arrived while its connection waited for a turn")
+	assert.True(t, errors.Is(err, os.ErrDeadlineExceeded), "want no answer yet, got %v", err)
+}
+
+func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
+	// Given a connection made refusal-heavy by laneAfter E904s in a row,
+	// and every turn of the lane held.
+	var cfg Config
+	reg := withMetrics(t, &cfg)
+	srv, addr := laneServer(t, cfg)
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	giveBack := holdLane(t, srv)
+
+	// When it sends two more lines, they are read and wait for a turn:
+	// unanswered, and counted as waiting.
+	heavy.Send("H1|CORE|BAL 1", "H2|CORE|BAL 2")
+	waitersBecome(t, srv, 1)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricLaneWaiting))
+
+	// Then the other connections are served meanwhile: admitted lines,
+	// and the refusals of a connection that is not refusal-heavy.
+	claim := hubtest.Dial(t, addr)
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", claim.RoundTrip("C1|CLAIM|SUBMIT P1 100"))
+	fresh := hubtest.Dial(t, addr)
+	assert.Equal(t, "F1|E904|circuit open; retry after 3600s", fresh.RoundTrip("F1|CORE|BAL 1"))
+	expectNoAnswerYet(t, heavy)
+
+	// When a turn is given back, both lines are answered in it.
+	giveBack()
+	assert.Equal(t, map[string]string{
+		"H1": "H1|E904|circuit open; retry after 3600s",
+		"H2": "H2|E904|circuit open; retry after 3600s",
+	}, heavy.ReadByTxID(2))
+	waitersBecome(t, srv, 0)
+	assert.Zero(t, hubtest.MetricValue(t, reg, metricLaneWaiting))
+}
+
+func TestAdmittedLineTakesTheConnectionOutOfTheLane(t *testing.T) {
+	// Given a refusal-heavy connection whose next line is admitted (in its
+	// turn: the lane is free).
+	srv, addr := laneServer(t, Config{})
+	c := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, c, "R")
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", c.RoundTrip("C1|CLAIM|SUBMIT P1 100"))
+
+	// When every turn is held, its refusals are answered at once again,
+	// until laneAfter of them in a row make it refusal-heavy anew.
+	giveBack := holdLane(t, srv)
+	makeRefusalHeavy(t, c, "A")
+	c.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+	expectNoAnswerYet(t, c)
+	giveBack()
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", c.Read())
+}
+
+func TestEveryKindOfRefusalCounts(t *testing.T) {
+	tests := []struct {
+		name, line, answer string
+	}{
+		{name: "breaker open", line: "T1|CORE|x", answer: "T1|E904|circuit open; retry after 3600s"},
+		{name: "unknown target", line: "T1|PAYROLL|x", answer: "T1|E903|unknown target"},
+		{name: "malformed", line: "T1|CORE", answer: "T1|E900|malformed line: want TXID|TARGET|PAYLOAD"},
+		{name: "too long", line: "T1|CORE|" + strings.Repeat("x", 100), answer: "T1|E900|line too long"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, addr := laneServer(t, Config{MaxLineBytes: 64})
+			c := hubtest.Dial(t, addr)
+			for range laneAfter {
+				require.Equal(t, tt.answer, c.RoundTrip(tt.line))
+			}
+			giveBack := holdLane(t, srv)
+			c.Send(tt.line)
+			waitersBecome(t, srv, 1)
+			giveBack()
+			assert.Equal(t, tt.answer, c.Read())
+		})
+	}
+}
+
+func TestShutdownDoesNotWaitForTheLane(t *testing.T) {
+	// Given a refusal-heavy connection waiting for a turn that never
+	// comes.
+	srv, addr := laneServer(t, Config{})
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	holdLane(t, srv)
+	heavy.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+
+	// When the hub shuts down, the line is answered E906 and the drain
+	// ends.
+	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
+	assert.Equal(t, "H1|E906|shutting down", heavy.Read())
+	heavy.ExpectEOF()
+	assert.NoError(t, <-done)
+}
+
+func TestWaitForATurnIsNotIdleTime(t *testing.T) {
+	// Given a short idle timeout and a refusal-heavy connection waiting
+	// for a turn, and an idle connection opened as the wait begins.
+	srv, addr := laneServer(t, Config{IdleTimeout: 200 * time.Millisecond})
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	giveBack := holdLane(t, srv)
+	heavy.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+	idle := hubtest.Dial(t, addr)
+
+	// When the idle connection has been closed for its idle time, the
+	// waiting one has waited longer than its idle timeout.
+	idle.ExpectEOF()
+
+	// Then, its turn come, it is answered and still serves.
+	giveBack()
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
+	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.RoundTrip("H2|CORE|BAL 1"))
+}
+
+func TestStuckTurnDoesNotHoldTheLaneBack(t *testing.T) {
+	// Given every turn held and never given back, as by connections blocked
+	// writing to clients that do not read, and a lane that gives up on a
+	// turn after 20 ms without one ending.
+	srv, addr := laneServer(t, Config{})
+	srv.lane.stuck = 20 * time.Millisecond
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	holdLane(t, srv)
+
+	// When the refusal-heavy connection sends a line, it is answered
+	// without a turn.
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
+	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.RoundTrip("H2|CORE|BAL 1"))
+}
+
+// TestLaneHammer runs refusal-heavy connections, pipelining, beside
+// connections whose lines are admitted, under the race detector: every
+// line is answered exactly once, and no connection is left waiting.
+func TestLaneHammer(t *testing.T) {
+	srv, addr := laneServer(t, Config{})
+	srv.lane.stuck = laneStuck
+	const (
+		heavyConns = 16
+		claimConns = 4
+		rounds     = 20
+		depth      = 8
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, heavyConns+claimConns)
+	run := func(target string, id int) {
+		defer wg.Done()
+		nc, err := net.DialTimeout("tcp", addr, hubtest.IOTimeout)
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer nc.Close()
+		if err := nc.SetDeadline(time.Now().Add(4 * hubtest.IOTimeout)); err != nil {
+			errs <- err
+			return
+		}
+		var in strings.Builder
+		buf := make([]byte, 0, 64<<10)
+		for r := range rounds {
+			in.Reset()
+			for d := range depth {
+				fmt.Fprintf(&in, "%s-%d-%d-%d|%s|SUBMIT P 1\n", target, id, r, d, target)
+			}
+			if _, err := io.WriteString(nc, in.String()); err != nil {
+				errs <- err
+				return
+			}
+			seen := map[string]bool{}
+			for len(seen) < depth {
+				n, err := nc.Read(buf[len(buf):cap(buf)])
+				if err != nil {
+					errs <- fmt.Errorf("%s %d round %d after %d answers: %w", target, id, r, len(seen), err)
+					return
+				}
+				buf = buf[:len(buf)+n]
+				for {
+					i := strings.IndexByte(string(buf), '\n')
+					if i < 0 {
+						break
+					}
+					txid, _, _ := strings.Cut(string(buf[:i]), "|")
+					if seen[txid] {
+						errs <- fmt.Errorf("%s answered twice", txid)
+						return
+					}
+					seen[txid] = true
+					buf = buf[:copy(buf, buf[i+1:])]
+				}
+			}
+		}
+		errs <- nil
+	}
+	wg.Add(heavyConns + claimConns)
+	for i := range heavyConns {
+		go run("CORE", i)
+	}
+	for i := range claimConns {
+		go run("CLAIM", i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	// A turn ends after its answers are written: the last one may still
+	// be ending.
+	hubtest.Eventually(t, func() bool { return srv.lane.waiting.Load() == 0 && len(srv.lane.turn) == 0 },
+		"a connection still waits for a turn, or a turn was not given back")
+}
+
+// TestRefusalHeavyLineDoesNotAllocate checks that a refusal-heavy
+// connection's E904 costs no allocation with its turn: taken, and given
+// back after the pause that calls in flight ask for.
+func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
+	srv, c, client := openCoreConn(t)
+	c.refusals = laneAfter
+	srv.lane.callsAt.Store(time.Now().Add(time.Hour).UnixNano()) // as if calls were in flight: every turn pauses
+	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
+	want := "TX-000123|E904|circuit open; retry after 3600s\n"
+	got := make([]byte, len(want))
+	require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
+	var failed error
+	turns := 0
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := client.Write(request); err != nil {
+			failed = err
+			return
+		}
+		line, _, err := c.readLine()
+		if err != nil {
+			failed = err
+			return
+		}
+		c.awaitTurn()
+		if c.inTurn {
+			turns++
+		}
+		c.serveLine(line)
+		c.noteRefused()
+		now := time.Now()
+		c.flushAt(now)
+		c.endTurn(now)
+		if _, err := io.ReadFull(client, got); err != nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	assert.Equal(t, want, string(got))
+	assert.Equal(t, 201, turns, "every line served in a turn")
+	assert.Empty(t, srv.lane.turn, "every turn given back")
+	assert.Zero(t, allocs)
+}
