@@ -191,15 +191,16 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // clock read.
 //
 // A refusal-heavy connection serves the lines it has read in its turn in
-// the refusal lane (see refusalLane): the lines of one read, every one
-// answered, then the turn ends with the flush, before the loop reads again.
+// the refusal lane while the lane is in force (see refusalLane): the lines
+// of one read, every one answered, then the turn ends after the flush,
+// before the loop reads again.
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
 	defer c.leaveLane()
 	c.armReadDeadline(time.Now())
 	for {
 		line, tooLong, err := c.readLine()
-		if (tooLong || len(line) > 0) && c.refusals >= laneAfter && !c.inTurn {
+		if (tooLong || len(line) > 0) && c.refusals >= laneAfter && !c.inTurn && c.srv.laneInForce() {
 			c.awaitTurn()
 		}
 		switch {
@@ -226,7 +227,7 @@ func (c *conn) readLoop() readEnd {
 			now := time.Now()
 			c.flushAt(now)
 			c.armReadDeadline(now)
-			c.endTurn(now)
+			c.endTurn()
 		}
 	}
 }

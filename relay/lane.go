@@ -15,17 +15,19 @@ import (
 // turns of Go's scheduler, that the other connections' calls need: their
 // lines are read late and their calls, slowed, fill their bulkheads.
 //
-// So a connection whose last laneAfter lines were all refused is
-// refusal-heavy, and serves the lines it reads in turn with the other
+// So, while the hub has calls in flight, or has had within
+// laneCallsRecent, a connection whose last laneAfter lines were all refused
+// is refusal-heavy, and serves the lines it reads in turn with the other
 // refusal-heavy connections: it waits for a turn in the lane, which has
 // room for laneTurns connections at a time; in its turn it answers every
 // complete line it has read (one read's worth), writes the answers, and
-// gives the turn on, first pausing for lanePause if the hub has had calls
-// in flight within laneCallsRecent, so that their goroutines and the
-// network poller get the CPU between two turns. Lines are read before the
-// wait and answered as soon as the turn comes; lines not yet read wait in
-// the socket. A connection leaves the lane with its first admitted line.
-// Connections that are not refusal-heavy never wait for the lane.
+// pauses for lanePause before it gives the turn on, so that the calls'
+// goroutines and the network poller get the CPU between two turns. Lines
+// are read before the wait and answered as soon as the turn comes; lines
+// not yet read wait in the socket. A connection leaves the lane with its
+// first admitted line. Connections that are not refusal-heavy never wait
+// for the lane, and with no call to make room for, neither do
+// refusal-heavy ones: a hub that only refuses answers as fast as it can.
 const (
 	// laneAfter is how many refused lines in a row make a connection
 	// refusal-heavy.
@@ -35,12 +37,12 @@ const (
 	// runtime busy and the network poller runs only when sysmon forces it
 	// (docs/BENCHMARKS.md, "Isolation under an open-CORE storm").
 	laneTurns = 1
-	// lanePause is the pause between two turns while the hub has calls in
-	// flight: short, it yields the CPU to whatever else is runnable and to
-	// the network poller, which then finds the calls' answers.
+	// lanePause is the pause at the end of a turn: short, it yields the
+	// CPU to whatever else is runnable and lets the network poller run,
+	// which then finds the calls' answers and their clients' next lines.
 	lanePause = 10 * time.Microsecond
 	// laneCallsRecent is how long after the hub last had calls in flight
-	// the lane keeps pausing between turns.
+	// the lane stays in force.
 	laneCallsRecent = time.Second
 	// laneStuck is how long a connection waits for a turn while no turn
 	// ends before it serves its lines without one: a connection blocked
@@ -56,7 +58,7 @@ type refusalLane struct {
 	turn    chan struct{} // a token per connection in its turn; capacity laneTurns
 	ended   atomic.Uint64 // turns ended, so that a waiter tells a stuck lane from a busy one
 	waiting atomic.Int64  // connections waiting for a turn now
-	callsAt atomic.Int64  // when the end of a turn last found calls in flight, in Unix nanoseconds
+	callsAt atomic.Int64  // when a refusal-heavy connection last found calls in flight, in Unix nanoseconds
 	stuck   time.Duration // laneStuck; tests lengthen it
 }
 
@@ -111,20 +113,12 @@ func (c *conn) awaitTurn() {
 }
 
 // endTurn ends the connection's turn, if it has one, now that its answers
-// are written at now: after lanePause while the hub has had calls in flight
-// within laneCallsRecent.
-func (c *conn) endTurn(now time.Time) {
+// are written: after lanePause.
+func (c *conn) endTurn() {
 	if !c.inTurn {
 		return
 	}
-	l := &c.srv.lane
-	at := now.UnixNano()
-	if c.srv.callsInFlight() {
-		l.callsAt.Store(at)
-	}
-	if at-l.callsAt.Load() < int64(laneCallsRecent) {
-		time.Sleep(lanePause)
-	}
+	time.Sleep(lanePause)
 	c.leaveLane()
 }
 
@@ -136,6 +130,23 @@ func (c *conn) leaveLane() {
 	c.inTurn = false
 	c.srv.lane.ended.Add(1)
 	<-c.srv.lane.turn
+}
+
+// laneInForce reports whether refusal-heavy connections take turns now:
+// the hub has calls in flight, or had within laneCallsRecent. A
+// refusal-heavy connection asks before each batch of lines; the time of
+// the calls it finds is shared at most once a millisecond, so that the
+// connections asking do not all write one word.
+func (s *Server) laneInForce() bool {
+	now := time.Now().UnixNano()
+	last := s.lane.callsAt.Load()
+	if s.callsInFlight() {
+		if now-last > int64(time.Millisecond) {
+			s.lane.callsAt.Store(now)
+		}
+		return true
+	}
+	return now-last < int64(laneCallsRecent)
 }
 
 // callsInFlight reports whether any target has a call in flight.

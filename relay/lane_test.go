@@ -18,16 +18,24 @@ import (
 )
 
 // laneServer serves a CORE whose breaker is open for an hour and a healthy
-// CLAIM that echoes its payload, with cfg's other settings. A connection
-// waits for its turn in the lane as long as the test holds the lane: no
+// CLAIM that echoes its payload, with cfg's other settings. Its lane is in
+// force for the hour, as if it had just had calls in flight, and a
+// connection waits for its turn as long as the test holds the lane: no
 // wait gives up on a stuck lane.
 func laneServer(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
-	claim := hubtest.NewTarget(t, hubtest.Echo)
-	base, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"}, Target{Name: "CLAIM", URL: claim.URL})
+	return laneServerFor(t, cfg, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(time.Hour))
+}
+
+// laneServerFor is laneServer with CLAIM at claimURL and the calls last
+// seen in flight at callsAt.
+func laneServerFor(t *testing.T, cfg Config, claimURL string, callsAt time.Time) (*Server, string) {
+	t.Helper()
+	base, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"}, Target{Name: "CLAIM", URL: claimURL})
 	cfg.Targets, cfg.Clock, cfg.Logger = base.Targets, base.Clock, base.Logger
 	srv := openCoreServer(t, cfg)
 	srv.lane.stuck = time.Hour
+	srv.lane.callsAt.Store(callsAt.UnixNano())
 	return srv, hubtest.Serve(t, srv, ErrServerClosed)
 }
 
@@ -115,6 +123,46 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 	}, heavy.ReadByTxID(2))
 	waitersBecome(t, srv, 0)
 	assert.Zero(t, hubtest.MetricValue(t, reg, metricLaneWaiting))
+}
+
+func TestLaneHoldsNoOneBackWithoutCalls(t *testing.T) {
+	// Given a hub that has had no call in flight for longer than
+	// laneCallsRecent, every turn held, and a refusal-heavy connection.
+	srv, addr := laneServerFor(t, Config{}, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(-2*laneCallsRecent))
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	holdLane(t, srv)
+
+	// Then its lines are answered at once: there is no call to make room
+	// for.
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
+	assert.Zero(t, srv.lane.waiting.Load())
+}
+
+func TestCallInFlightPutsTheLaneInForce(t *testing.T) {
+	// Given a hub that has had no call in flight for longer than
+	// laneCallsRecent, every turn held, and a refusal-heavy connection.
+	claim := hubtest.NewTarget(t, hubtest.Echo)
+	claim.Set(claim.BlockThen(hubtest.Echo))
+	srv, addr := laneServerFor(t, Config{}, claim.URL, time.Now().Add(-2*laneCallsRecent))
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	giveBack := holdLane(t, srv)
+
+	// When a CLAIM call is in flight, the refusal-heavy connection's next
+	// line waits for its turn.
+	caller := hubtest.Dial(t, addr)
+	caller.Send("C1|CLAIM|SUBMIT P1 100")
+	claim.WaitEntered(t, 1)
+	heavy.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+	expectNoAnswerYet(t, heavy)
+
+	// Then, the call answered and a turn given back, both are answered.
+	claim.UnblockAll()
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", caller.Read())
+	giveBack()
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
 }
 
 func TestAdmittedLineTakesTheConnectionOutOfTheLane(t *testing.T) {
@@ -297,12 +345,12 @@ func TestLaneHammer(t *testing.T) {
 }
 
 // TestRefusalHeavyLineDoesNotAllocate checks that a refusal-heavy
-// connection's E904 costs no allocation with its turn: taken, and given
-// back after the pause that calls in flight ask for.
+// connection's E904 costs no allocation with its turn: the lane found in
+// force, the turn taken, and given back after its pause.
 func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 	srv, c, client := openCoreConn(t)
 	c.refusals = laneAfter
-	srv.lane.callsAt.Store(time.Now().Add(time.Hour).UnixNano()) // as if calls were in flight: every turn pauses
+	srv.lane.callsAt.Store(time.Now().Add(time.Hour).UnixNano()) // as if calls were in flight
 	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
 	want := "TX-000123|E904|circuit open; retry after 3600s\n"
 	got := make([]byte, len(want))
@@ -319,15 +367,16 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 			failed = err
 			return
 		}
-		c.awaitTurn()
+		if c.srv.laneInForce() {
+			c.awaitTurn()
+		}
 		if c.inTurn {
 			turns++
 		}
 		c.serveLine(line)
 		c.noteRefused()
-		now := time.Now()
-		c.flushAt(now)
-		c.endTurn(now)
+		c.flush()
+		c.endTurn()
 		if _, err := io.ReadFull(client, got); err != nil {
 			failed = err
 		}
