@@ -37,6 +37,9 @@ type route struct {
 	transitions transitionLog
 	lastFailure lastFailure  // the latest failed call, for status pages
 	inDoubt     atomic.Int64 // calls ended in doubt, for status pages
+	// prober sends the target's synthetic probes, when it has a probe
+	// payload.
+	prober prober
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -44,7 +47,8 @@ type route struct {
 
 // observer returns the breaker's transition observer for r: next (the
 // Config's observer, which writes the breaker log) first, then the state
-// metrics, then the change is queued for logTransitions. Everything here
+// metrics, then the change is queued for logTransitions and the prober, if
+// any, is woken. Everything here
 // runs under the breaker's lock, so it only stores and counts.
 func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition) {
 	return func(t breaker.Transition) {
@@ -53,6 +57,7 @@ func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition)
 		}
 		r.metrics.transition(t)
 		r.transitions.add(t)
+		r.prober.poke()
 	}
 }
 
