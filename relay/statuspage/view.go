@@ -210,6 +210,9 @@ func newTargetView(in targetInput) targetView {
 		v.P50, v.P99 = latencyText(in.rates.p50, in.rates.p50Beyond), latencyText(in.rates.p99, in.rates.p99Beyond)
 	}
 	v.Probe = probeText(in.hist.probe, in.now)
+	if sp := s.LastProbe; !sp.At.IsZero() && !sp.At.Before(in.hist.probe.start) {
+		v.Probe = syntheticProbeText(sp, in.now)
+	}
 	v.Failure = failureText(s.LastFailure, in.now)
 	if in.fallback != nil {
 		fb := stateOf(in.fallback.State)
@@ -428,6 +431,18 @@ func probeText(p probe, now time.Time) probeView {
 		v.Outcome, v.Symbol, v.Class = "succeeded", "✓", "closed"
 	default:
 		v.Outcome, v.Symbol, v.Class = "failed", "✕", "open"
+	}
+	return v
+}
+
+// syntheticProbeText describes the hub's latest synthetic probe: its
+// outcome and answer code, and how long it took.
+func syntheticProbeText(p relay.ProbeResult, now time.Time) probeView {
+	v := probeView{When: clockText(p.At), Ago: agoText(now.Sub(p.At)) + " ago", Took: "in " + durationText(p.Duration.Seconds())}
+	if p.Healthy {
+		v.Outcome, v.Symbol, v.Class = "synthetic "+p.Code+" healthy", "✓", "closed"
+	} else {
+		v.Outcome, v.Symbol, v.Class = "synthetic "+p.Code+" failed", "✕", "open"
 	}
 	return v
 }

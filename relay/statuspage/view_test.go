@@ -150,6 +150,14 @@ func TestProbeText(t *testing.T) {
 	assert.Equal(t, "ended by operator", op.Outcome)
 }
 
+func TestSyntheticProbeText(t *testing.T) {
+	now := t0.Add(time.Minute)
+	ok := syntheticProbeText(relay.ProbeResult{At: t0, Healthy: true, Code: "B404", Duration: 12 * time.Millisecond}, now)
+	assert.Equal(t, []string{"synthetic B404 healthy", "✓", "in 12 ms", "1 min 00 s ago", "07:00:00"}, []string{ok.Outcome, ok.Symbol, ok.Took, ok.Ago, ok.When})
+	failed := syntheticProbeText(relay.ProbeResult{At: t0, Code: "E901", Duration: 3 * time.Second}, now)
+	assert.Equal(t, []string{"synthetic E901 failed", "open"}, []string{failed.Outcome, failed.Class})
+}
+
 func TestTargetView(t *testing.T) {
 	// Given CORE open for 40 s after a failed probe, its bulkhead full,
 	// with the failure-rate policy on, and its fallback CORE_DR,
