@@ -308,3 +308,34 @@ func TestFleetOnlyTheLeaseHolderSendsSyntheticProbes(t *testing.T) {
 	assert.GreaterOrEqual(t, probes, 4, "%v", got)
 	assert.Equal(t, halfOpen, probes, "one probe per open period, from the hub that held the lease")
 }
+
+func TestFleetLeaseHolderKeepsProbingThroughSeveralSuccesses(t *testing.T) {
+	// Given three hubs sharing CORE's breaker, whose breakers need two
+	// healthy probes 2.5 s apart, longer than the probe lease (the target
+	// timeout plus a second),
+	r := startFleetRig(t, same(3, "--fail-threshold", "2", "--reset-timeout", "200ms", "--target-timeout", "1s",
+		"--probe-payload", "BAL HEALTH", "--probe-successes", "2", "--probe-interval", "2500ms")...)
+	r.core.Ctl(t, `{"mode":"fail"}`)
+	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca.Exchange(tx("t1"))
+	ca.Exchange(tx("t2"))
+	for _, h := range r.hubs {
+		proctest.Eventually(t, 2*time.Second, h.id+" opens", func() bool { return h.state(t) == "OPEN" })
+	}
+
+	// when CORE recovers,
+	r.core.Ctl(t, `{"mode":"normal","reset":true}`)
+
+	// then every hub closes after the second probe,
+	for _, h := range r.hubs {
+		proctest.Eventually(t, 10*time.Second, h.id+" closes", func() bool { return h.state(t) == "CLOSED" })
+	}
+	// both sent by the hub that holds the lease: the lease outlived the
+	// half-open period between them.
+	got := r.core.Received(t)
+	require.Len(t, got, 2, "%v", got)
+	prober := strings.SplitN(strings.TrimPrefix(got[0], probeTxIDPrefix), "-", 2)[0]
+	for _, txid := range got {
+		assert.True(t, strings.HasPrefix(txid, probeTxIDPrefix+prober+"-"), "every probe from hub %s: %v", prober, got)
+	}
+}
