@@ -220,6 +220,9 @@ func (s *Server) endProber(rt *route) bool {
 // probeOnce sends rt's probe if its breaker admits one now, and returns how
 // long to sleep before asking again.
 func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
+	// Read for the access log just before the breaker decides, as for a
+	// client's request: a replay of the log puts the decision here.
+	asked := s.access.now()
 	ticket, wait, err := rt.breaker.AdmitProbe()
 	switch {
 	case errors.Is(err, breaker.ErrClosed):
@@ -238,14 +241,15 @@ func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
 		rt.breaker.Cancel(ticket)
 		return probePoll
 	}
-	s.sendProbe(rt, conf, ticket)
+	s.sendProbe(rt, conf, ticket, asked)
 	return 0
 }
 
-// sendProbe sends one probe admitted with ticket and holding a bulkhead
-// slot, records its result with the breaker and releases the slot. A panic
-// hands the ticket back and releases the slot before it goes on up.
-func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket) {
+// sendProbe sends one probe admitted with ticket at asked (the breakers'
+// clock, for the access log) and holding a bulkhead slot, records its
+// result with the breaker and releases the slot. A panic hands the ticket
+// back and releases the slot before it goes on up.
+func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, asked time.Time) {
 	reported, released := false, false
 	defer func() {
 		if !reported {
@@ -256,7 +260,6 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket) {
 		}
 	}()
 	txid := s.probeTxID()
-	asked := s.access.now()
 	start := time.Now()
 	res := conf.client.Call(txid, conf.probePayload)
 	took := time.Since(start)
