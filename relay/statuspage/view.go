@@ -263,21 +263,36 @@ func fleetText(tf admin.TargetFleet, shared bool, snap relay.TargetSnapshot, hub
 	return out
 }
 
+// probeNote says what comes when the open period ends: the hub's own
+// probe when synthetic, else a customer's.
+func probeNote(synthetic bool) string {
+	if synthetic {
+		return "then the hub's own probe"
+	}
+	return "then a probe"
+}
+
 // retryText says when the breaker admits its next probe.
 func retryText(s relay.TargetSnapshot) (text, note string) {
+	synthetic := s.Settings.ProbePayload != ""
 	switch {
+	case s.State == breaker.HalfOpen && s.ProbeSuccesses > 0 && s.RetryAfter > 0:
+		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s",
+			strconv.Itoa(s.ProbeSuccesses) + " healthy so far; then the next probe"
 	case s.State == breaker.HalfOpen:
 		return "probe out", "other calls get E904 until it reports"
 	case s.State != breaker.Open:
 		return "—", ""
 	case s.Held:
 		return "held", "no probe until an operator closes or enables it"
+	case s.RetryAfter <= 0 && synthetic:
+		return "now", "the hub's own probe is due"
 	case s.RetryAfter <= 0:
 		return "now", "the next call is the probe"
 	case s.RetryAfter < 10*time.Second:
-		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s", "then a probe"
+		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s", probeNote(synthetic)
 	default:
-		return agoText(s.RetryAfter), "then a probe"
+		return agoText(s.RetryAfter), probeNote(synthetic)
 	}
 }
 

@@ -134,6 +134,17 @@ func TestRetryText(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+
+	// With synthetic probes, the notes say the probe is the hub's own, and
+	// a half-open breaker between healthy probes says when the next goes.
+	synthetic := snap(breaker.Open, 2*time.Second, false)
+	synthetic.Settings.ProbePayload = "BAL HEALTH"
+	got, note := retryText(synthetic)
+	assert.Equal(t, []string{"2.0 s", "then the hub's own probe"}, []string{got, note})
+	between := snap(breaker.HalfOpen, 1500*time.Millisecond, false)
+	between.ProbeSuccesses = 2
+	got, note = retryText(between)
+	assert.Equal(t, []string{"1.5 s", "2 healthy so far; then the next probe"}, []string{got, note})
 }
 
 func TestProbeText(t *testing.T) {
