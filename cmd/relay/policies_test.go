@@ -177,3 +177,15 @@ func TestStartupLineLogsTheEffectiveSettings(t *testing.T) {
 		})
 	}
 }
+
+func TestProbeFlagsFromTheEnvironment(t *testing.T) {
+	c, err := parse(t, []string{
+		"RELAY_PROBE_PAYLOAD=BAL HEALTH", "RELAY_PROBE_EXPECT=0000,b404", "RELAY_PROBE_SUCCESSES=3", "RELAY_PROBE_INTERVAL=2.5",
+	})
+	require.NoError(t, err)
+	ts := c.targetDefaults([]string{"E500"})
+	assert.Equal(t, "BAL HEALTH", ts.ProbePayload)
+	assert.Equal(t, []string{"0000", "B404"}, ts.ProbeExpect, "canonical")
+	assert.Equal(t, 3, ts.ProbeSuccesses)
+	assert.Equal(t, 2500*time.Millisecond, ts.ProbeInterval)
+}
