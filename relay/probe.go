@@ -36,9 +36,9 @@ const (
 	// probePoll is how often a prober asks again while its breaker waits
 	// for a permit, or for a probe it did not send.
 	probePoll = 50 * time.Millisecond
-	// probeMaxSleep bounds a prober's sleep, so that a change that wakes
-	// it not (an operator's Enable, an open period adopted from another
-	// hub) is seen within it.
+	// probeMaxSleep bounds a prober's sleep, so that a change that does
+	// not wake it (an operator's Enable, an open period adopted from
+	// another hub, a permit) is seen within it.
 	probeMaxSleep = time.Second
 	// probeIdle is a prober's sleep while its breaker is closed: the
 	// breaker's next change wakes it.

@@ -41,7 +41,7 @@ func tripCore(t *testing.T, core *proctest.Fixture, c *proctest.Conn, threshold 
 	}
 }
 
-// customersUntilOpen sends a customer line on c every few milliseconds
+// customersUntilServed sends a customer line on c every few milliseconds
 // until one is answered by the target, and returns its TXID and how many
 // were refused before it. Every answer before it must be E904.
 func customersUntilServed(t *testing.T, c *proctest.Conn, within time.Duration) (served string, refused int) {
@@ -223,7 +223,8 @@ func TestNoSyntheticProbeWhileHeldOrDisabled(t *testing.T) {
 	r.mustControl(t, "CORE", "open", "")
 	core.Ctl(t, `{"mode":"normal","reset":true}`)
 
-	// when several open periods pass, no probe is sent;
+	// when five open periods pass, no probe is sent (a check that nothing
+	// happens, so it waits out a span rather than polling);
 	time.Sleep(500 * time.Millisecond)
 	assert.Empty(t, core.Received(t), "no probe while held open")
 
