@@ -1,6 +1,10 @@
 package breaker_test
 
 import (
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,4 +266,55 @@ func TestProbeSuccessesWithCustomerProbes(t *testing.T) {
 	b.Done(probe(t, b, clk), false)
 
 	assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
+}
+
+// TestSyntheticProbesUnderRace hammers a breaker with synthetic probes from
+// customers and a prober at once, under -race: no customer is ever
+// admitted outside CLOSED, and the chain of changes stays unbroken.
+func TestSyntheticProbesUnderRace(t *testing.T) {
+	b, clk, rec := newSyntheticBreaker(t, 2, 5*time.Millisecond)
+	var wg sync.WaitGroup
+	var leaked atomic.Int64
+	stop := make(chan struct{})
+	for g := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tk, err := b.Allow()
+				if err != nil {
+					continue
+				}
+				if tk.Probe() {
+					leaked.Add(1)
+				}
+				b.Done(tk, rng.IntN(3) == 0)
+			}
+		})
+	}
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(99, 7))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clk.Advance(time.Millisecond)
+			if tk, _, err := b.AdmitProbe(); err == nil {
+				b.Done(tk, rng.IntN(2) == 0)
+			}
+		}
+	})
+	require.Eventually(t, func() bool { return strings.Count(strings.Join(rec.chain(), " "), "HALF_OPEN->CLOSED") >= 5 },
+		10*time.Second, time.Millisecond, "the hammer recovers the breaker five times")
+	close(stop)
+	wg.Wait()
+
+	assert.Zero(t, leaked.Load(), "a customer was admitted as the probe")
+	requireUnbrokenChain(t, rec, b, "CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN", "HALF_OPEN->CLOSED")
 }
