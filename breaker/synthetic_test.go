@@ -318,3 +318,32 @@ func TestSyntheticProbesUnderRace(t *testing.T) {
 	assert.Zero(t, leaked.Load(), "a customer was admitted as the probe")
 	requireUnbrokenChain(t, rec, b, "CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN", "HALF_OPEN->CLOSED")
 }
+
+// BenchmarkSyntheticRefuse is a customer refused by a breaker with
+// synthetic probes: open with its period passed, waiting for its own probe
+// (the lock-free refusal), and half-open with the probe out (under the
+// lock, as without synthetic probes).
+func BenchmarkSyntheticRefuse(b *testing.B) {
+	for _, state := range []string{"open, probe due", "half-open"} {
+		b.Run(state, func(b *testing.B) {
+			clk := fakeclock.New(start)
+			br := breaker.New(breaker.Settings{Clock: clk, Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second, SyntheticProbes: true}})
+			tk, _ := br.Allow()
+			br.Done(tk, true)
+			clk.Advance(time.Second)
+			if state == "half-open" {
+				if _, _, err := br.AdmitProbe(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := br.Allow(); err == nil {
+						b.Error("admitted a customer")
+					}
+				}
+			})
+		})
+	}
+}
