@@ -44,9 +44,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/lockedfile"
 )
 
 // TimeLayout is the layout of a line's time field. Formatting a UTC time
@@ -111,51 +111,22 @@ func New(cfg Config) (*Log, error) {
 	return &Log{path: cfg.Path, sync: cfg.Sync, f: f, buf: make([]byte, 0, 128)}, nil
 }
 
+// logFileMode is the mode of a breaker log the relay creates.
+const logFileMode = 0o644
+
 // openLocked opens path for appending and locks it.
 func openLocked(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := lock(f); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return f, nil
+	f, err := lockedfile.Open(path, logFileMode)
+	return f, lockedErr(err)
 }
 
-// lock takes an exclusive flock(2) on f without waiting. The lock belongs
-// to f's open file description: it is released when f is closed (or the
-// process ends, however it ends), and a second open of the same file, even
-// in the same process, cannot take it meanwhile. Unlike an fcntl lock,
-// closing another descriptor of the same file does not release it. Files
-// other than regular files are not locked: writers to /dev/null have
-// nothing to keep apart.
-func lock(f *os.File) error {
-	info, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !info.Mode().IsRegular() {
-		return nil
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var flockErr error
-	if err := rc.Control(func(fd uintptr) {
-		flockErr = syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB)
-	}); err != nil {
-		return err
-	}
-	if errors.Is(flockErr, syscall.EWOULDBLOCK) {
+// lockedErr says that another relay holds the file when err is
+// lockedfile's ErrLocked, in the log's own ErrLocked.
+func lockedErr(err error) error {
+	if errors.Is(err, lockedfile.ErrLocked) {
 		return fmt.Errorf("another relay holds it (%w)", ErrLocked)
 	}
-	if flockErr != nil {
-		return fmt.Errorf("lock: %w", flockErr)
-	}
-	return nil
+	return err
 }
 
 // Path returns the path the log was opened with.
@@ -215,20 +186,18 @@ func (l *Log) Reopen() error {
 	l.reopenMu.Lock()
 	defer l.reopenMu.Unlock()
 
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	// Only Reopen replaces l.f, and reopenMu keeps other Reopens out: cur
+	// stays the file written to until the switch below. After Close,
+	// lockedfile.Reopen fails on cur with os.ErrClosed.
+	l.mu.Lock()
+	cur := l.f
+	l.mu.Unlock()
+	f, err := lockedfile.Reopen(cur, l.path, logFileMode)
 	if err != nil {
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+		return fmt.Errorf("breaker log %q: reopen: %w", l.path, lockedErr(err))
 	}
-	same, err := l.isOpen(f)
-	if err != nil || same {
-		// Locking f now would fail against the log's own lock on the
-		// same file; closing f leaves that lock alone.
-		_ = f.Close()
-		return err
-	}
-	if err := lock(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
+	if f == nil {
+		return nil // nothing was renamed
 	}
 
 	l.mu.Lock()
@@ -249,25 +218,6 @@ func (l *Log) Reopen() error {
 		return fmt.Errorf("breaker log %q: reopen: the old file: %w", l.path, err)
 	}
 	return nil
-}
-
-// isOpen reports whether f is the file the log writes to now. It fails
-// with os.ErrClosed after Close.
-func (l *Log) isOpen(f *os.File) (bool, error) {
-	info, err := f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
-	}
-	cur, err := l.f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-	return os.SameFile(cur, info), nil
 }
 
 // Close flushes the file to stable storage and closes it, which releases
