@@ -42,7 +42,6 @@ package breakerlog
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/relayhub/relayhub/breaker"
@@ -81,15 +80,10 @@ type Config struct {
 type Log struct {
 	path string
 	sync bool
+	file *lockedfile.File
 
-	// reopenMu lets one Reopen run at a time. It is taken before mu, never
-	// while holding it.
-	reopenMu sync.Mutex
-
-	mu     sync.Mutex
-	f      *os.File // guarded by mu; replaced only by Reopen
-	buf    []byte   // guarded by mu; reused for every line so Write does not allocate
-	closed bool     // guarded by mu
+	mu  sync.Mutex
+	buf []byte // guarded by mu; reused for every line so Write does not allocate
 }
 
 // Open opens path for appending, as New does with only the path set.
@@ -104,20 +98,11 @@ func Open(path string) (*Log, error) {
 // files, such as /dev/null, are not locked. The error, if any, names the
 // path.
 func New(cfg Config) (*Log, error) {
-	f, err := openLocked(cfg.Path)
+	f, err := lockedfile.Open(lockedfile.Config{Path: cfg.Path, Perm: 0o644})
 	if err != nil {
-		return nil, fmt.Errorf("breaker log %q: %w", cfg.Path, err)
+		return nil, fmt.Errorf("breaker log %q: %w", cfg.Path, lockedErr(err))
 	}
-	return &Log{path: cfg.Path, sync: cfg.Sync, f: f, buf: make([]byte, 0, 128)}, nil
-}
-
-// logFileMode is the mode of a breaker log the relay creates.
-const logFileMode = 0o644
-
-// openLocked opens path for appending and locks it.
-func openLocked(path string) (*os.File, error) {
-	f, err := lockedfile.Open(path, logFileMode)
-	return f, lockedErr(err)
+	return &Log{path: cfg.Path, sync: cfg.Sync, file: f, buf: make([]byte, 0, 128)}, nil
 }
 
 // lockedErr says that another relay holds the file when err is
@@ -148,20 +133,9 @@ func (l *Log) Write(t breaker.Transition) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("breaker log %q: write: %w", l.path, os.ErrClosed)
-	}
 	l.buf = AppendLine(l.buf[:0], t)
-	// os.File.Write keeps writing after a short write, and O_APPEND makes
-	// each write(2) land at the end of the file even if another process
-	// appends to it too.
-	if _, err := l.f.Write(l.buf); err != nil {
+	if err := l.file.Append(l.buf, l.sync); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
-	}
-	if l.sync {
-		if err := l.f.Sync(); err != nil {
-			return fmt.Errorf("breaker log %q: %w", l.path, err)
-		}
 	}
 	return nil
 }
@@ -172,10 +146,11 @@ func (l *Log) Write(t breaker.Transition) error {
 // new file is locked as New locks it; the old one is then synced and closed,
 // which releases its lock.
 //
-// The switch happens under the lock Write takes, so no line is lost or split
-// between the two files, and each target's chain goes on from the last line
-// of the old file to the first of the new. If the path still names the file
-// being written (nothing was renamed), Reopen leaves it as it is.
+// The switch happens under the lock each write takes, so no line is lost
+// or split between the two files, and each target's chain goes on from the
+// last line of the old file to the first of the new. If the path still
+// names the file being written (nothing was renamed), Reopen leaves it as
+// it is.
 //
 // On error the log keeps writing to the file it had: the path cannot be
 // opened, or another process holds the new file's lock (wrapping
@@ -183,39 +158,8 @@ func (l *Log) Write(t breaker.Transition) error {
 // new file is in place but the old one fails to sync or close, that error
 // is returned too. Every error names the path.
 func (l *Log) Reopen() error {
-	l.reopenMu.Lock()
-	defer l.reopenMu.Unlock()
-
-	// Only Reopen replaces l.f, and reopenMu keeps other Reopens out: cur
-	// stays the file written to until the switch below. After Close,
-	// lockedfile.Reopen fails on cur with os.ErrClosed.
-	l.mu.Lock()
-	cur := l.f
-	l.mu.Unlock()
-	f, err := lockedfile.Reopen(cur, l.path, logFileMode)
-	if err != nil {
+	if err := l.file.Reopen(); err != nil {
 		return fmt.Errorf("breaker log %q: reopen: %w", l.path, lockedErr(err))
-	}
-	if f == nil {
-		return nil // nothing was renamed
-	}
-
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		_ = f.Close()
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
-	}
-	old := l.f
-	l.f = f
-	l.mu.Unlock()
-
-	// Nothing writes to old any more: syncing it outside the lock keeps
-	// Write from waiting on the disk.
-	syncErr := old.Sync()
-	closeErr := old.Close()
-	if err := errors.Join(syncErr, closeErr); err != nil {
-		return fmt.Errorf("breaker log %q: reopen: the old file: %w", l.path, err)
 	}
 	return nil
 }
@@ -224,15 +168,7 @@ func (l *Log) Reopen() error {
 // its lock. Writes after Close fail with an error wrapping os.ErrClosed,
 // and so does a second Close.
 func (l *Log) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("breaker log %q: close: %w", l.path, os.ErrClosed)
-	}
-	l.closed = true
-	syncErr := l.f.Sync()
-	closeErr := l.f.Close()
-	if err := errors.Join(syncErr, closeErr); err != nil {
+	if err := l.file.Close(); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
 	}
 	return nil

@@ -4,40 +4,36 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/relayhub/relayhub/internal/lockedfile"
 )
 
 func Example() {
-	dir, err := os.MkdirTemp("", "lockedfile")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "in-doubt.log")
+	path := fmt.Sprintf("%s/lockedfile-example-%d.log", os.TempDir(), os.Getpid())
+	defer os.Remove(path)
+	defer os.Remove(path + ".1")
 
-	f, err := lockedfile.Open(path, 0o640)
+	f, err := lockedfile.Open(lockedfile.Config{Path: path})
 	if err != nil {
 		panic(err)
 	}
-	_, err = lockedfile.Open(path, 0o640)
-	fmt.Println("second open:", errors.Is(err, lockedfile.ErrLocked))
+	defer f.Close()
+	_, err = lockedfile.Open(lockedfile.Config{Path: path})
+	fmt.Println("second open refused:", errors.Is(err, lockedfile.ErrLocked))
 
 	// logrotate renames the file, then the owner reopens it.
+	_ = f.Append([]byte("before\n"), true)
 	if err := os.Rename(path, path+".1"); err != nil {
 		panic(err)
 	}
-	nf, err := lockedfile.Reopen(f, path, 0o640)
-	if err != nil {
+	if err := f.Reopen(); err != nil {
 		panic(err)
 	}
-	_ = f.Close()
-	f = nf
-	defer f.Close()
-	_, err = os.Stat(path)
-	fmt.Println("new file at the path:", err == nil)
+	_ = f.Append([]byte("after\n"), true)
+	old, _ := os.ReadFile(path + ".1")
+	cur, _ := os.ReadFile(path)
+	fmt.Printf("renamed: %q, new: %q\n", old, cur)
 	// Output:
-	// second open: true
-	// new file at the path: true
+	// second open refused: true
+	// renamed: "before\n", new: "after\n"
 }

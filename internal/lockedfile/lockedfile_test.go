@@ -1,8 +1,13 @@
 package lockedfile_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,92 +18,157 @@ import (
 
 // openTemp opens a new file in a temporary directory, closed when the test
 // ends.
-func openTemp(t *testing.T) (*os.File, string) {
+func openTemp(t *testing.T) *lockedfile.File {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "journal.log")
-	f, err := lockedfile.Open(path, 0o640)
+	f, err := lockedfile.Open(lockedfile.Config{Path: filepath.Join(t.TempDir(), "journal.log")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.Close() })
-	return f, path
+	return f
+}
+
+// open opens path, as a second writer would.
+func open(path string) (*lockedfile.File, error) {
+	return lockedfile.Open(lockedfile.Config{Path: path})
+}
+
+// content returns the text of the file at path, or why it could not be
+// read.
+func content(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 func TestOpenHoldsTheFileUntilClosed(t *testing.T) {
-	f, path := openTemp(t)
-	info, err := os.Stat(path)
+	f := openTemp(t)
+	info, err := os.Stat(f.Path())
 	require.NoError(t, err)
-	assert.Zero(t, info.Mode().Perm()&^0o640, "created with no permission beyond the mode asked")
+	assert.Zero(t, info.Mode().Perm()&^0o640, "created with no permission beyond 0640")
 
-	_, err = lockedfile.Open(path, 0o640)
+	_, err = open(f.Path())
 	require.ErrorIs(t, err, lockedfile.ErrLocked, "a second open of a held file")
 
 	require.NoError(t, f.Close())
-	again, err := lockedfile.Open(path, 0o640)
+	assert.ErrorIs(t, f.Close(), os.ErrClosed, "a second Close")
+	assert.ErrorIs(t, f.Append([]byte("late\n"), false), os.ErrClosed)
+	again, err := open(f.Path())
 	require.NoError(t, err, "closing releases the lock")
 	require.NoError(t, again.Close())
 }
 
 func TestOpenAppendsAndLocksNoFileThatIsNotRegular(t *testing.T) {
-	_, path := openTemp(t)
-	require.NoError(t, os.WriteFile(path+".old", []byte("kept\n"), 0o640))
-	f, err := lockedfile.Open(path+".old", 0o640)
+	path := filepath.Join(t.TempDir(), "old.log")
+	require.NoError(t, os.WriteFile(path, []byte("kept\n"), 0o640))
+	f, err := open(path)
 	require.NoError(t, err)
-	_, err = f.WriteString("appended\n")
-	require.NoError(t, err)
+	require.NoError(t, f.Append([]byte("appended\n"), true))
 	require.NoError(t, f.Close())
-	got, err := os.ReadFile(path + ".old")
-	require.NoError(t, err)
-	assert.Equal(t, "kept\nappended\n", string(got))
+	assert.Equal(t, "kept\nappended\n", content(path))
 
-	a, err := lockedfile.Open(os.DevNull, 0o640)
+	// Close's fsync fails on a device, so its error is not checked here.
+	a, err := open(os.DevNull)
 	require.NoError(t, err)
-	b, err := lockedfile.Open(os.DevNull, 0o640)
+	b, err := open(os.DevNull)
 	require.NoError(t, err, "/dev/null is not locked")
-	require.NoError(t, a.Close())
-	require.NoError(t, b.Close())
+	_ = a.Close()
+	_ = b.Close()
+}
+
+func TestAppendSyncs(t *testing.T) {
+	var syncs int
+	boom := errors.New("disk gone")
+	f, err := lockedfile.Open(lockedfile.Config{
+		Path: filepath.Join(t.TempDir(), "journal.log"),
+		Sync: func(*os.File) error { syncs++; return boom },
+	})
+	require.NoError(t, err)
+	require.NoError(t, f.Append([]byte("a\n"), false))
+	assert.Zero(t, syncs, "no fsync unless asked")
+	assert.ErrorIs(t, f.Append([]byte("b\n"), true), boom)
+	assert.Equal(t, 1, syncs)
+	assert.ErrorIs(t, f.Close(), boom, "Close syncs")
+	assert.Equal(t, "a\nb\n", content(f.Path()))
 }
 
 func TestReopen(t *testing.T) {
 	t.Run("nothing renamed", func(t *testing.T) {
-		f, path := openTemp(t)
-		nf, err := lockedfile.Reopen(f, path, 0o640)
-		require.NoError(t, err)
-		assert.Nil(t, nf)
-		_, err = lockedfile.Open(path, 0o640)
-		assert.ErrorIs(t, err, lockedfile.ErrLocked, "the file is still held through f")
+		f := openTemp(t)
+		require.NoError(t, f.Append([]byte("1\n"), false))
+		require.NoError(t, f.Reopen())
+		require.NoError(t, f.Append([]byte("2\n"), false))
+		assert.Equal(t, "1\n2\n", content(f.Path()))
+		_, err := open(f.Path())
+		assert.ErrorIs(t, err, lockedfile.ErrLocked, "still held")
 	})
 	t.Run("renamed", func(t *testing.T) {
-		f, path := openTemp(t)
-		require.NoError(t, os.Rename(path, path+".1"))
-		nf, err := lockedfile.Reopen(f, path, 0o640)
-		require.NoError(t, err)
-		require.NotNil(t, nf)
-		defer nf.Close()
-		_, err = lockedfile.Open(path, 0o640)
+		f := openTemp(t)
+		require.NoError(t, f.Append([]byte("1\n"), false))
+		require.NoError(t, os.Rename(f.Path(), f.Path()+".1"))
+		require.NoError(t, f.Append([]byte("2\n"), false))
+		require.NoError(t, f.Reopen())
+		require.NoError(t, f.Append([]byte("3\n"), false))
+		assert.Equal(t, "1\n2\n", content(f.Path()+".1"), "until Reopen, the renamed file")
+		assert.Equal(t, "3\n", content(f.Path()))
+		_, err := open(f.Path())
 		assert.ErrorIs(t, err, lockedfile.ErrLocked, "the new file is held")
-		require.NoError(t, f.Close())
-		old, err := lockedfile.Open(path+".1", 0o640)
-		require.NoError(t, err, "closing the old file released its lock")
+		old, err := open(f.Path() + ".1")
+		require.NoError(t, err, "the old file is closed, its lock released")
 		require.NoError(t, old.Close())
 	})
 	t.Run("the new file held by another", func(t *testing.T) {
-		f, path := openTemp(t)
-		require.NoError(t, os.Rename(path, path+".1"))
-		other, err := lockedfile.Open(path, 0o640)
+		f := openTemp(t)
+		require.NoError(t, os.Rename(f.Path(), f.Path()+".1"))
+		other, err := open(f.Path())
 		require.NoError(t, err)
 		defer other.Close()
-		nf, err := lockedfile.Reopen(f, path, 0o640)
-		assert.ErrorIs(t, err, lockedfile.ErrLocked)
-		assert.Nil(t, nf)
+		assert.ErrorIs(t, f.Reopen(), lockedfile.ErrLocked)
+		require.NoError(t, f.Append([]byte("1\n"), false))
+		assert.Equal(t, "1\n", content(f.Path()+".1"), "appends go on in the file they had")
 	})
 	t.Run("after close", func(t *testing.T) {
-		f, path := openTemp(t)
+		f := openTemp(t)
 		require.NoError(t, f.Close())
-		require.NoError(t, os.Rename(path, path+".1"))
-		nf, err := lockedfile.Reopen(f, path, 0o640)
-		assert.ErrorIs(t, err, os.ErrClosed)
-		assert.Nil(t, nf)
-		again, err := lockedfile.Open(path, 0o640)
+		require.NoError(t, os.Rename(f.Path(), f.Path()+".1"))
+		assert.ErrorIs(t, f.Reopen(), os.ErrClosed)
+		again, err := open(f.Path())
 		require.NoError(t, err, "a failed Reopen holds nothing")
 		require.NoError(t, again.Close())
 	})
+}
+
+// TestReopenUnderConcurrentAppends renames and reopens the file while 16
+// goroutines append lines of different lengths: every line is whole in
+// exactly one of the two files.
+func TestReopenUnderConcurrentAppends(t *testing.T) {
+	const writers, each = 16, 200
+	f := openTemp(t)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				line := fmt.Sprintf("w%d-%d %d %s\n", w, i, i%50, strings.Repeat("x", i%50))
+				assert.NoError(t, f.Append([]byte(line), false))
+			}
+		})
+	}
+	require.NoError(t, os.Rename(f.Path(), f.Path()+".1"))
+	require.NoError(t, f.Reopen())
+	wg.Wait()
+
+	seen := map[string]bool{}
+	for _, path := range []string{f.Path() + ".1", f.Path()} {
+		for _, line := range strings.Split(strings.TrimSuffix(content(path), "\n"), "\n") {
+			if line == "" {
+				continue // an empty file: every append came before or after the switch
+			}
+			fields := strings.SplitN(line, " ", 3)
+			require.Len(t, fields, 3, "line %q", line)
+			assert.Equal(t, fields[1], strconv.Itoa(len(fields[2])), "line %q is whole", line)
+			assert.False(t, seen[fields[0]], "%s twice", fields[0])
+			seen[fields[0]] = true
+		}
+	}
+	assert.Len(t, seen, writers*each)
 }

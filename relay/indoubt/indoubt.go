@@ -145,11 +145,6 @@ var (
 // in practice another hub, holds the lock on the journal file.
 var ErrLocked = errors.New("indoubt: locked by another process")
 
-// fileMode is the mode of a journal file Open or Reopen creates: it holds
-// transaction ids, readable by the hub's group (its operators), no one
-// else.
-const fileMode = 0o640
-
 // Defaults applied by Open to zero Config fields.
 const (
 	DefaultQueueSize   = 4096
@@ -181,8 +176,9 @@ type Config struct {
 // for concurrent use.
 type Journal struct {
 	path        string
+	file        *lockedfile.File
 	sync        func(*os.File) error // (*os.File).Sync; a test's in its place
-	syncs       atomic.Int64         // fsyncs done, one per batch
+	syncs       atomic.Int64         // fsyncs done: one per batch, and one per Reopen
 	waitTimeout time.Duration
 	log         zerolog.Logger
 	done        chan struct{} // closed when the writer goroutine has ended
@@ -190,16 +186,6 @@ type Journal struct {
 	mu     sync.RWMutex // held for reading to queue, for writing to close queue
 	closed bool         // guarded by mu
 	queue  chan *pending
-
-	// reopenMu lets one Reopen run at a time. It is taken before fileMu,
-	// never while holding it.
-	reopenMu sync.Mutex
-	// fileMu is held by the writer while it writes and fsyncs a batch, and
-	// by Reopen and Close to change file, so that a batch goes whole into
-	// one file and is on disk before the file is replaced.
-	fileMu     sync.Mutex
-	file       *os.File // guarded by fileMu; replaced only by Reopen
-	fileClosed bool     // guarded by fileMu
 }
 
 // pending is one line on its way to the file, and where its writer
@@ -225,17 +211,12 @@ func Open(cfg Config) (*Journal, error) {
 	if cfg.QueueSize < 0 || cfg.WaitTimeout < 0 {
 		return nil, errors.New("indoubt: QueueSize and WaitTimeout must not be negative")
 	}
-	f, err := lockedfile.Open(cfg.Path, fileMode)
-	if err != nil {
-		return nil, fmt.Errorf("in-doubt journal %q: %w", cfg.Path, lockedErr(err))
-	}
 	queueSize := cfg.QueueSize
 	if queueSize == 0 {
 		queueSize = DefaultQueueSize
 	}
 	j := &Journal{
 		path:        cfg.Path,
-		file:        f,
 		sync:        (*os.File).Sync,
 		waitTimeout: cfg.WaitTimeout,
 		log:         cfg.Logger.With().Str("component", "in_doubt_log").Str("path", cfg.Path).Logger(),
@@ -245,6 +226,13 @@ func Open(cfg Config) (*Journal, error) {
 	if j.waitTimeout == 0 {
 		j.waitTimeout = DefaultWaitTimeout
 	}
+	// Mode 0640: the journal holds transaction ids, for the hub's group
+	// (its operators) to read, no one else.
+	f, err := lockedfile.Open(lockedfile.Config{Path: cfg.Path, Perm: 0o640, Sync: j.syncFile})
+	if err != nil {
+		return nil, fmt.Errorf("in-doubt journal %q: %w", cfg.Path, lockedErr(err))
+	}
+	j.file = f
 	go j.write()
 	return j, nil
 }
@@ -336,18 +324,17 @@ func (j *Journal) write() {
 	}
 }
 
-// writeBatch writes buf, a batch of whole lines, to the journal's file
-// with one write and fsyncs it, under fileMu so that Reopen cannot split
-// the batch between two files nor close a file before its lines are on
-// disk.
-func (j *Journal) writeBatch(buf []byte) error {
-	j.fileMu.Lock()
-	defer j.fileMu.Unlock()
-	if _, err := j.file.Write(buf); err != nil {
-		return err
-	}
+// syncFile fsyncs f, counting it.
+func (j *Journal) syncFile(f *os.File) error {
 	j.syncs.Add(1)
-	return j.sync(j.file)
+	return j.sync(f)
+}
+
+// writeBatch writes buf, a batch of whole lines, with one write and
+// fsyncs it, so that a Reopen cannot split the batch between two files
+// nor close a file before its lines are on disk.
+func (j *Journal) writeBatch(buf []byte) error {
+	return j.file.Append(buf, true)
 }
 
 // Reopen opens the journal's path anew and moves writing there, for log
@@ -359,43 +346,15 @@ func (j *Journal) writeBatch(buf []byte) error {
 //
 // The switch happens between two batches: every line is whole in exactly
 // one of the two files, and every line written to the old one was fsynced
-// before its caller returned, so nothing is left to flush.
+// before its caller returned.
 //
 // On error the journal keeps writing to the file it had: the path cannot
 // be opened, or another process holds the new file's lock (wrapping
-// ErrLocked). After Close it returns an error wrapping ErrClosed. Every
+// ErrLocked). After Close it returns an error wrapping os.ErrClosed. Every
 // error names the path.
 func (j *Journal) Reopen() error {
-	j.reopenMu.Lock()
-	defer j.reopenMu.Unlock()
-
-	// Only Reopen replaces file, and reopenMu keeps other Reopens out:
-	// cur stays the file written to until the switch below.
-	j.fileMu.Lock()
-	cur, closed := j.file, j.fileClosed
-	j.fileMu.Unlock()
-	if closed {
-		return fmt.Errorf("in-doubt journal %q: reopen: %w", j.path, ErrClosed)
-	}
-	f, err := lockedfile.Reopen(cur, j.path, fileMode)
-	if err != nil {
+	if err := j.file.Reopen(); err != nil {
 		return fmt.Errorf("in-doubt journal %q: reopen: %w", j.path, lockedErr(err))
-	}
-	if f == nil {
-		return nil // nothing was renamed
-	}
-
-	j.fileMu.Lock()
-	if j.fileClosed {
-		j.fileMu.Unlock()
-		_ = f.Close()
-		return fmt.Errorf("in-doubt journal %q: reopen: %w", j.path, ErrClosed)
-	}
-	j.file = f
-	j.fileMu.Unlock()
-
-	if err := cur.Close(); err != nil {
-		return fmt.Errorf("in-doubt journal %q: reopen: the old file: %w", j.path, err)
 	}
 	return nil
 }
@@ -423,9 +382,6 @@ func (j *Journal) Close() error {
 	close(j.queue)
 	j.mu.Unlock()
 	<-j.done
-	j.fileMu.Lock()
-	defer j.fileMu.Unlock()
-	j.fileClosed = true
 	return j.file.Close()
 }
 

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -76,12 +77,12 @@ func TestReadJournalEmpty(t *testing.T) {
 // gzipped returns s compressed as logrotate's compress leaves it.
 func gzipped(t *testing.T, s string) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	_, err := zw.Write([]byte(s))
+	var out bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
 	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return b.Bytes()
+	_, err = io.WriteString(zw, s)
+	require.NoError(t, errors.Join(err, zw.Close()))
+	return out.Bytes()
 }
 
 func TestReadJournalGzipped(t *testing.T) {
