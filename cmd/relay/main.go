@@ -73,7 +73,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
-	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
+	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Locked while the relay runs, reopened on SIGHUP (for logrotate). Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
 	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
@@ -479,7 +479,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
-	hangup := []func(){func() { reopenBreakerLog(blog, logger) }}
+	hangup := []func(){func() { reopenLog("breaker log", "breaker_log", blog, logger) }}
 	var accessLog *appendFile
 	if c.AccessLog != "" {
 		accessLog, err = openAppendFile(c.AccessLog)
@@ -491,7 +491,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--access-log: close: %w", cerr)
 			}
 		}()
-		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
+		hangup = append(hangup, func() { reopenLog("access log", "access_log", accessLog, logger) })
 	}
 	var inDoubtLog *indoubt.Journal
 	if c.InDoubtLog != "" {
@@ -505,6 +505,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--in-doubt-log: close: %w", cerr)
 			}
 		}()
+		hangup = append(hangup, func() { reopenLog("in-doubt journal", "in_doubt_log", inDoubtLog, logger) })
 	}
 	hangup = append(hangup, htls.reloads(logger)...)
 	defer onHangup(append(hangup, rl.reloadOnHangup)...)()

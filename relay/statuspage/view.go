@@ -16,10 +16,13 @@ import (
 // instant. It is a plain value; every string in it is text, escaped by
 // html/template where it is drawn.
 type pageView struct {
-	Version       string
-	Clock         string // the instant, hh:mm:ss UTC
-	Draining      bool
-	Connections   int
+	Version     string
+	Clock       string // the instant, hh:mm:ss UTC
+	Draining    bool
+	Connections int
+	// InDoubt is the hub's calls in doubt since it started, over every
+	// target.
+	InDoubt       int64
 	TokenRequired bool
 	Targets       []targetView
 	// RateWindow is how far back the rates look, as the column headers say it.
@@ -51,6 +54,10 @@ type targetView struct {
 	InFlight, MaxInFlight int
 	InFlightBar           int // width of the in-flight bar, of 60
 	BulkheadFull          bool
+
+	// InDoubt is how many of the target's calls ended in doubt since the
+	// hub started.
+	InDoubt int64
 
 	AnswersTotal string
 	Answers      []answerView
@@ -183,6 +190,7 @@ func newTargetView(in targetInput) targetView {
 		Threshold:   s.Settings.FailThreshold,
 		InFlight:    s.InFlight,
 		MaxInFlight: s.MaxInFlight,
+		InDoubt:     s.InDoubt,
 	}
 	v.State.Held, v.State.Disabled = s.Held, s.Disabled
 	// A target a reload added is watched from then on.
