@@ -8,6 +8,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"strconv"
@@ -270,3 +272,29 @@ func TestHeldRequestIsNotSentWhenTheDeadlineHasPassed(t *testing.T) {
 
 // aLongTimeAgo is a deadline that has passed.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// TestTargetCallSendsARequestLargerThanAHold sends requests too large to
+// be held whole, on one kept-alive connection: the HTTP client writes each
+// in pieces, the first held and written before the next, and the target
+// gets every byte in order.
+func TestTargetCallSendsARequestLargerThanAHold(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789"), 3*maxHeld/10)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		code := "0000"
+		if !bytes.Equal(body, payload) {
+			code = "B999"
+		}
+		_, _ = io.WriteString(w, `{"code":"`+code+`","message":"`+strconv.Itoa(len(body))+`"}`)
+	}))
+	dials := countDials(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg := testTarget(t, srv.URL, 5*time.Second)
+
+	for i := range 3 {
+		res := tg.Call([]byte("TX"), payload)
+		require.Equal(t, "0000", res.Code, "call %d: the target got %s bytes, not the %d sent", i, res.Msg, len(payload))
+	}
+	assert.Equal(t, int32(1), dials.Load(), "one kept-alive connection")
+}
