@@ -389,10 +389,10 @@ CFG
   local run c
   for run in $(seq "$RUNS"); do
     for c in 16 64; do
-      load "s9-hub-c$c-$run" --addr "$relay_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+      io_load hub "$c" "$run" "$relay" --addr "$relay_addr" --conns "$c" --payload 'BAL ACC{conn}' \
         --server-pid "$relay" --server-pid "$target"
       if [[ -n $base ]]; then
-        load "s9-base-c$c-$run" --addr "$base_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+        io_load base "$c" "$run" "$base" --addr "$base_addr" --conns "$c" --payload 'BAL ACC{conn}' \
           --server-pid "$base" --server-pid "$target"
         proxy_pair "s9-pair-hub-base-c$c-$run" "$out/s9-hub-c$c-$run.json" "$out/s9-base-c$c-$run.json"
       fi
@@ -416,6 +416,26 @@ CFG
   stop "$relay"
   stop "$target"
 }
+
+# io_load SIDE CONNS RUN PID LOAD-ARGS...: the load run s9-SIDE-cCONNS-RUN,
+# and the read(2) and write(2) syscalls process PID made during it per
+# transaction answered, from /proc/PID/io (syscr, syscw: every thread's,
+# EAGAIN included; recvfrom and sendto are not counted there), in
+# s9io-SIDE-cCONNS-RUN.json. Unlike strace, this does not slow the
+# syscalls, so it counts the reads that find nothing as often as they
+# happen at full speed.
+io_load() {
+  local side=$1 c=$2 run=$3 pid=$4 r0 w0 r1 w1
+  shift 4
+  read -r r0 w0 < <(io_counts "$pid")
+  load "s9-$side-c$c-$run" "$@"
+  read -r r1 w1 < <(io_counts "$pid")
+  jq -n --argjson r $((r1 - r0)) --argjson w $((w1 - w0)) --slurpfile l "$out/s9-$side-c$c-$run.json" \
+    '{reads: ($r / $l[0].answered), writes: ($w / $l[0].answered)}' >"$out/s9io-$side-c$c-$run.json"
+}
+
+# io_counts PID: the read(2) and write(2) syscalls process PID has made.
+io_counts() { awk '/^syscr:/ { r = $2 } /^syscw:/ { w = $2 } END { print r, w }' "/proc/$1/io"; }
 
 # proxy_pair NAME A.json B.json: one round's comparison of two sides of
 # scenario 9: replies/s, and the CPU per transaction of every server the
@@ -493,6 +513,16 @@ proxy_report() {
       for s in "${pairs[@]}"; do
         f=("$out"/s9-pair-$s-c$c-*.json)
         echo "| $c conns, ${pairname[$s]} | $(agg %.2f .ratio "${f[@]}") | $(agg %.2f .cpu_ratio "${f[@]}") | $([[ $s == *direct ]] || agg %.2f .first_cpu_ratio "${f[@]}") |"
+      done
+    done
+    echo
+    echo "| 9 read(2) and write(2) per transaction, at full speed (/proc/PID/io; median (min–max) of $RUNS) | read, EAGAIN included | write |"
+    echo "| --- | ---: | ---: |"
+    for c in 16 64; do
+      for s in hub base; do
+        [[ $s == base && -z $BASE_RELAY ]] && continue
+        f=("$out"/s9io-$s-c$c-*.json)
+        echo "| $c conns, ${label[$s]} | $(agg %.2f .reads "${f[@]}") | $(agg %.2f .writes "${f[@]}") |"
       done
     done
     if ((STRACE)); then
