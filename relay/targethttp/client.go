@@ -358,12 +358,12 @@ func connectFailed(resp *fasthttp.Response, err error) bool {
 }
 
 // progressOf returns how far the failed call whose answer is resp got, how
-// many request bytes it wrote and why a write failed, from the counts of
-// the connection its
-// last try used. The pool records each try's connection on resp (its
-// LocalAddr, which targetConn makes its own connAddr), and a connection
-// whose call failed is closed, never reused, so its counts are this
-// call's. No connection means nothing was sent.
+// many request bytes it wrote and why a write of it failed (nil: none
+// did), from the counts of the connection its last try used. The pool
+// records each try's connection on resp (its LocalAddr, which targetConn
+// makes its own connAddr), and a connection whose call failed is closed,
+// never reused, so its counts are this call's. No connection means
+// nothing was sent.
 func progressOf(resp *fasthttp.Response) (Stage, int, error) {
 	a, ok := resp.LocalAddr().(*connAddr)
 	if !ok {
