@@ -581,22 +581,7 @@ func asProbeCodes(v any) ([]string, error) {
 	default:
 		return nil, fmt.Errorf(`want an array of codes such as ["0000", "B404"], got %s`, describe(v))
 	}
-	if len(list) == 0 {
-		return nil, errors.New("name at least one code")
-	}
-	codes := make([]string, 0, len(list))
-	for _, x := range list {
-		s, ok := x.(string)
-		if !ok {
-			return nil, fmt.Errorf("want codes as strings, got %s", describe(x))
-		}
-		code, err := relay.ParseProbeCode(s)
-		if err != nil {
-			return nil, err
-		}
-		codes = append(codes, code)
-	}
-	return codes, nil
+	return parseCodes(list, relay.ParseProbeCode)
 }
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
@@ -730,6 +715,12 @@ func asFailureCodes(v any) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf(`want an array of codes such as ["E500", "E901", "E902"], got %s`, describe(v))
 	}
+	return parseCodes(list, protocol.ParseFailureCode)
+}
+
+// parseCodes reads a non-empty list of codes, each a string that parse
+// accepts, into the codes parse returns.
+func parseCodes(list []any, parse func(string) (string, error)) ([]string, error) {
 	if len(list) == 0 {
 		return nil, errors.New("name at least one code")
 	}
@@ -739,7 +730,7 @@ func asFailureCodes(v any) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("want codes as strings, got %s", describe(x))
 		}
-		code, err := protocol.ParseFailureCode(s)
+		code, err := parse(s)
 		if err != nil {
 			return nil, err
 		}
