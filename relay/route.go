@@ -249,13 +249,13 @@ func (c *conn) dispatch(req protocol.Request) {
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()
-	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
+	if ticket, retryAfter, err = rt.breaker.AdmitIn(&c.run); err != nil {
 		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		if ticket, _, err = fb.breaker.Admit(); err != nil {
+		if ticket, _, err = fb.breaker.AdmitIn(&c.run); err != nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
