@@ -79,6 +79,11 @@ type conn struct {
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
+	// A socket's answers are written through rc (writeRaw).
+	rawWrite func(fd uintptr) bool // c.writeRaw, bound once so that a write does not allocate
+	wout     []byte                // guarded by wmu: what writeRaw has left to write
+	woutErr  error                 // guarded by wmu: why writeRaw stopped short
+
 	writes atomic.Uint32 // writes of answers so far: a run (see run) ends at each
 
 	dmu     sync.Mutex
@@ -135,6 +140,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 			c.rc = rc
 			c.rawRead = c.readRaw
 			c.onReadable = c.serveReadable
+			c.rawWrite = c.writeRaw
 		}
 	}
 	return c
@@ -793,10 +799,18 @@ func (c *conn) writeOutLocked(now time.Time) error {
 			_ = c.nc.SetWriteDeadline(c.wdl)
 		}
 		c.writes.Add(1)
-		var n int
-		n, err = c.nc.Write(b)
-		if err == nil && n < len(b) {
-			err = io.ErrShortWrite
+		if c.rc != nil {
+			c.wout = b
+			if err = c.rc.Write(c.rawWrite); err == nil {
+				err = c.woutErr
+			}
+			c.wout, c.woutErr = nil, nil
+		} else {
+			var n int
+			n, err = c.nc.Write(b)
+			if err == nil && n < len(b) {
+				err = io.ErrShortWrite
+			}
 		}
 	}
 	if cap(b) == writeBufSize {
@@ -805,6 +819,28 @@ func (c *conn) writeOutLocked(now time.Time) error {
 	}
 	c.wbuf = nil
 	return err
+}
+
+// writeRaw is writeOutLocked's syscall.RawConn callback for a socket: it
+// writes what is left of c.wout, reporting false, so that the runtime parks
+// the writer until the socket is writable or the write deadline passes,
+// when the socket's buffer is full.
+func (c *conn) writeRaw(fd uintptr) bool {
+	for len(c.wout) > 0 {
+		n, wouldBlock, err := writeFD(fd, c.wout)
+		switch {
+		case wouldBlock:
+			return false
+		case err != nil:
+			c.woutErr = err
+			return true
+		case n == 0:
+			c.woutErr = io.ErrShortWrite
+			return true
+		}
+		c.wout = c.wout[n:]
+	}
+	return true
 }
 
 // failLocked records a failed write and disconnects the client: it is gone,
