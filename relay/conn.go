@@ -64,8 +64,8 @@ type conn struct {
 	r, w       int                       // the input not yet used is (*rbuf)[r:w]
 	scanned    int                       // the first scanned bytes of the input hold no '\n'
 	rerr       error                     // why the last read ended the input, reported once the input before it is used
-	scratch    []byte                    // message of an E904 answer
-	hintSecs   int64                     // the retry hint scratch holds, in seconds; 0: none yet
+	scratch    []byte                    // what follows the TXID in an E904 answer (protocol.AppendResponseTail)
+	hintSecs   int64                     // the retry hint scratch holds, in seconds; 0: none yet, -1: held open
 	txid       [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
 	txidLen    uint8                     // the length of the TXID in txid
 	discarding bool                      // the input is the rest of an over-long line, dropped up to its '\n'
@@ -745,18 +745,8 @@ func (c *conn) finish(end readEnd) {
 func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.werr != nil {
+	if !c.roomLocked() {
 		return
-	}
-	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
-		// The buffer may not have room for this answer: send what it holds.
-		if err := c.writeOutLocked(time.Now()); err != nil {
-			c.failLocked(err)
-			return
-		}
-	}
-	if c.wbuf == nil {
-		c.wbuf = writeBufs.Get().(*[]byte)
 	}
 	*c.wbuf = protocol.AppendResponse(*c.wbuf, txid, code, msg)
 	if flush {
@@ -764,6 +754,36 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 			c.failLocked(err)
 		}
 	}
+}
+
+// answerTail is answer, buffered, for a request whose TXID ParseRequest
+// accepted, with the rest of the line prebuilt by
+// protocol.AppendResponseTail: a run of refusals is answered by copying.
+func (c *conn) answerTail(txid, tail []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.roomLocked() {
+		*c.wbuf = append(append(*c.wbuf, txid...), tail...)
+	}
+}
+
+// roomLocked readies the write buffer for one answer of at most
+// maxAnswerLen bytes, sending what it holds when it may not have room. It
+// reports false when answers are dropped: a write has failed.
+func (c *conn) roomLocked() bool {
+	if c.werr != nil {
+		return false
+	}
+	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
+		if err := c.writeOutLocked(time.Now()); err != nil {
+			c.failLocked(err)
+			return false
+		}
+	}
+	if c.wbuf == nil {
+		c.wbuf = writeBufs.Get().(*[]byte)
+	}
+	return true
 }
 
 // flush sends the buffered answers to the client.
