@@ -453,19 +453,55 @@ func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
 		return Ticket{generation: generationOf(w)}, 0, nil
 	}
 	now := b.clock.Now()
+	if retryAfter, err := b.refuseOpen(w, now); err != nil {
+		return Ticket{}, retryAfter, err
+	}
+	return b.admitSlow(now, false)
+}
+
+// AdmitIn is Admit for a caller that answers a run of requests at once (a
+// batch of pipelined lines, say): run is the run's reading of the breaker's
+// clock (Settings.Clock), zero until a breaker of the run needs the time,
+// which then reads its clock into it. An open breaker whose period has not
+// passed refuses at that reading, so a run of refusals costs one clock
+// reading; anything else (a probe, a change of state) reads the clock
+// afresh, so every transition is stamped as by Admit. A run is to be short
+// (no waiting within it) and shared only by breakers of one clock.
+func (b *Breaker) AdmitIn(run *time.Time) (t Ticket, retryAfter time.Duration, err error) {
+	w := b.word.Load()
+	if stateOf(w) == Closed {
+		return Ticket{generation: generationOf(w)}, 0, nil
+	}
+	fresh := run.IsZero()
+	if fresh {
+		*run = b.clock.Now()
+	}
+	if retryAfter, err := b.refuseOpen(w, *run); err != nil {
+		return Ticket{}, retryAfter, err
+	}
+	if fresh {
+		return b.admitSlow(*run, false)
+	}
+	return b.admitSlow(b.clock.Now(), false)
+}
+
+// refuseOpen is the lock-free refusal of a breaker whose word was w: the
+// error and wait Admit returns when it refuses at now without the lock, a
+// nil error when the lock must decide.
+func (b *Breaker) refuseOpen(w uint64, now time.Time) (retryAfter time.Duration, err error) {
 	if stateOf(w) == Open {
 		after := b.probeAfter.Load()
 		switch after {
 		case heldOpen:
-			return Ticket{}, 0, ErrHeld
+			return 0, ErrHeld
 		case awaitPermit:
-			return Ticket{}, 0, ErrOpen
+			return 0, ErrOpen
 		}
 		if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
-			return Ticket{}, wait, ErrOpen
+			return wait, ErrOpen
 		}
 	}
-	return b.admitSlow(now, false)
+	return 0, nil
 }
 
 // AdmitProbe asks to send a probe of the caller's own, as a hub does with

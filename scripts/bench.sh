@@ -73,6 +73,7 @@ STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transact
 STRACE_SECONDS=${STRACE_SECONDS:-3}
 BASE_RELAY=${BASE_RELAY:-}        # scenario 9: another relay binary measured beside this tree's
 BASE_LABEL=${BASE_LABEL:-base}    # its name in the tables
+BEFORE_RELAY=${BEFORE_RELAY:-}    # scenario 1: also a relay built from another tree, interleaved (before/after)
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
 
 # want N: whether scenario N is to run.
@@ -149,7 +150,7 @@ start_fixture() {
 
 # start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
-# RELAY_BIN runs another relay binary than bin/relay.
+# RELAY_BIN, when set, is the relay binary to start instead of bin/relay.
 start_relay() {
   local name=$1
   shift
@@ -739,21 +740,38 @@ page_report() {
 if want 1; then
 echo "bench: 1. fast-fail vs redis PING" >&2
 closed=$(free_port)
+# trip_core ADDR: the one call that trips CORE's breaker (refused by the
+# closed port, E902), and a check that the next is refused E904.
+trip_core() {
+  bin/relayctl send --addr "$1" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$1" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open: $answer"
+}
 start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
 ff_relay=$RELAY_PID ff_addr=$RELAY_ADDR
-# The one call that trips the breaker: refused by the closed port, E902.
-bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" >/dev/null || true
-answer=$(bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" || true)
-[[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open: $answer"
+trip_core "$ff_addr"
+if [[ -n $BEFORE_RELAY ]]; then
+  RELAY_BIN=$BEFORE_RELAY start_relay fastfail-before --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+  fb_relay=$RELAY_PID fb_addr=$RELAY_ADDR
+  trip_core "$fb_addr"
+fi
 start_redis
 for run in $(seq "$RUNS"); do
   for d in 1 16; do
     load "s1-relay-d$d-$run" --addr "$ff_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$ff_relay"
+    if [[ -n $BEFORE_RELAY ]]; then
+      load "s1-before-d$d-$run" --addr "$fb_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$fb_relay"
+    fi
     load "s1-redis-d$d-$run" --addr "$REDIS_ADDR" --protocol redis-ping --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$REDIS_PID"
     pair "s1-pair-d$d-$run" "$out/s1-relay-d$d-$run.json" "$out/s1-redis-d$d-$run.json"
+    if [[ -n $BEFORE_RELAY ]]; then
+      pair "s1-pairbefore-d$d-$run" "$out/s1-before-d$d-$run.json" "$out/s1-redis-d$d-$run.json"
+      pair "s1-pairafter-d$d-$run" "$out/s1-relay-d$d-$run.json" "$out/s1-before-d$d-$run.json"
+    fi
   done
 done
 stop "$ff_relay"
+[[ -n $BEFORE_RELAY ]] && stop "$fb_relay"
 stop "$REDIS_PID"
 fi
 
@@ -910,8 +928,11 @@ want 9 && proxy_bench
 
 start_table
 want 1 && for d in 1 16; do
-  for s in relay redis; do
-    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" "" "$out"/s1-$s-d$d-*.json
+  for s in relay before redis; do
+    [[ $s == before && -z $BEFORE_RELAY ]] && continue
+    label=$s
+    [[ $s == before ]] && label="relay before ($BEFORE_RELAY)"
+    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$label" "" "$out"/s1-$s-d$d-*.json
   done
 done
 want 2 && for c in c16 c64 paced; do
@@ -1011,6 +1032,13 @@ want 1 && for d in 1 16; do
   verdict "fast-fail depth $d: relay answers/s ≥ redis PING: relay/redis = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
   r=$(med .cpu_ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay CPU per answer ≤ redis: relay/redis = $(fmt %.2f "$r")×" "$(le "$r" 1)"
+  if [[ -n $BEFORE_RELAY ]]; then
+    rb=$(med .ratio "$out"/s1-pairbefore-d$d-*.json)
+    cb=$(med .cpu_ratio "$out"/s1-pairbefore-d$d-*.json)
+    ra=$(med .ratio "$out"/s1-pairafter-d$d-*.json)
+    ca=$(med .cpu_ratio "$out"/s1-pairafter-d$d-*.json)
+    targets+=("BEFORE   fast-fail depth $d: relay before/redis answers/s $(fmt %.2f "$rb")×, CPU per answer $(fmt %.2f "$cb")×; relay/before answers/s $(fmt %.2f "$ra")×, CPU per answer $(fmt %.2f "$ca")×")
+  fi
 done
 want 5 && allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
 if [[ -n ${allocs:-} ]]; then
