@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,27 +52,51 @@ type conn struct {
 	proxyPeer netip.AddrPort // the load balancer that sent the PROXY header; zero when none
 
 	// Owned by the read loop.
-	rc       syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead  func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
-	rbuf     *[]byte                   // the read buffer; nil while no input is held
-	rlong    bool                      // rbuf is from srv.longBufs, else from readBufs
-	r, w     int                       // the input not yet used is (*rbuf)[r:w]
-	rerr     error                     // why the last read ended the input, reported once the input before it is used
-	scratch  []byte                    // message of an E904 answer
-	hintSecs int64                     // the retry hint scratch holds, in seconds; 0: none yet
-	txid     [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
-	rdl      time.Time                 // the idle deadline armReadDeadline last set
-	refusals int                       // lines refused in a row, up to laneAfter: refusal-heavy at laneAfter
-	inTurn   bool                      // the connection has its turn in the refusal lane
-	turnWait *time.Timer               // times a wait for a turn (awaitTurn); nil until the first wait
+	rc         syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead    func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
+	onReadable func(fd uintptr) bool     // c.serveReadable, bound once likewise
+	fd         uintptr                   // nc's descriptor while serveReadable runs
+	inSession  bool                      // serveReadable is running: fill reads fd itself and may ask to wait
+	waitNext   bool                      // the last read took all the input there was: the next fill waits instead of reading
+	end        readEnd                   // why serveReadable ended the loop, when it did
+	rbuf       *[]byte                   // the read buffer; nil while no input is held
+	rlong      bool                      // rbuf is from srv.longBufs, else from readBufs
+	r, w       int                       // the input not yet used is (*rbuf)[r:w]
+	scanned    int                       // the first scanned bytes of the input hold no '\n'
+	rerr       error                     // why the last read ended the input, reported once the input before it is used
+	scratch    []byte                    // what follows the TXID in an E904 answer (protocol.AppendResponseTail)
+	hintSecs   int64                     // the retry hint scratch holds, in seconds; 0: none yet, -1: held open
+	txid       [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
+	txidLen    uint8                     // the length of the TXID in txid
+	discarding bool                      // the input is the rest of an over-long line, dropped up to its '\n'
+	armedAt    time.Time                 // when armReadDeadline last ran: the idle deadline is IdleTimeout after it
+	run        time.Time                 // the breakers' clock for the lines handled since the loop last waited or an answer was written (Breaker.AdmitIn); zero until a breaker reads it
+	runWrites  uint32                    // writes when run began
+	rdl        time.Time                 // the read deadline last set
+	refusals   int                       // lines refused in a row, up to laneAfter: refusal-heavy at laneAfter
+	inTurn     bool                      // the connection has its turn in the refusal lane
+	laneAsked  bool                      // turnDue has asked the lane since the loop last waited: it asks again once the loop has waited
+	toLane     bool                      // serveInput left serveReadable for laneStep: to wait for a turn (holding), else to end one
+	holding    bool                      // held is a line read and not yet served, waiting for a turn
+	held       heldLine                  // see holding
+	turnWait   *time.Timer               // times a wait for a turn (awaitTurn); nil until the first wait
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
+	// A socket's answers are written through rc (writeRaw).
+	rawWrite func(fd uintptr) bool // c.writeRaw, bound once so that a write does not allocate
+	wout     []byte                // guarded by wmu: what writeRaw has left to write
+	woutErr  error                 // guarded by wmu: why writeRaw stopped short
+
+	writes atomic.Uint32 // writes of answers so far: a run (see run) ends at each
+
 	dmu     sync.Mutex
-	stopped bool // guarded by dmu: Shutdown told the read loop to stop
+	stopped bool        // guarded by dmu: Shutdown told the read loop to stop
+	broken  bool        // guarded by dmu: a write failed; the read loop is to stop and the connection close
+	halt    atomic.Bool // stopped or broken: the read loop reads no more
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
@@ -121,6 +146,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
 			c.rawRead = c.readRaw
+			c.onReadable = c.serveReadable
+			c.rawWrite = c.writeRaw
 		}
 	}
 	return c
@@ -163,6 +190,9 @@ func (c *conn) serve() {
 		end = c.readLoop()
 	}
 	close(c.readDone)
+	if c.writeFailed() {
+		c.nc.Close() // now, not after the calls in flight: see failLocked
+	}
 	c.calls.Wait()
 	c.finish(end)
 	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
@@ -190,17 +220,77 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // measures time without a complete line; the flush and the re-arm share one
 // clock read.
 //
+// On a socket read through syscall.RawConn the loop runs inside one
+// RawConn.Read (serveReadable) for as long as the poller's deadlines let
+// it, so that a read which took all the input there was can be followed by
+// a wait rather than by a read that finds nothing (see fillSession).
+//
 // A refusal-heavy connection serves the lines it has read in its turn in
 // the refusal lane while the lane is in force (see refusalLane): the lines
 // of one read, every one answered, then the turn ends after the flush,
-// before the loop reads again.
+// before the loop reads again. Neither the wait for a turn nor the pause
+// that ends one happens inside serveReadable, which holds the socket's
+// read lock (a Close from another goroutine, Server.Close's say, would
+// wait for the turn): serveInput leaves the callback for them, laneStep
+// takes them, and the loop starts a new RawConn.Read.
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
 	defer c.leaveLane()
 	c.armReadDeadline(time.Now())
+	if c.rc == nil {
+		end, _ := c.serveInput()
+		return end
+	}
 	for {
-		line, tooLong, err := c.readLine()
-		if (tooLong || len(line) > 0) && c.refusals >= laneAfter && !c.inTurn && c.srv.laneInForce() {
+		err := c.rc.Read(c.onReadable)
+		if err == nil {
+			if !c.toLane {
+				return c.end
+			}
+			c.laneStep()
+			continue
+		}
+		// The wait ended early: a deadline passed, or the connection was
+		// closed. The check deadline of a wait after a read that may have
+		// left the end of the input unseen is no reason to stop.
+		if errors.Is(err, os.ErrDeadlineExceeded) && c.rearmAfterCheck() {
+			continue
+		}
+		c.rerr = err
+		end, _ := c.serveInput()
+		return end
+	}
+}
+
+// serveReadable is the read loop's RawConn.Read callback: it serves the
+// input until it must wait for more, reporting false so that the runtime
+// parks the loop until the socket is readable, or until the connection's
+// end, reporting true with the end in c.end, or until the lane needs a
+// step outside the callback, reporting true with c.toLane set. Each call
+// begins with a read, or with the line held for a turn.
+func (c *conn) serveReadable(fd uintptr) bool {
+	c.fd, c.inSession = fd, true
+	end, done := c.serveInput()
+	c.inSession = false
+	c.end = end
+	return done
+}
+
+// serveInput reads and handles lines until the connection ends (done, with
+// why), or, inside serveReadable only, until the loop must wait for input,
+// or until it leaves the callback for the refusal lane (done, with toLane
+// set: see readLoop).
+func (c *conn) serveInput() (end readEnd, done bool) {
+	for {
+		line, tooLong, err := c.nextLine()
+		if err == errWait {
+			return 0, false
+		}
+		if (tooLong || len(line) > 0) && c.turnDue() {
+			if c.inSession {
+				c.holdLine(line, tooLong, err)
+				return 0, true
+			}
 			c.awaitTurn()
 		}
 		switch {
@@ -221,16 +311,29 @@ func (c *conn) readLoop() readEnd {
 		}
 		if err != nil {
 			c.flush()
-			return c.readEndFor(err)
+			return c.readEndFor(err), true
 		}
 		if !c.completeLineBuffered() {
 			now := time.Now()
 			c.flushAt(now)
 			c.armReadDeadline(now)
-			c.endTurn()
+			c.run = time.Time{} // the loop may wait before its next line
+			c.laneAsked = false
+			if c.inTurn {
+				if c.inSession {
+					c.toLane = true
+					return 0, true
+				}
+				c.endTurn()
+			}
 		}
 	}
 }
+
+// errWait is readLine's answer inside serveReadable when it has no complete
+// line and must wait for input: the input is kept, and the next readLine,
+// after the wait, goes on where this one stopped.
+var errWait = errors.New("relay: wait for input")
 
 // readLine returns the next line without its "\n" or "\r\n"; it is valid
 // until the next readLine. For a line longer than MaxLineBytes it returns
@@ -238,36 +341,42 @@ func (c *conn) readLoop() readEnd {
 // (else nil), after discarding the rest of the line. err is io.EOF with the
 // last, unterminated line of a client that closed its side (which is still
 // served), or the read error that ends the connection (then any partial
-// line is dropped).
+// line is dropped), or errWait (see there).
 //
 // A line is over-long once MaxLineBytes+2 bytes (room for its "\r\n") have
 // come without a "\n", so the hub never holds more of a line than that; the
 // TXID is read from those first bytes.
 func (c *conn) readLine() (line []byte, tooLong bool, err error) {
+	if c.discarding {
+		return c.discardLine()
+	}
 	limit := c.srv.maxLineBytes + 2
-	scanned := 0 // bytes at the start of the input known to hold no '\n'
 	for {
 		in := c.input()
-		if i := bytes.IndexByte(in[scanned:], '\n'); i >= 0 {
-			i += scanned
+		if i := bytes.IndexByte(in[c.scanned:], '\n'); i >= 0 {
+			i += c.scanned
 			c.r += i + 1
+			c.scanned = 0
 			line, tooLong = c.checkLine(in[:i])
 			return line, tooLong, nil
 		}
-		scanned = len(in)
+		c.scanned = len(in)
 		if len(in) >= limit {
+			c.scanned = 0
 			return c.discardLine()
 		}
 		if c.rerr != nil {
 			err, c.rerr = c.rerr, nil
-			c.r = c.w
+			c.r, c.scanned = c.w, 0
 			if err != io.EOF {
 				return nil, false, err
 			}
 			line, tooLong = c.checkLine(in)
 			return line, tooLong, io.EOF
 		}
-		c.fill()
+		if c.fill() {
+			return nil, false, errWait
+		}
 	}
 }
 
@@ -285,23 +394,30 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 // discardLine ends an over-long line whose first MaxLineBytes+2 bytes are
 // the input: it keeps the line's TXID and drops input up to the line's
 // '\n', or to the end of the input when the client closed its side. It
-// returns as readLine does.
+// returns as readLine does; after errWait, readLine comes back here.
 func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
-	n := copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
+	if !c.discarding {
+		c.txidLen = uint8(copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2])))
+		c.discarding = true
+	}
 	for {
 		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {
 			c.r += i + 1
-			return c.txid[:n], true, nil
+			c.discarding = false
+			return c.txid[:c.txidLen], true, nil
 		}
 		c.r = c.w
 		if c.rerr != nil {
 			err, c.rerr = c.rerr, nil
+			c.discarding = false
 			if err != io.EOF {
 				return nil, false, err
 			}
-			return c.txid[:n], true, io.EOF
+			return c.txid[:c.txidLen], true, io.EOF
 		}
-		c.fill()
+		if c.fill() {
+			return nil, false, errWait
+		}
 	}
 }
 
@@ -323,20 +439,24 @@ func (c *conn) completeLineBuffered() bool {
 // why the input ends when it does. The caller has used every complete line
 // and kept fewer than MaxLineBytes+2 bytes, so there is room for more once
 // the held bytes move to the start of the buffer, or to a long-line buffer
-// when they fill a read buffer.
-func (c *conn) fill() {
+// when they fill a read buffer. Inside serveReadable it reports wait when
+// the loop is to wait for input instead (fillSession).
+func (c *conn) fill() (wait bool) {
 	c.makeRoom()
+	if c.inSession {
+		return c.fillSession()
+	}
 	if c.rc != nil {
 		if err := c.rc.Read(c.rawRead); err != nil {
 			c.rerr = err // the wait ended: deadline passed, or connection closed
 		}
-		return
+		return false
 	}
 	if c.tlsIdle {
 		c.parkReadBuf()
 		if c.rbuf == nil {
 			c.readFirstByte()
-			return
+			return false
 		}
 	}
 	c.holdReadBuf()
@@ -347,10 +467,45 @@ func (c *conn) fill() {
 		c.w += n
 		if n > 0 || err != nil {
 			c.rerr = err
-			return
+			return false
 		}
 	}
 	c.rerr = io.ErrNoProgress
+	return false
+}
+
+// fillSession is fill inside serveReadable: it reads the socket once, or
+// reports wait when the loop is to wait for input, having handed back what
+// the loop need not hold meanwhile and set the deadline of the wait. It
+// waits when the read found nothing (EAGAIN), when the read before it took
+// all the input there was (it left room in the buffer), and once reading
+// has stopped (Shutdown, or a failed write: the wait ends at once).
+//
+// A wait after a read that took all the input is what saves a read per
+// wake-up: within one RawConn.Read the runtime's poller keeps readiness
+// raised after the call began, so input that arrives after the read, while
+// its lines are handled, ends the wait at once. What it does not raise
+// again is the end of the input (the client's FIN, or a reset) when that
+// came together with the bytes read, one edge-triggered event covering
+// both. Such a wait therefore has a deadline endCheckAfter away; when it
+// passes, readLoop starts a new RawConn.Read, which reads again and finds
+// the end if it came. A wait after a read that found nothing needs only
+// the idle deadline: nothing, not even an end, was waiting unread.
+func (c *conn) fillSession() (wait bool) {
+	if c.waitNext || c.halt.Load() {
+		c.waitNext = false
+		c.parkReadBuf()
+		c.armEndCheckDeadline()
+		return true
+	}
+	c.holdReadBuf()
+	w, room := c.w, len(*c.rbuf)-c.w
+	if !c.readRaw(c.fd) {
+		c.armIdleDeadline()
+		return true
+	}
+	c.waitNext = c.w-w < room
+	return false
 }
 
 // maxEmptyReads is how many reads in a row may return no bytes and no error
@@ -392,7 +547,8 @@ func (c *conn) makeRoom() {
 // further readiness on the runtime's edge-triggered poller, and each
 // RawConn.Read forgets readiness noted before it began (internal/poll's
 // prepareRead), so a wait in place of that read could sleep until the idle
-// deadline with input, or the end of it, waiting.
+// deadline with input, or the end of it, waiting. (serveReadable, which
+// keeps one RawConn.Read across its waits, need not: see fillSession.)
 func (c *conn) readRaw(fd uintptr) bool {
 	c.holdReadBuf()
 	n, wouldBlock, err := readFD(fd, (*c.rbuf)[c.w:])
@@ -441,7 +597,7 @@ func (c *conn) releaseReadBuf() {
 	} else {
 		readBufs.Put(c.rbuf)
 	}
-	c.rbuf, c.rlong, c.r, c.w = nil, false, 0, 0
+	c.rbuf, c.rlong, c.r, c.w, c.scanned = nil, false, 0, 0, 0
 }
 
 // longBuf returns a buffer of MaxLineBytes+2 bytes from s.longBufs.
@@ -458,6 +614,11 @@ func (s *Server) longBuf() *[]byte {
 // buffered: the read loop flushes. It reports whether the line was
 // admitted: handed to a call, which answers it.
 func (c *conn) serveLine(line []byte) (admitted bool) {
+	if w := c.writes.Load(); w != c.runWrites {
+		// A write may have waited for the client: the run's clock reading
+		// is no longer now.
+		c.run, c.runWrites = time.Time{}, w
+	}
 	req, err := protocol.ParseRequest(line)
 	if err == nil {
 		return c.dispatch(req)
@@ -486,31 +647,99 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(time.Second, timeout/8)
 }
 
-// armReadDeadline makes the idle deadline for the next read at least
-// IdleTimeout after now, unless Shutdown has stopped reading: its past
-// deadline must not be replaced. So a connection is closed between
-// IdleTimeout and IdleTimeout plus deadlineSlack after its last complete
-// line: never before.
+// armReadDeadline restarts the idle measure at now: the connection is
+// closed between IdleTimeout and IdleTimeout plus deadlineSlack after its
+// last complete line, never before. Outside serveReadable it makes the
+// deadline for the next read at least IdleTimeout after now; inside, the
+// deadline is set by fillSession when the loop is about to wait, since
+// only then is it known which deadline the wait needs.
 func (c *conn) armReadDeadline(now time.Time) {
-	due := now.Add(c.srv.idleTimeout)
-	if !due.After(c.rdl) {
+	c.armedAt = now
+	if c.inSession {
 		return
 	}
-	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+	if due := now.Add(c.srv.idleTimeout); due.After(c.rdl) {
+		c.setReadDeadline(due.Add(deadlineSlack(c.srv.idleTimeout)))
+	}
+}
+
+// armIdleDeadline gives a wait inside serveReadable the idle deadline: no
+// earlier than IdleTimeout after armedAt.
+func (c *conn) armIdleDeadline() {
+	if due := c.armedAt.Add(c.srv.idleTimeout); c.rdl.Before(due) {
+		c.setReadDeadline(due.Add(deadlineSlack(c.srv.idleTimeout)))
+	}
+}
+
+// endCheckAfter bounds a wait that may have an end of input unseen before
+// it (fillSession): a client that sent its last line and its FIN together
+// sees the hub close its side at most this long after its last answer. A
+// busy connection pays for the check (a deadline set and passed, a read)
+// once per endCheckAfter, not per line.
+const endCheckAfter = 20 * time.Millisecond
+
+// armEndCheckDeadline gives a wait inside serveReadable a deadline at most
+// endCheckAfter away, unless the deadline set is that close already, and
+// never later than the idle one.
+func (c *conn) armEndCheckDeadline() {
+	if c.rdl.After(c.armedAt.Add(endCheckAfter)) {
+		c.setReadDeadline(time.Now().Add(min(endCheckAfter, c.srv.idleTimeout)))
+	}
+}
+
+// rearmAfterCheck reports whether the deadline that ended a wait inside
+// serveReadable was armEndCheckDeadline's, and not the idle deadline's nor
+// a stop; if so it sets the idle deadline again, so that the loop can go
+// on reading.
+func (c *conn) rearmAfterCheck() bool {
+	due := c.armedAt.Add(c.srv.idleTimeout)
+	if !time.Now().Before(due) {
+		return false
+	}
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	if !c.stopped {
-		_ = c.nc.SetReadDeadline(c.rdl)
+	if c.stopped || c.broken {
+		return false
+	}
+	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+	_ = c.nc.SetReadDeadline(c.rdl)
+	return true
+}
+
+// setReadDeadline sets the read deadline to t unless reading has stopped:
+// the past deadline that stops it must not be replaced.
+func (c *conn) setReadDeadline(t time.Time) {
+	c.rdl = t
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if !c.stopped && !c.broken {
+		_ = c.nc.SetReadDeadline(t)
 	}
 }
 
 // stopReading makes the read loop stop once it has handled the complete
 // lines already buffered (each answered E906 during shutdown).
-func (c *conn) stopReading() {
+func (c *conn) stopReading() { c.haltReading(false) }
+
+// haltReading stops the read loop as stopReading says; broken says a failed
+// write is why, and serve then closes the connection at once.
+func (c *conn) haltReading(broken bool) {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	c.stopped = true
+	if broken {
+		c.broken = true
+	} else {
+		c.stopped = true
+	}
+	c.halt.Store(true)
 	_ = c.nc.SetReadDeadline(aLongTimeAgo)
+}
+
+// writeFailed reports whether a failed write stopped the read loop.
+func (c *conn) writeFailed() bool {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	return c.broken
 }
 
 // readEndFor classifies the error that ended the read loop.
@@ -521,7 +750,10 @@ func (c *conn) readEndFor(err error) readEnd {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.dmu.Lock()
 		defer c.dmu.Unlock()
-		if c.stopped {
+		switch {
+		case c.broken:
+			return endError
+		case c.stopped:
 			return endStopped
 		}
 		return endIdle
@@ -560,18 +792,8 @@ func (c *conn) finish(end readEnd) {
 func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.werr != nil {
+	if !c.roomLocked() {
 		return
-	}
-	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
-		// The buffer may not have room for this answer: send what it holds.
-		if err := c.writeOutLocked(time.Now()); err != nil {
-			c.failLocked(err)
-			return
-		}
-	}
-	if c.wbuf == nil {
-		c.wbuf = writeBufs.Get().(*[]byte)
 	}
 	*c.wbuf = protocol.AppendResponse(*c.wbuf, txid, code, msg)
 	if flush {
@@ -579,6 +801,36 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 			c.failLocked(err)
 		}
 	}
+}
+
+// answerTail is answer, buffered, for a request whose TXID ParseRequest
+// accepted, with the rest of the line prebuilt by
+// protocol.AppendResponseTail: a run of refusals is answered by copying.
+func (c *conn) answerTail(txid, tail []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.roomLocked() {
+		*c.wbuf = append(append(*c.wbuf, txid...), tail...)
+	}
+}
+
+// roomLocked readies the write buffer for one answer of at most
+// maxAnswerLen bytes, sending what it holds when it may not have room. It
+// reports false when answers are dropped: a write has failed.
+func (c *conn) roomLocked() bool {
+	if c.werr != nil {
+		return false
+	}
+	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
+		if err := c.writeOutLocked(time.Now()); err != nil {
+			c.failLocked(err)
+			return false
+		}
+	}
+	if c.wbuf == nil {
+		c.wbuf = writeBufs.Get().(*[]byte)
+	}
+	return true
 }
 
 // flush sends the buffered answers to the client.
@@ -613,10 +865,19 @@ func (c *conn) writeOutLocked(now time.Time) error {
 			c.wdl = now.Add(wt + deadlineSlack(wt))
 			_ = c.nc.SetWriteDeadline(c.wdl)
 		}
-		var n int
-		n, err = c.nc.Write(b)
-		if err == nil && n < len(b) {
-			err = io.ErrShortWrite
+		c.writes.Add(1)
+		if c.rc != nil {
+			c.wout = b
+			if err = c.rc.Write(c.rawWrite); err == nil {
+				err = c.woutErr
+			}
+			c.wout, c.woutErr = nil, nil
+		} else {
+			var n int
+			n, err = c.nc.Write(b)
+			if err == nil && n < len(b) {
+				err = io.ErrShortWrite
+			}
 		}
 	}
 	if cap(b) == writeBufSize {
@@ -627,12 +888,42 @@ func (c *conn) writeOutLocked(now time.Time) error {
 	return err
 }
 
+// writeRaw is writeOutLocked's syscall.RawConn callback for a socket: it
+// writes what is left of c.wout, reporting false, so that the runtime parks
+// the writer until the socket is writable or the write deadline passes,
+// when the socket's buffer is full.
+func (c *conn) writeRaw(fd uintptr) bool {
+	for len(c.wout) > 0 {
+		n, wouldBlock, err := writeFD(fd, c.wout)
+		switch {
+		case wouldBlock:
+			return false
+		case err != nil:
+			c.woutErr = err
+			return true
+		case n == 0:
+			c.woutErr = io.ErrShortWrite
+			return true
+		}
+		c.wout = c.wout[n:]
+	}
+	return true
+}
+
 // failLocked records a failed write and disconnects the client: it is gone,
-// or did not read within WriteTimeout. Closing ends the read loop too; calls
-// in flight go on, are recorded by their breakers, and their answers are
-// dropped.
+// or did not read within WriteTimeout. Calls in flight go on, are recorded
+// by their breakers, and their answers are dropped. While the read loop
+// runs, the connection is not closed here but stopped (haltReading)
+// and closed by serve as soon as the loop has ended: a close waits for the
+// descriptor's reads to return, and the loop may be the caller, or be
+// waiting for wmu, inside its RawConn.Read.
 func (c *conn) failLocked(err error) {
 	c.werr = err
-	c.nc.Close()
+	select {
+	case <-c.readDone:
+		c.nc.Close()
+	default:
+		c.haltReading(true)
+	}
 	c.logAddrs(c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
 }

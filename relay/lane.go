@@ -74,6 +74,65 @@ func (c *conn) noteRefused() {
 	c.refusals = min(c.refusals+1, laneAfter)
 }
 
+// heldLine is a line the read loop has read and not yet served (readLine's
+// results): it waits for the connection's turn in the lane, outside
+// serveReadable. Its bytes stay where readLine left them, in the read
+// buffer or in txid, since nothing reads between the hold and the serve.
+type heldLine struct {
+	line    []byte
+	tooLong bool
+	err     error
+}
+
+// turnDue reports whether the connection is to wait for a turn in the lane
+// before it serves the line it has read: it is refusal-heavy, not in its
+// turn, and the lane is in force. It asks the lane once per batch of lines
+// (those served between two waits of the read loop), so that a hub that
+// only refuses pays for the question once per read at most.
+func (c *conn) turnDue() bool {
+	if c.refusals < laneAfter || c.inTurn || c.laneAsked {
+		return false
+	}
+	c.laneAsked = true
+	return c.srv.laneInForce()
+}
+
+// holdLine keeps a line read inside serveReadable while the read loop
+// leaves the callback to wait for a turn (see laneStep); nextLine returns
+// it first.
+func (c *conn) holdLine(line []byte, tooLong bool, err error) {
+	c.held = heldLine{line: line, tooLong: tooLong, err: err}
+	c.holding, c.toLane = true, true
+}
+
+// nextLine returns the line held for a turn, if there is one, else the
+// next line readLine reads.
+func (c *conn) nextLine() (line []byte, tooLong bool, err error) {
+	if !c.holding {
+		return c.readLine()
+	}
+	h := c.held
+	c.held, c.holding = heldLine{}, false
+	return h.line, h.tooLong, h.err
+}
+
+// laneStep takes, between two RawConn.Reads of the read loop, the step in
+// the lane that serveInput left serveReadable for: the wait for a turn,
+// before the held line is served, or else the end of the turn. The next
+// RawConn.Read starts with a read, since readiness raised before it began
+// is forgotten (see fillSession), and after a wait for a turn, with the
+// idle deadline moved on: the wait is not idle time, and a read deadline
+// that passed during it would end the next RawConn.Read at once.
+func (c *conn) laneStep() {
+	c.toLane, c.waitNext = false, false
+	if !c.holding {
+		c.endTurn()
+		return
+	}
+	c.awaitTurn()
+	c.armReadDeadline(time.Now())
+}
+
 // awaitTurn waits for the connection's turn in the lane. It returns without
 // one once the Server is shutting down (every line then gets E906 at once),
 // or when no turn has ended for the lane's stuck time.
@@ -87,6 +146,7 @@ func (c *conn) awaitTurn() {
 	}
 	l.waiting.Add(1)
 	defer l.waiting.Add(-1)
+	c.run = time.Time{} // the breakers' clock reading of the run is old once the turn comes
 	if c.turnWait == nil {
 		c.turnWait = time.NewTimer(l.stuck)
 	} else {
@@ -99,7 +159,7 @@ func (c *conn) awaitTurn() {
 		case l.turn <- struct{}{}:
 			c.inTurn = true
 			return
-		case <-c.srv.draining:
+		case <-c.srv.stopping:
 			return
 		case <-c.turnWait.C:
 			ended := l.ended.Load()

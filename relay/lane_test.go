@@ -24,17 +24,25 @@ import (
 // wait gives up on a stuck lane.
 func laneServer(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
-	return laneServerFor(t, cfg, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(time.Hour))
+	return laneServerStuck(t, cfg, time.Hour)
 }
 
-// laneServerFor is laneServer with CLAIM at claimURL and the calls last
-// seen in flight at callsAt.
-func laneServerFor(t *testing.T, cfg Config, claimURL string, callsAt time.Time) (*Server, string) {
+// laneServerStuck is laneServer with waits for a turn that give up after
+// stuck without a turn ending. It is set before the Server serves: the
+// connections read it without synchronization.
+func laneServerStuck(t *testing.T, cfg Config, stuck time.Duration) (*Server, string) {
+	t.Helper()
+	return laneServerFor(t, cfg, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(time.Hour), stuck)
+}
+
+// laneServerFor is laneServerStuck with CLAIM at claimURL and the calls
+// last seen in flight at callsAt.
+func laneServerFor(t *testing.T, cfg Config, claimURL string, callsAt time.Time, stuck time.Duration) (*Server, string) {
 	t.Helper()
 	base, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"}, Target{Name: "CLAIM", URL: claimURL})
 	cfg.Targets, cfg.Clock, cfg.Logger = base.Targets, base.Clock, base.Logger
 	srv := openCoreServer(t, cfg)
-	srv.lane.stuck = time.Hour
+	srv.lane.stuck = stuck
 	srv.lane.callsAt.Store(callsAt.UnixNano())
 	return srv, hubtest.Serve(t, srv, ErrServerClosed)
 }
@@ -128,7 +136,7 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 func TestLaneHoldsNoOneBackWithoutCalls(t *testing.T) {
 	// Given a hub that has had no call in flight for longer than
 	// laneCallsRecent, every turn held, and a refusal-heavy connection.
-	srv, addr := laneServerFor(t, Config{}, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(-2*laneCallsRecent))
+	srv, addr := laneServerFor(t, Config{}, hubtest.NewTarget(t, hubtest.Echo).URL, time.Now().Add(-2*laneCallsRecent), time.Hour)
 	heavy := hubtest.Dial(t, addr)
 	makeRefusalHeavy(t, heavy, "R")
 	holdLane(t, srv)
@@ -144,7 +152,7 @@ func TestCallInFlightPutsTheLaneInForce(t *testing.T) {
 	// laneCallsRecent, every turn held, and a refusal-heavy connection.
 	claim := hubtest.NewTarget(t, hubtest.Echo)
 	claim.Set(claim.BlockThen(hubtest.Echo))
-	srv, addr := laneServerFor(t, Config{}, claim.URL, time.Now().Add(-2*laneCallsRecent))
+	srv, addr := laneServerFor(t, Config{}, claim.URL, time.Now().Add(-2*laneCallsRecent), time.Hour)
 	heavy := hubtest.Dial(t, addr)
 	makeRefusalHeavy(t, heavy, "R")
 	giveBack := holdLane(t, srv)
@@ -252,8 +260,7 @@ func TestStuckTurnDoesNotHoldTheLaneBack(t *testing.T) {
 	// Given every turn held and never given back, as by connections blocked
 	// writing to clients that do not read, and a lane that gives up on a
 	// turn after 20 ms without one ending.
-	srv, addr := laneServer(t, Config{})
-	srv.lane.stuck = 20 * time.Millisecond
+	srv, addr := laneServerStuck(t, Config{}, 20*time.Millisecond)
 	heavy := hubtest.Dial(t, addr)
 	makeRefusalHeavy(t, heavy, "R")
 	holdLane(t, srv)
@@ -268,8 +275,7 @@ func TestStuckTurnDoesNotHoldTheLaneBack(t *testing.T) {
 // connections whose lines are admitted, under the race detector: every
 // line is answered exactly once, and no connection is left waiting.
 func TestLaneHammer(t *testing.T) {
-	srv, addr := laneServer(t, Config{})
-	srv.lane.stuck = laneStuck
+	srv, addr := laneServerStuck(t, Config{}, laneStuck)
 	const (
 		heavyConns = 16
 		claimConns = 4
