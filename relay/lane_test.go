@@ -350,11 +350,129 @@ func TestLaneHammer(t *testing.T) {
 		"a connection still waits for a turn, or a turn was not given back")
 }
 
+// serverConn returns the socket of the one connection srv serves.
+func serverConn(t *testing.T, srv *Server) net.Conn {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	var found []net.Conn
+	for nc, c := range srv.conns {
+		if c != nil {
+			found = append(found, nc)
+		}
+	}
+	require.Len(t, found, 1, "want one connection served")
+	return found[0]
+}
+
+// heavyBehindHeldLane returns a laneServer, a refusal-heavy connection to
+// it, and holdLane's giveBack of the lane's turns, all held.
+func heavyBehindHeldLane(t *testing.T) (*Server, *hubtest.Client, func()) {
+	t.Helper()
+	srv, addr := laneServer(t, Config{})
+	heavy := hubtest.Dial(t, addr)
+	makeRefusalHeavy(t, heavy, "R")
+	return srv, heavy, holdLane(t, srv)
+}
+
+func TestCloseDoesNotWaitForATurn(t *testing.T) {
+	// Given a refusal-heavy connection whose line waits for a turn that
+	// does not come.
+	srv, heavy, giveBack := heavyBehindHeldLane(t)
+	heavy.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+
+	// When another goroutine closes its socket, as a call whose answer
+	// cannot be written or Close does, the close does not wait for the
+	// turn: the wait holds no lock of the socket's.
+	nc := serverConn(t, srv)
+	closed := make(chan error, 1)
+	go func() { closed <- nc.Close() }()
+	select {
+	case err := <-closed:
+		assert.NoError(t, err)
+	case <-time.After(hubtest.IOTimeout):
+		giveBack()
+		t.Fatal("closing the socket waited for the connection's turn")
+	}
+
+	// Then, its turn come, the connection ends and gives the turn back.
+	giveBack()
+	heavy.ExpectEOF()
+	hubtest.Eventually(t, func() bool { return srv.lane.waiting.Load() == 0 && len(srv.lane.turn) == 0 },
+		"the closed connection still waits for a turn, or holds one")
+}
+
+func TestLastLineWithTheEndOfInputWaitsForItsTurn(t *testing.T) {
+	// Given a refusal-heavy connection and every turn held.
+	srv, heavy, giveBack := heavyBehindHeldLane(t)
+
+	// When its client sends a last line and closes its side at once, the
+	// line waits for a turn.
+	heavy.Send("H1|CORE|BAL 1")
+	require.NoError(t, heavy.Conn().(*net.TCPConn).CloseWrite())
+	waitersBecome(t, srv, 1)
+	expectNoAnswerYet(t, heavy)
+
+	// Then, its turn come, it is answered and the hub closes its side.
+	giveBack()
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
+	heavy.ExpectEOF()
+}
+
 // TestRefusalHeavyLineDoesNotAllocate checks that a refusal-heavy
 // connection's E904 costs no allocation with its turn: the lane found in
 // force, the turn taken, and given back after its pause.
 func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 	srv, c, client := openCoreConn(t)
+	assert.Zero(t, laneAllocsPerLine(t, srv, c, client, func() (inTurn bool, err error) {
+		line, _, err := c.readLine()
+		if err != nil {
+			return false, err
+		}
+		if c.srv.laneInForce() {
+			c.awaitTurn()
+		}
+		inTurn = c.inTurn
+		c.serveLine(line)
+		c.noteRefused()
+		c.flush()
+		c.endTurn()
+		return inTurn, nil
+	}))
+}
+
+// TestRefusalHeavyLineInASessionDoesNotAllocate is
+// TestRefusalHeavyLineDoesNotAllocate through the read loop's own steps on
+// a socket: serveReadable leaves its RawConn.Read to wait for the turn
+// (laneStep), serves the line it held in the next, and leaves it again to
+// end the turn.
+func TestRefusalHeavyLineInASessionDoesNotAllocate(t *testing.T) {
+	srv, c, client := openCoreConn(t)
+	require.NotNil(t, c.rc, "the connection reads through its RawConn")
+	c.armReadDeadline(time.Now())
+	assert.Zero(t, laneAllocsPerLine(t, srv, c, client, func() (inTurn bool, err error) {
+		for range 2 { // the wait for the turn, then its end
+			if err := c.rc.Read(c.onReadable); err != nil {
+				return false, err
+			}
+			if !c.toLane {
+				return false, errors.New("the read loop did not leave RawConn.Read for the lane")
+			}
+			inTurn = c.inTurn
+			c.laneStep()
+		}
+		return inTurn, nil
+	}))
+}
+
+// laneAllocsPerLine returns the allocations per E904 of c, refusal-heavy,
+// the lane in force as if calls were in flight: each run writes a CORE
+// line, serve serves it, reporting whether it did so in the connection's
+// turn, and the answer is read back. It checks the answers, that every
+// line was served in a turn and that every turn was given back.
+func laneAllocsPerLine(t *testing.T, srv *Server, c *conn, client net.Conn, serve func() (inTurn bool, err error)) float64 {
+	t.Helper()
 	c.refusals = laneAfter
 	srv.lane.callsAt.Store(time.Now().Add(time.Hour).UnixNano()) // as if calls were in flight
 	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
@@ -368,21 +486,14 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 			failed = err
 			return
 		}
-		line, _, err := c.readLine()
+		inTurn, err := serve()
 		if err != nil {
 			failed = err
 			return
 		}
-		if c.srv.laneInForce() {
-			c.awaitTurn()
-		}
-		if c.inTurn {
+		if inTurn {
 			turns++
 		}
-		c.serveLine(line)
-		c.noteRefused()
-		c.flush()
-		c.endTurn()
 		if _, err := io.ReadFull(client, got); err != nil {
 			failed = err
 		}
@@ -391,5 +502,5 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 	assert.Equal(t, want, string(got))
 	assert.Equal(t, 201, turns, "every line served in a turn")
 	assert.Empty(t, srv.lane.turn, "every turn given back")
-	assert.Zero(t, allocs)
+	return allocs
 }
