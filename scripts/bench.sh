@@ -20,7 +20,10 @@
 #      same CLAIM load with CORE idle. CLAIM latency is that of the answers
 #      CLAIM processed (0000/Bnnn): fast E905s must not flatter it.
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
-#      line each first); relay RSS per connection, fresh relay every run.
+#      line each first); RSS per connection of the relay and of redis-server
+#      (the same relaybench idle, speaking PING), a fresh server every run,
+#      the two in turn, ratio per round. IDLE_BEFORE=PATH adds a third side,
+#      another relay binary (say, an earlier build), in the same rounds.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
 #   6. fleet mode: fast-fail and full path through a relay with
 #      --state-store (a Redis of its own) against the same relay without,
@@ -65,6 +68,7 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
+IDLE_BEFORE=${IDLE_BEFORE:-}      # scenario 4: a relay binary to measure beside bin/relay
 STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
 STRACE_SECONDS=${STRACE_SECONDS:-3}
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
@@ -143,11 +147,12 @@ start_fixture() {
 
 # start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
+# RELAY_BIN, when set, is the binary to start instead of bin/relay.
 start_relay() {
   local name=$1
   shift
   : >"$out/relay-$name.log"
-  bin/relay --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
+  "${RELAY_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
     >/dev/null 2>"$out/relay-$name.log" &
   RELAY_PID=$!
   pids+=("$RELAY_PID")
@@ -752,16 +757,38 @@ fi
 
 if want 4; then
 echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
+[[ -z $IDLE_BEFORE || -x $IDLE_BEFORE ]] || die "IDLE_BEFORE=$IDLE_BEFORE is not an executable"
 closed=$(free_port)
+idle_sides=(relay redis)
+[[ -n $IDLE_BEFORE ]] && idle_sides+=(before)
+# idle SIDE MODE RUN: one relaybench idle run against a fresh server.
+idle() {
+  local side=$1 mode=$2 run=$3 addr pid proto=relay warm=()
+  [[ $mode == warm ]] && warm=(--warm)
+  case $side in
+  relay) start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  before) RELAY_BIN=$IDLE_BEFORE start_relay "idle-before-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  redis) start_redis ;;
+  esac
+  if [[ $side == redis ]]; then
+    addr=$REDIS_ADDR pid=$REDIS_PID proto=redis-ping
+  else
+    addr=$RELAY_ADDR pid=$RELAY_PID
+  fi
+  bin/relaybench idle --json --addr "$addr" --protocol "$proto" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+    --server-pid "$pid" >"$out/s4-$side-$mode-$run.json" ||
+    echo "bench: idle $side $mode run $run: relaybench idle exited $?" >&2
+  stop "$pid"
+}
 for run in $(seq "$RUNS"); do
   for mode in cold warm; do
-    start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed"
-    warm=()
-    [[ $mode == warm ]] && warm=(--warm)
-    bin/relaybench idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
-      --server-pid "$RELAY_PID" >"$out/s4-$mode-$run.json" ||
-      echo "bench: idle $mode run $run: relaybench idle exited $?" >&2
-    stop "$RELAY_PID"
+    for side in "${idle_sides[@]}"; do idle "$side" "$mode" "$run"; done
+    jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-redis-$mode-$run.json" \
+      '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-redis-$mode-$run.json"
+    if [[ -n $IDLE_BEFORE ]]; then
+      jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-before-$mode-$run.json" \
+        '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-before-$mode-$run.json"
+    fi
   done
 done
 fi
@@ -895,12 +922,24 @@ done
 want 7 && page_report
 
 want 4 && {
+  declare -A idle_label=([relay]="relay" [redis]="redis-server" [before]="relay, IDLE_BEFORE")
   echo
-  echo "| memory, $IDLE_CONNS idle connections | KiB per connection | relay RSS held, MiB | lost |"
-  echo "| --- | ---: | ---: | ---: |"
+  echo "| memory, $IDLE_CONNS idle connections, in the same run | server | KiB per connection | RSS held, MiB | lost |"
+  echo "| --- | --- | ---: | ---: | ---: |"
   for mode in cold warm; do
-    f=("$out"/s4-$mode-*.json)
-    echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+    for side in "${idle_sides[@]}"; do
+      f=("$out"/s4-$side-$mode-*.json)
+      echo "| $mode | ${idle_label[$side]} | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+    done
+  done
+  echo
+  echo "| memory ratios, per round (median (min–max) of $RUNS) | KiB per connection |"
+  echo "| --- | ---: |"
+  for mode in cold warm; do
+    echo "| $mode, relay ÷ redis-server | $(agg %.2f .ratio "$out"/s4-pair-redis-$mode-*.json) |"
+    if [[ -n $IDLE_BEFORE ]]; then
+      echo "| $mode, relay ÷ IDLE_BEFORE | $(agg %.2f .ratio "$out"/s4-pair-before-$mode-*.json) |"
+    fi
   done
 } >>"$out/table.md"
 want 5 && {
@@ -959,8 +998,10 @@ want 3 && for s in flat paced; do
   verdict "isolation ($s storm): CLAIM p99 ≤ 1.2× alone: $(fmt %.2f "$r")×, and CLAIM E905 $(fmt %.2f "$e")% of its answers" "$(le "$r" 1.2)"
 done
 want 4 && for mode in cold warm; do
-  k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
+  k=$(med .kib_per_conn "$out"/s4-relay-$mode-*.json)
   verdict "memory ($mode): < 8 KiB per idle connection: $(fmt %.2f "$k") KiB" "$(lt "$k" 8)"
+  r=$(med .ratio "$out"/s4-pair-redis-$mode-*.json)
+  verdict "memory ($mode): ≤ 3× redis-server per idle connection: relay/redis = $(fmt %.2f "$r")× ($(fmt %.2f "$k") KiB)" "$(le "$r" 3)"
 done
 if want 5; then
 seq_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
