@@ -33,8 +33,10 @@ import (
 // buffer either; on other connections it holds a read buffer while it
 // waits. Answers are appended to a buffer from writeBufs, handed back by
 // the write that empties it. An idle connection thus holds no buffer of
-// the hub's: it costs its goroutine and a few small structures, and over
-// TLS what crypto/tls keeps (docs/BENCHMARKS.md has the figures).
+// the hub's: it costs its goroutine, whose stack is the runtime's smallest
+// once the connection has waited a while (serve, "Stack"), and a few small
+// structures, and over TLS what crypto/tls keeps (docs/BENCHMARKS.md has
+// the figures).
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than the sum of its targets'
@@ -55,12 +57,14 @@ type conn struct {
 	rawRead  func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
 	rbuf     *[]byte                   // the read buffer; nil while no input is held
 	rlong    bool                      // rbuf is from srv.longBufs, else from readBufs
+	handOff  bool                      // hand a long wait for input to a new goroutine (serve sets it)
 	r, w     int                       // the input not yet used is (*rbuf)[r:w]
 	rerr     error                     // why the last read ended the input, reported once the input before it is used
 	scratch  []byte                    // message of an E904 answer
 	hintSecs int64                     // the retry hint scratch holds, in seconds; 0: none yet
 	txid     [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
 	rdl      time.Time                 // the idle deadline armReadDeadline last set
+	hdl      time.Time                 // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
@@ -132,37 +136,98 @@ const (
 	endStopped                // Shutdown stopped reading
 	endError                  // the connection failed or was closed
 	endTLS                    // the TLS handshake failed: the loop never ran
+	endHandOff                // waited handOffAfter with no input held: resume goes on
 )
 
 func (e readEnd) String() string {
-	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed"}[e]
+	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed", "handed off"}[e]
 }
 
 // serve runs the connection: the PROXY header when the Server takes one,
 // the TLS handshake when it is served over TLS, the read loop, then, once reading has ended, the wait for this
 // connection's calls in flight to answer, the final flush and the close.
+//
+// Stack: an idle connection's goroutine waits with the runtime's smallest
+// stack, 2 KiB (docs/BENCHMARKS.md, "Idle memory"). The runtime does not
+// shrink the stack of a goroutine parked in the poller below 4 KiB, so a
+// goroutine that has served lines, and grown its stack doing so, must not
+// be the one that waits for long. On a socket, serve waits for the first
+// input with readWhenReadable, a wait that holds nothing and is a few
+// hundred bytes deep; and a read loop that has then waited handOffAfter
+// with no input held hands the connection to a new goroutine, resume,
+// which waits the same way, and returns.
 func (c *conn) serve() {
-	defer c.srv.untrack(c.nc)
-	defer func() {
-		if p := recover(); p != nil {
-			c.srv.notePanic(taskConn, p, debug.Stack())
-			c.nc.Close()
-		}
-	}()
+	defer c.endOnPanic()
 	if !c.begin() {
 		close(c.readDone)
 		c.releaseReadBuf()
 		c.nc.Close()
+		c.srv.untrack(c.nc)
 		return
 	}
-	end := endTLS
-	if c.handshake() {
-		end = c.readLoop()
+	if !c.handshake() {
+		c.end(endTLS)
+		return
+	}
+	if c.rc == nil {
+		c.end(c.readLoop())
+		return
+	}
+	if c.rbuf != nil {
+		// begin read input after a PROXY header: serve it first.
+		c.handOff = true
+		c.end(c.readLoop())
+		return
+	}
+	c.armReadDeadline(time.Now()) // the idle deadline only: the wait is shallow already
+	c.handOff = true
+	c.readWhenReadable()
+}
+
+// resume serves a connection that a read loop handed off, on a new
+// goroutine whose stack starts small (see serve). The socket's deadline is
+// the idle deadline, set before the hand-off.
+func (c *conn) resume() {
+	defer c.endOnPanic()
+	c.readWhenReadable()
+}
+
+// readWhenReadable waits until the socket has input (or its end, or an
+// error) without reading it, then runs the read loop, on this goroutine,
+// and ends the connection when the loop ends. A wait that ends with the
+// idle deadline, Shutdown's or a close ends the connection at once.
+func (c *conn) readWhenReadable() {
+	if err := c.rc.Read(waitReadable); err != nil {
+		c.end(c.readEndFor(err))
+		return
+	}
+	c.end(c.readLoop())
+}
+
+// end finishes the connection once its read loop has ended: the wait for
+// its calls in flight to answer, the final flush and the close. When the
+// read loop handed off instead, it starts resume on a new goroutine, which
+// the Server's WaitGroup owns like the first.
+func (c *conn) end(end readEnd) {
+	if end == endHandOff {
+		c.srv.wg.Go(c.resume)
+		return
 	}
 	close(c.readDone)
 	c.calls.Wait()
 	c.finish(end)
 	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+	c.srv.untrack(c.nc)
+}
+
+// endOnPanic, deferred by the goroutine serving the connection, catches a
+// panic: logged and counted, the connection closed and forgotten.
+func (c *conn) endOnPanic() {
+	if p := recover(); p != nil {
+		c.srv.notePanic(taskConn, p, debug.Stack())
+		c.nc.Close()
+		c.srv.untrack(c.nc)
+	}
 }
 
 // logAddrs adds to ev the client's address and, when a PROXY header gave
@@ -308,10 +373,17 @@ func (c *conn) completeLineBuffered() bool {
 func (c *conn) fill() {
 	c.makeRoom()
 	if c.rc != nil {
-		if err := c.rc.Read(c.rawRead); err != nil {
-			c.rerr = err // the wait ended: deadline passed, or connection closed
+		for {
+			err := c.rc.Read(c.rawRead)
+			if err == nil {
+				return
+			}
+			// The wait ended: a deadline passed, or the connection closed.
+			if err = c.waitEnded(err); err != nil {
+				c.rerr = err
+				return
+			}
 		}
-		return
 	}
 	if c.tlsIdle {
 		c.parkReadBuf()
@@ -466,22 +538,74 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(time.Second, timeout/8)
 }
 
+// handOffAfter is how long a read loop that may hand off (conn.handOff)
+// waits for input before it hands the connection to resume: between this
+// and twice this after it began to wait. Long enough that a connection in
+// use keeps its goroutine; short against the idle timeout, so an idle
+// connection spends most of its life at the smallest stack.
+func handOffAfter(idleTimeout time.Duration) time.Duration {
+	return deadlineSlack(idleTimeout)
+}
+
 // armReadDeadline makes the idle deadline for the next read at least
 // IdleTimeout after now, unless Shutdown has stopped reading: its past
 // deadline must not be replaced. So a connection is closed between
 // IdleTimeout and IdleTimeout plus deadlineSlack after its last complete
-// line: never before.
+// line: never before. A read loop that may hand off also gets a hand-off
+// deadline, at least handOffAfter after now and moved by as much again
+// when it would come too early; the socket's deadline is the earlier of
+// the two, and waitEnded tells them apart.
 func (c *conn) armReadDeadline(now time.Time) {
-	due := now.Add(c.srv.idleTimeout)
-	if !due.After(c.rdl) {
+	moved := false
+	if due := now.Add(c.srv.idleTimeout); due.After(c.rdl) {
+		c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+		moved = true
+	}
+	if c.handOff {
+		h := handOffAfter(c.srv.idleTimeout)
+		if due := now.Add(h); due.After(c.hdl) {
+			c.hdl = due.Add(h)
+			moved = true
+		}
+	}
+	if !moved {
 		return
 	}
-	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+	dl := c.rdl
+	if !c.hdl.IsZero() && c.hdl.Before(dl) {
+		dl = c.hdl
+	}
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	if !c.stopped {
-		_ = c.nc.SetReadDeadline(c.rdl)
+		_ = c.nc.SetReadDeadline(dl)
 	}
+}
+
+// errHandOff ends a read loop that has waited handOffAfter for input
+// holding none: resume waits for the rest of the idle timeout.
+var errHandOff = errors.New("relay: wait for input handed off")
+
+// waitEnded decides what a wait for input that ended with err means. When
+// the hand-off deadline passed (not the idle deadline, nor Shutdown's), the
+// socket's deadline becomes the idle deadline, and the read loop hands off
+// (errHandOff) if it holds no input, else waits on (nil). Any other err is
+// returned as it is.
+func (c *conn) waitEnded(err error) error {
+	if c.hdl.IsZero() || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(c.rdl) {
+		return err
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.stopped {
+		return err
+	}
+	c.hdl = time.Time{}
+	_ = c.nc.SetReadDeadline(c.rdl)
+	if c.r == c.w {
+		return errHandOff
+	}
+	return nil
 }
 
 // stopReading makes the read loop stop once it has handled the complete
@@ -498,6 +622,8 @@ func (c *conn) readEndFor(err error) readEnd {
 	switch {
 	case err == io.EOF:
 		return endEOF
+	case err == errHandOff:
+		return endHandOff
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.dmu.Lock()
 		defer c.dmu.Unlock()

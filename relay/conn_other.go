@@ -13,3 +13,8 @@ const rawReads = false
 func readFD(uintptr, []byte) (int, bool, error) {
 	return 0, false, errors.ErrUnsupported
 }
+
+// waitReadable is not used where rawReads is false.
+func waitReadable(uintptr) bool {
+	return true
+}
