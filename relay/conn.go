@@ -48,40 +48,66 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 
-	// Set by begin, before the read loop starts and the calls it admits.
-	client    netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
-	proxyPeer netip.AddrPort // the load balancer that sent the PROXY header; zero when none
+	// Set by begin and the TLS handshake, before the read loop starts and
+	// the calls it admits; read-only afterwards.
+	client netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
+	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
 
 	// Owned by the read loop.
-	rc       syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead  func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
-	rbuf     *[]byte                   // the read buffer; nil while no input is held
-	rlong    bool                      // rbuf is from srv.longBufs, else from readBufs
-	handOff  bool                      // hand a long wait for input to a new goroutine (serve sets it)
-	r, w     int                       // the input not yet used is (*rbuf)[r:w]
-	rerr     error                     // why the last read ended the input, reported once the input before it is used
-	scratch  []byte                    // message of an E904 answer
-	hintSecs int64                     // the retry hint scratch holds, in seconds; 0: none yet
-	txid     [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
-	rdl      time.Time                 // the idle deadline armReadDeadline last set
-	hdl      time.Time                 // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
+	rc       syscall.RawConn            // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead  func(fd uintptr) bool      // c.readRaw, bound once so that a read does not allocate
+	rbuf     *[]byte                    // the read buffer; nil while no input is held
+	r, w     int                        // the input not yet used is (*rbuf)[r:w]
+	rerr     error                      // why the last read ended the input, reported once the input before it is used
+	scratch  []byte                     // message of an E904 answer
+	hintSecs int64                      // the retry hint scratch holds, in seconds; 0: none yet
+	txid     *[protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded; allocated for the first
+	rdl      time.Time                  // the idle deadline armReadDeadline last set
+	hdl      time.Time                  // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
-	dmu     sync.Mutex
-	stopped bool // guarded by dmu: Shutdown told the read loop to stop
+	dmu sync.Mutex
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
 
-	// Set by the TLS handshake, before the read loop starts; read-only
-	// afterwards.
-	identities []string // the client certificate's identities (clientIdentities); nil without one
-	tlsIdle    bool     // served over TLS: wait for input with readFirstByte, holding no read buffer
-	first      [1]byte
+	// The flags, together so that they share a word: an idle connection
+	// costs its conn (docs/BENCHMARKS.md, "Idle memory").
+	rlong   bool    // owned by the read loop: rbuf is from srv.longBufs, else from readBufs
+	handOff bool    // owned by the read loop: hand a long wait for input to a new goroutine (serve sets it)
+	stopped bool    // guarded by dmu: Shutdown told the read loop to stop
+	tlsIdle bool    // set by the TLS handshake: wait for input with readFirstByte, holding no read buffer
+	first   [1]byte // owned by the read loop: readFirstByte's byte
+}
+
+// connPeer is what a connection learnt about its client beyond the
+// socket: set before its read loop starts, read-only afterwards. Most
+// connections have none, so it is kept apart from conn.
+type connPeer struct {
+	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
+	identities []string       // the client certificate's identities (clientIdentities); nil without one
+}
+
+// proxyPeer returns the load balancer that sent the PROXY header, or the
+// zero AddrPort when none did.
+func (c *conn) proxyPeer() netip.AddrPort {
+	if c.peer == nil {
+		return netip.AddrPort{}
+	}
+	return c.peer.proxy
+}
+
+// certIdentities returns the client certificate's identities, or nil
+// without one.
+func (c *conn) certIdentities() []string {
+	if c.peer == nil {
+		return nil
+	}
+	return c.peer.identities
 }
 
 // Buffer sizes of a connection.
@@ -237,8 +263,8 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 		return ev.Str("remote", c.nc.RemoteAddr().String())
 	}
 	ev = ev.Stringer("remote", c.client)
-	if c.proxyPeer.IsValid() {
-		ev = ev.Stringer("proxy", c.proxyPeer)
+	if p := c.proxyPeer(); p.IsValid() {
+		ev = ev.Stringer("proxy", p)
 	}
 	return ev
 }
@@ -333,6 +359,9 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 // '\n', or to the end of the input when the client closed its side. It
 // returns as readLine does.
 func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
+	if c.txid == nil {
+		c.txid = new([protocol.MaxTxIDLen]byte)
+	}
 	n := copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
 	for {
 		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -140,4 +141,12 @@ func TestIdleConnectionOutlivesItsHandOff(t *testing.T) {
 		c.ExpectEOF()
 		assert.GreaterOrEqual(t, time.Since(start), idle)
 	})
+}
+
+// TestConnFitsItsSizeClass keeps conn within the allocator's 320-byte
+// size class, which every connection pays while idle: what few connections
+// use (a PROXY header's sender, a client certificate's identities, an
+// over-long line's TXID) lives apart.
+func TestConnFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(conn{}), uintptr(320))
 }
