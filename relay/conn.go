@@ -569,11 +569,15 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 
 // handOffAfter is how long a read loop that may hand off (conn.handOff)
 // waits for input before it hands the connection to resume: between this
-// and twice this after it began to wait. Long enough that a connection in
-// use keeps its goroutine; short against the idle timeout, so an idle
-// connection spends most of its life at the smallest stack.
+// and twice this after it began to wait. A tenth of a second (an eighth of
+// a shorter idle timeout): a connection whose lines come more often keeps
+// its goroutine, while one that goes quiet gives up a stack grown serving
+// soon, which also bounds how many grown stacks a burst of lines on many
+// connections leaves behind (docs/BENCHMARKS.md, "Idle memory"). A
+// hand-off costs a few microseconds: a new goroutine, a peek at the
+// socket, and the stack growing again for the next line.
 func handOffAfter(idleTimeout time.Duration) time.Duration {
-	return deadlineSlack(idleTimeout)
+	return min(100*time.Millisecond, idleTimeout/8)
 }
 
 // armReadDeadline makes the idle deadline for the next read at least
