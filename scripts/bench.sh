@@ -163,8 +163,11 @@ start_relay() {
 start_redis() {
   local port
   port=$(free_port)
+  # Emptied here, before redis starts: a log still holding an earlier
+  # redis's "Ready" line would end the wait below too soon.
+  : >"$out/redis.log"
   redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-    --daemonize no --maxclients 20000 >"$out/redis.log" 2>&1 &
+    --daemonize no --maxclients 20000 >>"$out/redis.log" 2>&1 &
   REDIS_PID=$!
   pids+=("$REDIS_PID")
   REDIS_ADDR=127.0.0.1:$port
