@@ -22,8 +22,10 @@
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
 #      line each first); RSS per connection of the relay and of redis-server
 #      (the same relaybench idle, speaking PING), a fresh server every run,
-#      the two in turn, ratio per round. IDLE_BEFORE=PATH adds a third side,
-#      another relay binary (say, an earlier build), in the same rounds.
+#      the two in turn, ratio per round. BASE_RELAY=PATH adds a third side,
+#      another relay binary (say, main's, built into /tmp), in the same
+#      rounds, with the ratio of this tree's relay to it: a before/after
+#      comparison in one run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
 #   6. fleet mode: fast-fail and full path through a relay with
 #      --state-store (a Redis of its own) against the same relay without,
@@ -68,9 +70,10 @@ CLAIM_RATE=${CLAIM_RATE:-1000}    # CLAIM requests/s in scenario 3
 STORM_RATE=${STORM_RATE:-10000}   # the paced storm of scenario 3, requests/s
 IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
-IDLE_BEFORE=${IDLE_BEFORE:-}      # scenario 4: a relay binary to measure beside bin/relay
 STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
 STRACE_SECONDS=${STRACE_SECONDS:-3}
+BASE_RELAY=${BASE_RELAY:-}        # scenario 4: another relay binary measured beside this tree's
+BASE_LABEL=${BASE_LABEL:-base}    # its name in the tables
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
 
 # want N: whether scenario N is to run.
@@ -147,7 +150,7 @@ start_fixture() {
 
 # start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
-# RELAY_BIN, when set, is the binary to start instead of bin/relay.
+# RELAY_BIN runs another relay binary than bin/relay.
 start_relay() {
   local name=$1
   shift
@@ -760,17 +763,17 @@ fi
 
 if want 4; then
 echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
-[[ -z $IDLE_BEFORE || -x $IDLE_BEFORE ]] || die "IDLE_BEFORE=$IDLE_BEFORE is not an executable"
+[[ -z $BASE_RELAY || -x $BASE_RELAY ]] || die "BASE_RELAY=$BASE_RELAY is not an executable"
 closed=$(free_port)
 idle_sides=(relay redis)
-[[ -n $IDLE_BEFORE ]] && idle_sides+=(before)
+[[ -n $BASE_RELAY ]] && idle_sides+=(base)
 # idle SIDE MODE RUN: one relaybench idle run against a fresh server.
 idle() {
   local side=$1 mode=$2 run=$3 addr pid proto=relay warm=()
   [[ $mode == warm ]] && warm=(--warm)
   case $side in
   relay) start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
-  before) RELAY_BIN=$IDLE_BEFORE start_relay "idle-before-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  base) RELAY_BIN=$BASE_RELAY start_relay "idle-base-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
   redis) start_redis ;;
   esac
   if [[ $side == redis ]]; then
@@ -788,9 +791,9 @@ for run in $(seq "$RUNS"); do
     for side in "${idle_sides[@]}"; do idle "$side" "$mode" "$run"; done
     jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-redis-$mode-$run.json" \
       '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-redis-$mode-$run.json"
-    if [[ -n $IDLE_BEFORE ]]; then
-      jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-before-$mode-$run.json" \
-        '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-before-$mode-$run.json"
+    if [[ -n $BASE_RELAY ]]; then
+      jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-base-$mode-$run.json" \
+        '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-base-$mode-$run.json"
     fi
   done
 done
@@ -925,7 +928,7 @@ done
 want 7 && page_report
 
 want 4 && {
-  declare -A idle_label=([relay]="relay" [redis]="redis-server" [before]="relay, IDLE_BEFORE")
+  declare -A idle_label=([relay]="relay" [redis]="redis-server" [base]="$BASE_LABEL relay")
   echo
   echo "| memory, $IDLE_CONNS idle connections, in the same run | server | KiB per connection | RSS held, MiB | lost |"
   echo "| --- | --- | ---: | ---: | ---: |"
@@ -940,8 +943,8 @@ want 4 && {
   echo "| --- | ---: |"
   for mode in cold warm; do
     echo "| $mode, relay ÷ redis-server | $(agg %.2f .ratio "$out"/s4-pair-redis-$mode-*.json) |"
-    if [[ -n $IDLE_BEFORE ]]; then
-      echo "| $mode, relay ÷ IDLE_BEFORE | $(agg %.2f .ratio "$out"/s4-pair-before-$mode-*.json) |"
+    if [[ -n $BASE_RELAY ]]; then
+      echo "| $mode, relay ÷ $BASE_LABEL relay | $(agg %.2f .ratio "$out"/s4-pair-base-$mode-*.json) |"
     fi
   done
 } >>"$out/table.md"
