@@ -569,15 +569,15 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 
 // handOffAfter is how long a read loop that may hand off (conn.handOff)
 // waits for input before it hands the connection to resume: between this
-// and twice this after it began to wait. A tenth of a second (an eighth of
-// a shorter idle timeout): a connection whose lines come more often keeps
-// its goroutine, while one that goes quiet gives up a stack grown serving
-// soon, which also bounds how many grown stacks a burst of lines on many
-// connections leaves behind (docs/BENCHMARKS.md, "Idle memory"). A
-// hand-off costs a few microseconds: a new goroutine, a peek at the
-// socket, and the stack growing again for the next line.
+// and twice this after it began to wait. A second (deadlineSlack: an
+// eighth of a shorter idle timeout), against idle timeouts of minutes: a
+// connection whose lines come more often keeps its goroutine, since a
+// hand-off costs tens of microseconds (a new goroutine, a peek at the
+// socket, the stack growing again for the next line; docs/BENCHMARKS.md,
+// "Idle memory against redis"), while one that goes quiet soon gives up
+// the stack it grew serving.
 func handOffAfter(idleTimeout time.Duration) time.Duration {
-	return min(100*time.Millisecond, idleTimeout/8)
+	return deadlineSlack(idleTimeout)
 }
 
 // armReadDeadline makes the idle deadline for the next read at least

@@ -39,7 +39,7 @@ func TestIdleConnectionsHaveSmallStacksAndNoBuffers(t *testing.T) {
 			cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 			cfg.Clock = nil
 			cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-			cfg.IdleTimeout = idleTimeout // hands off after 0.1 to 0.2 s
+			cfg.IdleTimeout = idleTimeout // hands off after 0.5 to 1 s
 			srv, addr := startServer(t, cfg)
 			before := memAfterGC()
 			goroutines := runtime.NumGoroutine()
