@@ -54,16 +54,15 @@ type conn struct {
 	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
 
 	// Owned by the read loop.
-	rc       syscall.RawConn            // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead  func(fd uintptr) bool      // c.readRaw, bound once so that a read does not allocate
-	rbuf     *[]byte                    // the read buffer; nil while no input is held
-	r, w     int                        // the input not yet used is (*rbuf)[r:w]
-	rerr     error                      // why the last read ended the input, reported once the input before it is used
-	scratch  []byte                     // message of an E904 answer
-	hintSecs int64                      // the retry hint scratch holds, in seconds; 0: none yet
-	txid     *[protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded; allocated for the first
-	rdl      time.Time                  // the idle deadline armReadDeadline last set
-	hdl      time.Time                  // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
+	rc      syscall.RawConn            // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead func(fd uintptr) bool      // c.readRaw, bound once so that a read does not allocate
+	rbuf    *[]byte                    // the read buffer; nil while no input is held
+	r, w    int                        // the input not yet used is (*rbuf)[r:w]
+	rerr    error                      // why the last read ended the input, reported once the input before it is used
+	hint    *retryHint                 // the message of the E904 answers, kept for the next; allocated for the first
+	txid    *[protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded; allocated for the first
+	rdl     time.Time                  // the idle deadline armReadDeadline last set
+	hdl     time.Time                  // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
@@ -90,6 +89,14 @@ type conn struct {
 type connPeer struct {
 	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
 	identities []string       // the client certificate's identities (clientIdentities); nil without one
+}
+
+// retryHint is the message of a connection's E904 answers and the retry
+// hint it holds, in seconds (0: none yet): it changes once a second at
+// most, so a run of E904s formats it once. Owned by the read loop.
+type retryHint struct {
+	msg  []byte
+	secs int64
 }
 
 // proxyPeer returns the load balancer that sent the PROXY header, or the

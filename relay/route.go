@@ -337,11 +337,14 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 	}
 	// The hint changes once a second at most: a connection answering a run
 	// of E904s formats it once.
-	if secs := retryHintSeconds(retryAfter); secs != c.hintSecs {
-		c.scratch = protocol.AppendRetryHint(c.scratch[:0], secs)
-		c.hintSecs = secs
+	if c.hint == nil {
+		c.hint = new(retryHint)
 	}
-	answer(c, req.TxID, protocol.CodeCircuitOpen, c.scratch, false)
+	if secs := retryHintSeconds(retryAfter); secs != c.hint.secs {
+		c.hint.msg = protocol.AppendRetryHint(c.hint.msg[:0], secs)
+		c.hint.secs = secs
+	}
+	answer(c, req.TxID, protocol.CodeCircuitOpen, c.hint.msg, false)
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the
