@@ -13,8 +13,10 @@
 // failure-rate trip over a sliding window, slow successes counted as
 // failures, an open period that backs off after failed probes and is
 // lengthened by random jitter, a probe that is replaced when it never
-// reports, and manual control for an operator (HoldOpen, ForceClose,
-// Disable, Enable).
+// reports, several healthy probes in a row to close, probes of the
+// caller's own (Policy.SyntheticProbes and AdmitProbe) in place of a
+// customer's call, and manual control for an operator (HoldOpen,
+// ForceClose, Disable, Enable).
 //
 // The breaker owns no goroutines and no timers. It reads time only through
 // an injected Clock, so OPEN becomes HALF_OPEN on the first call after the
@@ -121,6 +123,29 @@ type Policy struct {
 	// real remaining time. Values above 1 mean 1. Zero, negative or NaN means
 	// off.
 	ResetJitter float64
+
+	// ProbeSuccesses is how many healthy probes in a row close a half-open
+	// breaker. While fewer have succeeded the breaker stays HALF_OPEN,
+	// refusing every other call, and admits the next probe once
+	// ProbeInterval (or ResetTimeout) has passed since the last one
+	// reported; a failed probe reopens it and the count starts over. Zero
+	// or negative means 1: the first healthy probe closes it.
+	ProbeSuccesses int
+	// ProbeInterval, when above zero, is how long after a probe the next
+	// one is due while the breaker has not closed: the open period after a
+	// failed probe is exactly ProbeInterval (neither backoff nor jitter
+	// lengthens it), and with ProbeSuccesses above 1 the next probe of a
+	// half-open breaker is due ProbeInterval after a healthy one. Zero or
+	// negative means off: a failed probe opens the breaker for its open
+	// period as the policies above make it, and the next of several probes
+	// is due ResetTimeout after a healthy one.
+	ProbeInterval time.Duration
+	// SyntheticProbes makes the probes the caller's own: no call admitted
+	// by Allow or Admit is ever the probe. Once the open period has passed
+	// and while the breaker is half-open they refuse every call, and only
+	// AdmitProbe admits the probe. False means the first call after the
+	// open period is the probe.
+	SyntheticProbes bool
 }
 
 // Settings configures a Breaker: its name, its Policy, and the seams (clock,
@@ -220,6 +245,12 @@ func (p Policy) Effective() Policy {
 	} else {
 		s.ResetJitter = 0
 	}
+	// One healthy probe is the plain breaker: like a policy that is off,
+	// it reads as zero.
+	if s.ProbeSuccesses <= 1 {
+		s.ProbeSuccesses = 0
+	}
+	s.ProbeInterval = max(s.ProbeInterval, 0)
 	return s
 }
 
@@ -245,9 +276,12 @@ type Snapshot struct {
 	ConsecutiveFailures int
 	// RetryAfter is how long until a probe may be admitted, jitter
 	// included; zero when the breaker is closed, when a probe could be
-	// admitted now, and when it is held open (no probe will be admitted
-	// until Enable; Held says so).
+	// admitted now or is out, and when it is held open (no probe will be
+	// admitted until Enable; Held says so).
 	RetryAfter time.Duration
+	// ProbeSuccesses is how many healthy probes in a row the half-open
+	// breaker has had; zero in the other states.
+	ProbeSuccesses int
 	// Held reports that HoldOpen keeps the breaker open until Enable or
 	// ForceClose.
 	Held bool
@@ -320,6 +354,8 @@ type Breaker struct {
 	probeOut  bool          // guarded by mu; a half-open probe has been admitted and not reported
 	probeAt   time.Time     // guarded by mu; when the probe out was admitted
 	permitted bool          // guarded by mu; PermitProbe allowed a probe for this open or half-open period
+	successes int           // guarded by mu; healthy probes of the current half-open period
+	nextProbe time.Time     // guarded by mu; in HALF_OPEN with no probe out, no probe is admitted before it
 	held      bool          // guarded by mu; HoldOpen is in force
 	disabled  bool          // guarded by mu; Disable is in force
 	win       window        // guarded by mu; results of the current closed period
@@ -339,6 +375,9 @@ type policy struct {
 	maxReset     time.Duration
 	jitter       float64
 	probeTimeout time.Duration
+	successes    int
+	interval     time.Duration
+	synthetic    bool
 }
 
 // newPolicy returns the policy of the effective settings e.
@@ -354,6 +393,9 @@ func newPolicy(e Settings) *policy {
 		maxReset:     e.MaxResetTimeout,
 		jitter:       e.ResetJitter,
 		probeTimeout: e.ProbeTimeout,
+		successes:    max(e.ProbeSuccesses, 1),
+		interval:     e.ProbeInterval,
+		synthetic:    e.SyntheticProbes,
 	}
 }
 
@@ -393,9 +435,10 @@ func (b *Breaker) Settings() Settings { return b.pol.Load().settings }
 
 // Allow asks to make one call. It returns ErrOpen when the breaker refuses:
 // it is open and its open period has not passed, it is held open (then the
-// error is ErrHeld, which wraps ErrOpen), or it is half-open with its probe
-// out. Otherwise the returned ticket must be given back to Done, DoneAfter
-// or Cancel.
+// error is ErrHeld, which wraps ErrOpen), it is half-open with its probe
+// out or not yet due, or it takes only synthetic probes
+// (Policy.SyntheticProbes) and is not closed. Otherwise the returned ticket
+// must be given back to Done, DoneAfter or Cancel.
 func (b *Breaker) Allow() (Ticket, error) {
 	t, _, err := b.Admit()
 	return t, err
@@ -410,19 +453,68 @@ func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
 		return Ticket{generation: generationOf(w)}, 0, nil
 	}
 	now := b.clock.Now()
+	if retryAfter, err := b.refuseOpen(w, now); err != nil {
+		return Ticket{}, retryAfter, err
+	}
+	return b.admitSlow(now, false)
+}
+
+// AdmitIn is Admit for a caller that answers a run of requests at once (a
+// batch of pipelined lines, say): run is the run's reading of the breaker's
+// clock (Settings.Clock), zero until a breaker of the run needs the time,
+// which then reads its clock into it. An open breaker whose period has not
+// passed refuses at that reading, so a run of refusals costs one clock
+// reading; anything else (a probe, a change of state) reads the clock
+// afresh, so every transition is stamped as by Admit. A run is to be short
+// (no waiting within it) and shared only by breakers of one clock.
+func (b *Breaker) AdmitIn(run *time.Time) (t Ticket, retryAfter time.Duration, err error) {
+	w := b.word.Load()
+	if stateOf(w) == Closed {
+		return Ticket{generation: generationOf(w)}, 0, nil
+	}
+	fresh := run.IsZero()
+	if fresh {
+		*run = b.clock.Now()
+	}
+	if retryAfter, err := b.refuseOpen(w, *run); err != nil {
+		return Ticket{}, retryAfter, err
+	}
+	if fresh {
+		return b.admitSlow(*run, false)
+	}
+	return b.admitSlow(b.clock.Now(), false)
+}
+
+// refuseOpen is the lock-free refusal of a breaker whose word was w: the
+// error and wait Admit returns when it refuses at now without the lock, a
+// nil error when the lock must decide.
+func (b *Breaker) refuseOpen(w uint64, now time.Time) (retryAfter time.Duration, err error) {
 	if stateOf(w) == Open {
 		after := b.probeAfter.Load()
 		switch after {
 		case heldOpen:
-			return Ticket{}, 0, ErrHeld
+			return 0, ErrHeld
 		case awaitPermit:
-			return Ticket{}, 0, ErrOpen
+			return 0, ErrOpen
 		}
 		if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
-			return Ticket{}, wait, ErrOpen
+			return wait, ErrOpen
 		}
 	}
-	return b.admitSlow(now)
+	return 0, nil
+}
+
+// AdmitProbe asks to send a probe of the caller's own, as a hub does with
+// Policy.SyntheticProbes: it admits one when a call would be admitted as
+// the probe, that is once the open period has passed (and, with
+// Settings.ProbePermits, a permit came) or, in HALF_OPEN, once no probe is
+// out and the next one is due. The ticket goes back to Done, DoneAfter or
+// Cancel like any other. It returns ErrClosed when the breaker is closed
+// (disabled included: no probe is needed), ErrHeld when it is held open,
+// and ErrOpen, with how long until a probe is due (zero when it waits for
+// a permit or for the probe out), otherwise.
+func (b *Breaker) AdmitProbe() (t Ticket, retryAfter time.Duration, err error) {
+	return b.admitSlow(b.clock.Now(), true)
 }
 
 // heldOpen is the probeAfter of a breaker held open: no probe, ever.
@@ -433,12 +525,16 @@ const heldOpen = math.MaxInt64
 // with no time to wait, without the lock.
 const awaitPermit = math.MaxInt64 - 1
 
-func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
+func (b *Breaker) admitSlow(now time.Time, own bool) (Ticket, time.Duration, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.word.Load()
+	p := b.pol.Load()
 	switch stateOf(w) {
 	case Closed:
+		if own {
+			return Ticket{}, 0, ErrClosed
+		}
 		return Ticket{generation: generationOf(w)}, 0, nil
 	case Open:
 		if b.held {
@@ -447,7 +543,9 @@ func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 		if wait := b.openedAt.Add(b.openFor).Sub(now); wait > 0 {
 			return Ticket{}, wait, ErrOpen
 		}
-		if b.probePermits && !b.permitted {
+		if (b.probePermits && !b.permitted) || (p.synthetic && !own) {
+			// Refused from now on without the lock, until a permit or
+			// the breaker's own probe moves it on.
 			b.probeAfter.Store(awaitPermit)
 			return Ticket{}, 0, ErrOpen
 		}
@@ -457,8 +555,15 @@ func (b *Breaker) admitSlow(now time.Time) (Ticket, time.Duration, error) {
 		// replace a silent probe of its own.
 		b.permitted = permitted
 	default: // HalfOpen
-		if pt := b.pol.Load().probeTimeout; b.probeOut && (pt == 0 || now.Sub(b.probeAt) < pt) {
+		if b.probeOut && (p.probeTimeout == 0 || now.Sub(b.probeAt) < p.probeTimeout) {
 			return Ticket{}, 0, ErrOpen
+		}
+		wait := max(b.nextProbe.Sub(now), 0)
+		if p.synthetic && !own {
+			return Ticket{}, wait, ErrOpen
+		}
+		if wait > 0 && !b.probeOut {
+			return Ticket{}, wait, ErrOpen
 		}
 		// A fresh generation, so a probe that was handed back, or one that
 		// outlived ProbeTimeout, can never report for this one.
@@ -596,11 +701,16 @@ func (b *Breaker) probeDone(t Ticket, failed bool) {
 		return
 	}
 	b.probeOut = false
+	p := b.pol.Load()
 	if failed {
 		if failuresOf(w) < maxFailures {
 			w += failureUnit
 		}
-		if maxReset := b.pol.Load().maxReset; maxReset > 0 {
+		if p.interval > 0 {
+			b.changeStateLocked(w, Open, now, CauseResults, p.interval)
+			return
+		}
+		if maxReset := p.maxReset; maxReset > 0 {
 			// Halve the cap rather than double the period so the product
 			// cannot overflow.
 			if b.period > maxReset/2 {
@@ -610,6 +720,18 @@ func (b *Breaker) probeDone(t Ticket, failed bool) {
 			}
 		}
 		b.setStateLocked(w, Open, now, CauseResults)
+		return
+	}
+	b.successes++
+	if b.successes < p.successes {
+		// Still half-open, with no change to report: a fresh generation so
+		// the ticket cannot report twice, and the next probe due later.
+		b.word.Store(pack(generationOf(w)+1, failuresOf(w), HalfOpen))
+		interval := p.interval
+		if interval == 0 {
+			interval = p.resetTimeout
+		}
+		b.nextProbe = now.Add(interval)
 		return
 	}
 	b.setStateLocked(w, Closed, now, CauseResults)
@@ -659,6 +781,8 @@ func (b *Breaker) changeStateLocked(w uint64, to State, now time.Time, cause Cau
 	}
 	b.probeOut = false
 	b.permitted = false
+	b.successes = 0
+	b.nextProbe = time.Time{}
 	if p.rateOn {
 		b.win.clear()
 	}
@@ -734,9 +858,11 @@ func (b *Breaker) drawShare() float64 {
 }
 
 // RetryAfter returns how long until the breaker may admit a probe, jitter
-// included: zero when it is closed, when it is half-open (the probe's answer
-// is due at any moment), and when it is held open (no probe is coming until
-// Enable; Snapshot's Held says so).
+// included: zero when it is closed, when it is half-open with its probe out
+// (the probe's answer is due at any moment) or due, and when it is held
+// open (no probe is coming until Enable; Snapshot's Held says so). A
+// half-open breaker that needs more healthy probes (ProbeSuccesses) tells
+// how long until the next one is due.
 func (b *Breaker) RetryAfter() time.Duration {
 	return b.Snapshot().RetryAfter
 }
@@ -754,8 +880,14 @@ func (b *Breaker) Snapshot() Snapshot {
 		Held:                b.held,
 		Disabled:            b.disabled,
 	}
-	if s.State == Open && !b.held {
+	switch {
+	case s.State == Open && !b.held:
 		s.RetryAfter = max(b.openedAt.Add(b.openFor).Sub(now), 0)
+	case s.State == HalfOpen:
+		s.ProbeSuccesses = b.successes
+		if !b.probeOut {
+			s.RetryAfter = max(b.nextProbe.Sub(now), 0)
+		}
 	}
 	if b.pol.Load().rateOn {
 		s.RecentCalls, s.RecentFailures = b.win.counts(now)

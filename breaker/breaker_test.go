@@ -591,3 +591,66 @@ func TestAdmitWhileHeld(t *testing.T) {
 	assert.NotErrorIs(t, err, breaker.ErrHeld)
 	assert.Equal(t, time.Second, wait)
 }
+
+func TestAdmitInRefusesARunAtItsReadingAndStampsChangesAfresh(t *testing.T) {
+	// Given a breaker that opened with a 10 s reset timeout
+	b, clk, rec := newBreaker(t, 1, 10*time.Second)
+	trip(t, b, 1)
+
+	// When a run of requests begins 3 s later, its first refusal reads the
+	// clock into the run, and the run's later requests refuse at that
+	// reading even as the clock moves on
+	clk.Advance(3 * time.Second)
+	var run time.Time
+	_, wait, err := b.AdmitIn(&run)
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	assert.Equal(t, 7*time.Second, wait)
+	assert.Equal(t, clk.Now(), run)
+	clk.Advance(8 * time.Second)
+	_, wait, err = b.AdmitIn(&run)
+	assert.ErrorIs(t, err, breaker.ErrOpen)
+	assert.Equal(t, 7*time.Second, wait, "refused at the run's reading")
+
+	// Then a run that began after the period admits the probe, and the
+	// change is stamped with the clock's time, not the run's
+	run = clk.Now()
+	clk.Advance(time.Second)
+	tk, _, err := b.AdmitIn(&run)
+	require.NoError(t, err)
+	assert.True(t, tk.Probe())
+	last := rec.list()[rec.len()-1]
+	assert.Equal(t, breaker.HalfOpen, last.To)
+	assert.Equal(t, clk.Now(), last.At)
+
+	// And a closed breaker admits without reading the clock into the run
+	b.Done(tk, false)
+	var untouched time.Time
+	_, _, err = b.AdmitIn(&untouched)
+	require.NoError(t, err)
+	assert.True(t, untouched.IsZero())
+}
+
+func TestAdmitInOfAHeldBreakerRefusesWithErrHeld(t *testing.T) {
+	b, _, _ := newBreaker(t, 1, 10*time.Second)
+	b.HoldOpen()
+	var run time.Time
+	_, _, err := b.AdmitIn(&run)
+	assert.ErrorIs(t, err, breaker.ErrHeld)
+}
+
+func BenchmarkOpenRefuseInRun(b *testing.B) {
+	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
+	tk, _ := br.Allow()
+	br.Done(tk, true)
+	b.ReportAllocs()
+	var run time.Time
+	i := 0
+	for b.Loop() {
+		if i++; i%16 == 0 {
+			run = time.Time{} // a run of 16 pipelined lines
+		}
+		if _, _, err := br.AdmitIn(&run); err == nil {
+			b.Fatal("admitted while open")
+		}
+	}
+}

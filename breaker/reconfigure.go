@@ -21,6 +21,9 @@ import "time"
 //     was backing off goes on from its current period, brought within the
 //     new ResetTimeout and MaxResetTimeout (back to ResetTimeout when
 //     backoff is now off);
+//   - a new ProbeSuccesses, ProbeInterval or SyntheticProbes applies from
+//     the next probe's admission or result; a half-open breaker keeps the
+//     healthy probes it has had;
 //   - a new SlowCall applies to the results reported from now on, calls in
 //     flight included;
 //   - the failure-rate window keeps its results while FailureRate stays on
@@ -55,6 +58,11 @@ func (b *Breaker) SetPolicy(p Policy) {
 		b.redraw = true
 	}
 	b.pol.Store(np)
+	if stateOf(b.word.Load()) == Open && !b.held {
+		// An open breaker that refused without the lock while it waited
+		// for a synthetic probe must look again under the new policy.
+		b.storeProbeAfterLocked()
+	}
 }
 
 // SetProbeTimeout makes d the breaker's ProbeTimeout from now on (zero or

@@ -18,7 +18,8 @@ const (
 	Open
 	// HalfOpen has admitted one probe and refuses everything else until the
 	// probe reports, or until ProbeTimeout, when set, lets a new probe
-	// replace a silent one.
+	// replace a silent one. With ProbeSuccesses above 1 it stays HalfOpen
+	// between the healthy probes it needs.
 	HalfOpen
 )
 
@@ -40,6 +41,10 @@ func (s State) String() string {
 // ErrOpen is returned by Allow when the breaker refuses a call: it is open,
 // or half-open with its probe already out.
 var ErrOpen = errors.New("breaker: open")
+
+// ErrClosed is returned by AdmitProbe when the breaker is closed, disabled
+// included: no probe is needed.
+var ErrClosed = errors.New("breaker: closed")
 
 // ErrHeld is returned by Allow and Admit when the breaker refuses because
 // HoldOpen keeps it open: no probe will be admitted until Enable or

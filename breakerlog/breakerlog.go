@@ -42,11 +42,10 @@ package breakerlog
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
-	"syscall"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/lockedfile"
 )
 
 // TimeLayout is the layout of a line's time field. Formatting a UTC time
@@ -81,15 +80,10 @@ type Config struct {
 type Log struct {
 	path string
 	sync bool
+	file *lockedfile.File
 
-	// reopenMu lets one Reopen run at a time. It is taken before mu, never
-	// while holding it.
-	reopenMu sync.Mutex
-
-	mu     sync.Mutex
-	f      *os.File // guarded by mu; replaced only by Reopen
-	buf    []byte   // guarded by mu; reused for every line so Write does not allocate
-	closed bool     // guarded by mu
+	mu  sync.Mutex
+	buf []byte // guarded by mu; reused for every line so Write does not allocate
 }
 
 // Open opens path for appending, as New does with only the path set.
@@ -104,58 +98,20 @@ func Open(path string) (*Log, error) {
 // files, such as /dev/null, are not locked. The error, if any, names the
 // path.
 func New(cfg Config) (*Log, error) {
-	f, err := openLocked(cfg.Path)
+	f, err := lockedfile.Open(lockedfile.Config{Path: cfg.Path, Perm: 0o644})
 	if err != nil {
-		return nil, fmt.Errorf("breaker log %q: %w", cfg.Path, err)
+		return nil, fmt.Errorf("breaker log %q: %w", cfg.Path, lockedErr(err))
 	}
-	return &Log{path: cfg.Path, sync: cfg.Sync, f: f, buf: make([]byte, 0, 128)}, nil
+	return &Log{path: cfg.Path, sync: cfg.Sync, file: f, buf: make([]byte, 0, 128)}, nil
 }
 
-// openLocked opens path for appending and locks it.
-func openLocked(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := lock(f); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// lock takes an exclusive flock(2) on f without waiting. The lock belongs
-// to f's open file description: it is released when f is closed (or the
-// process ends, however it ends), and a second open of the same file, even
-// in the same process, cannot take it meanwhile. Unlike an fcntl lock,
-// closing another descriptor of the same file does not release it. Files
-// other than regular files are not locked: writers to /dev/null have
-// nothing to keep apart.
-func lock(f *os.File) error {
-	info, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !info.Mode().IsRegular() {
-		return nil
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var flockErr error
-	if err := rc.Control(func(fd uintptr) {
-		flockErr = syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB)
-	}); err != nil {
-		return err
-	}
-	if errors.Is(flockErr, syscall.EWOULDBLOCK) {
+// lockedErr says that another relay holds the file when err is
+// lockedfile's ErrLocked, in the log's own ErrLocked.
+func lockedErr(err error) error {
+	if errors.Is(err, lockedfile.ErrLocked) {
 		return fmt.Errorf("another relay holds it (%w)", ErrLocked)
 	}
-	if flockErr != nil {
-		return fmt.Errorf("lock: %w", flockErr)
-	}
-	return nil
+	return err
 }
 
 // Path returns the path the log was opened with.
@@ -177,20 +133,9 @@ func (l *Log) Write(t breaker.Transition) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("breaker log %q: write: %w", l.path, os.ErrClosed)
-	}
 	l.buf = AppendLine(l.buf[:0], t)
-	// os.File.Write keeps writing after a short write, and O_APPEND makes
-	// each write(2) land at the end of the file even if another process
-	// appends to it too.
-	if _, err := l.f.Write(l.buf); err != nil {
+	if err := l.file.Append(l.buf, l.sync); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
-	}
-	if l.sync {
-		if err := l.f.Sync(); err != nil {
-			return fmt.Errorf("breaker log %q: %w", l.path, err)
-		}
 	}
 	return nil
 }
@@ -201,10 +146,11 @@ func (l *Log) Write(t breaker.Transition) error {
 // new file is locked as New locks it; the old one is then synced and closed,
 // which releases its lock.
 //
-// The switch happens under the lock Write takes, so no line is lost or split
-// between the two files, and each target's chain goes on from the last line
-// of the old file to the first of the new. If the path still names the file
-// being written (nothing was renamed), Reopen leaves it as it is.
+// The switch happens under the lock each write takes, so no line is lost
+// or split between the two files, and each target's chain goes on from the
+// last line of the old file to the first of the new. If the path still
+// names the file being written (nothing was renamed), Reopen leaves it as
+// it is.
 //
 // On error the log keeps writing to the file it had: the path cannot be
 // opened, or another process holds the new file's lock (wrapping
@@ -212,77 +158,17 @@ func (l *Log) Write(t breaker.Transition) error {
 // new file is in place but the old one fails to sync or close, that error
 // is returned too. Every error names the path.
 func (l *Log) Reopen() error {
-	l.reopenMu.Lock()
-	defer l.reopenMu.Unlock()
-
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-	same, err := l.isOpen(f)
-	if err != nil || same {
-		// Locking f now would fail against the log's own lock on the
-		// same file; closing f leaves that lock alone.
-		_ = f.Close()
-		return err
-	}
-	if err := lock(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		_ = f.Close()
-		return fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
-	}
-	old := l.f
-	l.f = f
-	l.mu.Unlock()
-
-	// Nothing writes to old any more: syncing it outside the lock keeps
-	// Write from waiting on the disk.
-	syncErr := old.Sync()
-	closeErr := old.Close()
-	if err := errors.Join(syncErr, closeErr); err != nil {
-		return fmt.Errorf("breaker log %q: reopen: the old file: %w", l.path, err)
+	if err := l.file.Reopen(); err != nil {
+		return fmt.Errorf("breaker log %q: reopen: %w", l.path, lockedErr(err))
 	}
 	return nil
-}
-
-// isOpen reports whether f is the file the log writes to now. It fails
-// with os.ErrClosed after Close.
-func (l *Log) isOpen(f *os.File) (bool, error) {
-	info, err := f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, os.ErrClosed)
-	}
-	cur, err := l.f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("breaker log %q: reopen: %w", l.path, err)
-	}
-	return os.SameFile(cur, info), nil
 }
 
 // Close flushes the file to stable storage and closes it, which releases
 // its lock. Writes after Close fail with an error wrapping os.ErrClosed,
 // and so does a second Close.
 func (l *Log) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("breaker log %q: close: %w", l.path, os.ErrClosed)
-	}
-	l.closed = true
-	syncErr := l.f.Sync()
-	closeErr := l.f.Close()
-	if err := errors.Join(syncErr, closeErr); err != nil {
+	if err := l.file.Close(); err != nil {
 		return fmt.Errorf("breaker log %q: %w", l.path, err)
 	}
 	return nil

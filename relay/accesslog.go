@@ -40,7 +40,8 @@ const StampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 //
 // A line whose request reached a breaker also says what that breaker did
 // with it ("breaker": admitted, refused or handed_back; "probe" when it was
-// the half-open probe) and when, on the breaker's clock: "start" is read
+// the half-open probe; "synthetic" when that probe was the hub's own, sent
+// with its payload and TXID, not a client's) and when, on the breaker's clock: "start" is read
 // just before the hub asked the breaker, "end" just before a call's result
 // went to it. Read just before rather than after, each reading is at most
 // a few instructions earlier than the breaker's own, so a replay of the log
@@ -107,9 +108,11 @@ type accessNote struct {
 // plain value.
 type breakerNote struct {
 	use   breakerUse
-	probe bool      // the breaker admitted the request as its half-open probe
-	start time.Time // the breakers' clock just before the breaker was asked
-	end   time.Time // the breakers' clock just before the call's result went to the breaker; zero when none did
+	probe bool // the breaker admitted the request as its half-open probe
+	// synthetic marks the hub's own probe, not a client's request.
+	synthetic bool
+	start     time.Time // the breakers' clock just before the breaker was asked
+	end       time.Time // the breakers' clock just before the call's result went to the breaker; zero when none did
 }
 
 // breakerUse is what a breaker did with a request.
@@ -241,6 +244,9 @@ func (a *accessLog) writeLoop() {
 			ev = ev.Str("breaker", breakerUseNames[b.use])
 			if b.probe {
 				ev = ev.Bool("probe", true)
+			}
+			if b.synthetic {
+				ev = ev.Bool("synthetic", true)
 			}
 			ts = appendStamp(ts[:0], b.start, 9)
 			ev = ev.Bytes("start", ts)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,33 +55,51 @@ type conn struct {
 	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
 
 	// Owned by the read loop.
-	rc      syscall.RawConn            // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead func(fd uintptr) bool      // c.readRaw, bound once so that a read does not allocate
-	rbuf    *[]byte                    // the read buffer; nil while no input is held
-	r, w    int                        // the input not yet used is (*rbuf)[r:w]
-	rerr    error                      // why the last read ended the input, reported once the input before it is used
-	hint    *retryHint                 // the message of the E904 answers, kept for the next; allocated for the first
-	txid    *[protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded; allocated for the first
-	rdl     time.Time                  // the idle deadline armReadDeadline last set
-	hdl     time.Time                  // the hand-off deadline armReadDeadline last set; zero while the socket's deadline is rdl
+	rc         syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead    func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
+	onReadable func(fd uintptr) bool // c.serveReadable, bound once likewise
+	fd         uintptr               // nc's descriptor while serveReadable runs
+	rbuf       *[]byte               // the read buffer; nil while no input is held
+	r, w       int                   // the input not yet used is (*rbuf)[r:w]
+	scanned    int                   // the first scanned bytes of the input hold no '\n'
+	rerr       error                 // why the last read ended the input, reported once the input before it is used
+	hint       *retryHint            // what follows the TXID in an E904 answer, kept for the next; allocated for the first
+	long       *longTxID             // TXID of an over-long line, kept while its rest is discarded; allocated for the first
+	armedAt    time.Time             // when armReadDeadline last ran: the idle deadline is IdleTimeout after it
+	run        time.Time             // the breakers' clock for the lines handled since the loop last waited or an answer was written (Breaker.AdmitIn); zero until a breaker reads it
+	rdl        time.Time             // the read deadline last set
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
-	dmu sync.Mutex
+	// A socket's answers are written through rc (writeRaw).
+	rawWrite func(fd uintptr) bool // c.writeRaw, bound once so that a write does not allocate
+	woutErr  error                 // guarded by wmu: why writeRaw stopped short
+
+	writes atomic.Uint32 // writes of answers so far: a run (see run) ends at each
+
+	dmu  sync.Mutex
+	halt atomic.Bool // stopped or broken: the read loop reads no more
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
 
-	// The flags, together so that they share a word: an idle connection
-	// costs its conn (docs/BENCHMARKS.md, "Idle memory").
-	rlong   bool    // owned by the read loop: rbuf is from srv.longBufs, else from readBufs
-	handOff bool    // owned by the read loop: hand a long wait for input to a new goroutine (serve sets it)
-	stopped bool    // guarded by dmu: Shutdown told the read loop to stop
-	tlsIdle bool    // set by the TLS handshake: wait for input with readFirstByte, holding no read buffer
-	first   [1]byte // owned by the read loop: readFirstByte's byte
+	runWrites uint32 // owned by the read loop: writes when run began
+
+	// The flags, together so that they share a word with runWrites: an
+	// idle connection costs its conn (docs/BENCHMARKS.md, "Idle memory").
+	inSession  bool    // owned by the read loop: serveReadable is running: fill reads fd itself and may ask to wait
+	waitNext   bool    // owned by the read loop: the last read took all the input there was: the next fill waits instead of reading
+	end        readEnd // owned by the read loop: why serveReadable ended the loop, when it did
+	rlong      bool    // owned by the read loop: rbuf is from srv.longBufs, else from readBufs
+	discarding bool    // owned by the read loop: the input is the rest of an over-long line, dropped up to its '\n'
+	handOff    bool    // owned by the read loop: hand a long wait for input to a new goroutine (serve sets it)
+	stopped    bool    // guarded by dmu: Shutdown told the read loop to stop
+	broken     bool    // guarded by dmu: a write failed; the read loop is to stop and the connection close
+	tlsIdle    bool    // set by the TLS handshake: wait for input with readFirstByte, holding no read buffer
+	first      [1]byte // owned by the read loop: readFirstByte's byte
 }
 
 // connPeer is what a connection learnt about its client beyond the
@@ -91,12 +110,20 @@ type connPeer struct {
 	identities []string       // the client certificate's identities (clientIdentities); nil without one
 }
 
-// retryHint is the message of a connection's E904 answers and the retry
-// hint it holds, in seconds (0: none yet): it changes once a second at
-// most, so a run of E904s formats it once. Owned by the read loop.
+// retryHint is what follows the TXID in a connection's E904 answers
+// (protocol.AppendResponseTail) and the retry hint it holds, in seconds
+// (0: none yet, -1: held open): it changes once a second at most, so a
+// run of E904s builds it once. Owned by the read loop.
 type retryHint struct {
-	msg  []byte
+	tail []byte
 	secs int64
+}
+
+// longTxID is the TXID of an over-long line, kept while the rest of the
+// line is discarded. Owned by the read loop.
+type longTxID struct {
+	b [protocol.MaxTxIDLen]byte
+	n uint8
 }
 
 // proxyPeer returns the load balancer that sent the PROXY header, or the
@@ -155,6 +182,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
 			c.rawRead = c.readRaw
+			c.onReadable = c.serveReadable
+			c.rawWrite = c.writeRaw
 		}
 	}
 	return c
@@ -199,21 +228,20 @@ func (c *conn) serve() {
 		return
 	}
 	if !c.handshake() {
-		c.end(endTLS)
+		c.ended(endTLS)
 		return
 	}
 	if c.rc == nil {
-		c.end(c.readLoop())
+		c.ended(c.readLoop())
 		return
 	}
+	c.handOff = true
 	if c.rbuf != nil {
 		// begin read input after a PROXY header: serve it first.
-		c.handOff = true
-		c.end(c.readLoop())
+		c.ended(c.readLoop())
 		return
 	}
-	c.armReadDeadline(time.Now()) // the idle deadline only: the wait is shallow already
-	c.handOff = true
+	c.armReadDeadline(time.Now())
 	c.readWhenReadable()
 }
 
@@ -228,25 +256,29 @@ func (c *conn) resume() {
 // readWhenReadable waits until the socket has input (or its end, or an
 // error) without reading it, then runs the read loop, on this goroutine,
 // and ends the connection when the loop ends. A wait that ends with the
-// idle deadline, Shutdown's or a close ends the connection at once.
+// idle deadline, Shutdown's, a failed write's or a close ends the
+// connection at once.
 func (c *conn) readWhenReadable() {
 	if err := c.rc.Read(waitReadable); err != nil {
-		c.end(c.readEndFor(err))
+		c.ended(c.readEndFor(err))
 		return
 	}
-	c.end(c.readLoop())
+	c.ended(c.readLoop())
 }
 
-// end finishes the connection once its read loop has ended: the wait for
-// its calls in flight to answer, the final flush and the close. When the
-// read loop handed off instead, it starts resume on a new goroutine, which
-// the Server's WaitGroup owns like the first.
-func (c *conn) end(end readEnd) {
+// ended finishes the connection once its read loop has ended: the wait
+// for its calls in flight to answer, the final flush and the close. When
+// the read loop handed off instead, it starts resume on a new goroutine,
+// which the Server's WaitGroup owns like the first.
+func (c *conn) ended(end readEnd) {
 	if end == endHandOff {
 		c.srv.wg.Go(c.resume)
 		return
 	}
 	close(c.readDone)
+	if c.writeFailed() {
+		c.nc.Close() // now, not after the calls in flight: see failLocked
+	}
 	c.calls.Wait()
 	c.finish(end)
 	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
@@ -284,11 +316,64 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // deadline is re-armed whenever the loop is about to wait for input, so it
 // measures time without a complete line; the flush and the re-arm share one
 // clock read.
+//
+// On a socket read through syscall.RawConn the loop runs inside one
+// RawConn.Read (serveReadable) for as long as the poller's deadlines let
+// it, so that a read which took all the input there was can be followed by
+// a wait rather than by a read that finds nothing (see fillSession).
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
-	c.armReadDeadline(time.Now())
+	if c.armedAt.IsZero() {
+		// Else serve armed it, or this loop follows a hand-off, which
+		// leaves the idle measure running.
+		c.armReadDeadline(time.Now())
+	}
+	if c.rc == nil {
+		end, _ := c.serveInput()
+		return end
+	}
+	for {
+		err := c.rc.Read(c.onReadable)
+		if err == nil {
+			return c.end
+		}
+		// The wait ended early: a deadline passed, or the connection was
+		// closed. The check deadline of a wait after a read that may have
+		// left the end of the input unseen is no reason to stop, nor is the
+		// hand-off deadline, which ends the loop only for resume to wait.
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if goOn, handOff := c.rearmAfterCheck(); handOff {
+				return endHandOff
+			} else if goOn {
+				continue
+			}
+		}
+		c.rerr = err
+		end, _ := c.serveInput()
+		return end
+	}
+}
+
+// serveReadable is the read loop's RawConn.Read callback: it serves the
+// input until it must wait for more, reporting false so that the runtime
+// parks the loop until the socket is readable, or until the connection's
+// end, reporting true with the end in c.end. Each call begins with a read.
+func (c *conn) serveReadable(fd uintptr) bool {
+	c.fd, c.inSession = fd, true
+	end, done := c.serveInput()
+	c.inSession = false
+	c.end = end
+	return done
+}
+
+// serveInput reads and handles lines until the connection ends (done, with
+// why), or, inside serveReadable only, until the loop must wait for input.
+func (c *conn) serveInput() (end readEnd, done bool) {
 	for {
 		line, tooLong, err := c.readLine()
+		if err == errWait {
+			return 0, false
+		}
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
 			c.noteUnparsed(line, protocol.CodeUnavailable)
@@ -301,15 +386,21 @@ func (c *conn) readLoop() readEnd {
 		}
 		if err != nil {
 			c.flush()
-			return c.readEndFor(err)
+			return c.readEndFor(err), true
 		}
 		if !c.completeLineBuffered() {
 			now := time.Now()
 			c.flushAt(now)
 			c.armReadDeadline(now)
+			c.run = time.Time{} // the loop may wait before its next line
 		}
 	}
 }
+
+// errWait is readLine's answer inside serveReadable when it has no complete
+// line and must wait for input: the input is kept, and the next readLine,
+// after the wait, goes on where this one stopped.
+var errWait = errors.New("relay: wait for input")
 
 // readLine returns the next line without its "\n" or "\r\n"; it is valid
 // until the next readLine. For a line longer than MaxLineBytes it returns
@@ -317,36 +408,42 @@ func (c *conn) readLoop() readEnd {
 // (else nil), after discarding the rest of the line. err is io.EOF with the
 // last, unterminated line of a client that closed its side (which is still
 // served), or the read error that ends the connection (then any partial
-// line is dropped).
+// line is dropped), or errWait (see there).
 //
 // A line is over-long once MaxLineBytes+2 bytes (room for its "\r\n") have
 // come without a "\n", so the hub never holds more of a line than that; the
 // TXID is read from those first bytes.
 func (c *conn) readLine() (line []byte, tooLong bool, err error) {
+	if c.discarding {
+		return c.discardLine()
+	}
 	limit := c.srv.maxLineBytes + 2
-	scanned := 0 // bytes at the start of the input known to hold no '\n'
 	for {
 		in := c.input()
-		if i := bytes.IndexByte(in[scanned:], '\n'); i >= 0 {
-			i += scanned
+		if i := bytes.IndexByte(in[c.scanned:], '\n'); i >= 0 {
+			i += c.scanned
 			c.r += i + 1
+			c.scanned = 0
 			line, tooLong = c.checkLine(in[:i])
 			return line, tooLong, nil
 		}
-		scanned = len(in)
+		c.scanned = len(in)
 		if len(in) >= limit {
+			c.scanned = 0
 			return c.discardLine()
 		}
 		if c.rerr != nil {
 			err, c.rerr = c.rerr, nil
-			c.r = c.w
+			c.r, c.scanned = c.w, 0
 			if err != io.EOF {
 				return nil, false, err
 			}
 			line, tooLong = c.checkLine(in)
 			return line, tooLong, io.EOF
 		}
-		c.fill()
+		if c.fill() {
+			return nil, false, errWait
+		}
 	}
 }
 
@@ -364,26 +461,33 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 // discardLine ends an over-long line whose first MaxLineBytes+2 bytes are
 // the input: it keeps the line's TXID and drops input up to the line's
 // '\n', or to the end of the input when the client closed its side. It
-// returns as readLine does.
+// returns as readLine does; after errWait, readLine comes back here.
 func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
-	if c.txid == nil {
-		c.txid = new([protocol.MaxTxIDLen]byte)
+	if !c.discarding {
+		if c.long == nil {
+			c.long = new(longTxID)
+		}
+		c.long.n = uint8(copy(c.long.b[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2])))
+		c.discarding = true
 	}
-	n := copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2]))
 	for {
 		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {
 			c.r += i + 1
-			return c.txid[:n], true, nil
+			c.discarding = false
+			return c.long.b[:c.long.n], true, nil
 		}
 		c.r = c.w
 		if c.rerr != nil {
 			err, c.rerr = c.rerr, nil
+			c.discarding = false
 			if err != io.EOF {
 				return nil, false, err
 			}
-			return c.txid[:n], true, io.EOF
+			return c.long.b[:c.long.n], true, io.EOF
 		}
-		c.fill()
+		if c.fill() {
+			return nil, false, errWait
+		}
 	}
 }
 
@@ -405,27 +509,24 @@ func (c *conn) completeLineBuffered() bool {
 // why the input ends when it does. The caller has used every complete line
 // and kept fewer than MaxLineBytes+2 bytes, so there is room for more once
 // the held bytes move to the start of the buffer, or to a long-line buffer
-// when they fill a read buffer.
-func (c *conn) fill() {
+// when they fill a read buffer. Inside serveReadable it reports wait when
+// the loop is to wait for input instead (fillSession).
+func (c *conn) fill() (wait bool) {
 	c.makeRoom()
+	if c.inSession {
+		return c.fillSession()
+	}
 	if c.rc != nil {
-		for {
-			err := c.rc.Read(c.rawRead)
-			if err == nil {
-				return
-			}
-			// The wait ended: a deadline passed, or the connection closed.
-			if err = c.waitEnded(err); err != nil {
-				c.rerr = err
-				return
-			}
+		if err := c.rc.Read(c.rawRead); err != nil {
+			c.rerr = err // the wait ended: deadline passed, or connection closed
 		}
+		return false
 	}
 	if c.tlsIdle {
 		c.parkReadBuf()
 		if c.rbuf == nil {
 			c.readFirstByte()
-			return
+			return false
 		}
 	}
 	c.holdReadBuf()
@@ -436,10 +537,45 @@ func (c *conn) fill() {
 		c.w += n
 		if n > 0 || err != nil {
 			c.rerr = err
-			return
+			return false
 		}
 	}
 	c.rerr = io.ErrNoProgress
+	return false
+}
+
+// fillSession is fill inside serveReadable: it reads the socket once, or
+// reports wait when the loop is to wait for input, having handed back what
+// the loop need not hold meanwhile and set the deadline of the wait. It
+// waits when the read found nothing (EAGAIN), when the read before it took
+// all the input there was (it left room in the buffer), and once reading
+// has stopped (Shutdown, or a failed write: the wait ends at once).
+//
+// A wait after a read that took all the input is what saves a read per
+// wake-up: within one RawConn.Read the runtime's poller keeps readiness
+// raised after the call began, so input that arrives after the read, while
+// its lines are handled, ends the wait at once. What it does not raise
+// again is the end of the input (the client's FIN, or a reset) when that
+// came together with the bytes read, one edge-triggered event covering
+// both. Such a wait therefore has a deadline endCheckAfter away; when it
+// passes, readLoop starts a new RawConn.Read, which reads again and finds
+// the end if it came. A wait after a read that found nothing needs only
+// the idle deadline: nothing, not even an end, was waiting unread.
+func (c *conn) fillSession() (wait bool) {
+	if c.waitNext || c.halt.Load() {
+		c.waitNext = false
+		c.parkReadBuf()
+		c.armEndCheckDeadline()
+		return true
+	}
+	c.holdReadBuf()
+	w, room := c.w, len(*c.rbuf)-c.w
+	if !c.readRaw(c.fd) {
+		c.armIdleDeadline()
+		return true
+	}
+	c.waitNext = c.w-w < room
+	return false
 }
 
 // maxEmptyReads is how many reads in a row may return no bytes and no error
@@ -481,7 +617,8 @@ func (c *conn) makeRoom() {
 // further readiness on the runtime's edge-triggered poller, and each
 // RawConn.Read forgets readiness noted before it began (internal/poll's
 // prepareRead), so a wait in place of that read could sleep until the idle
-// deadline with input, or the end of it, waiting.
+// deadline with input, or the end of it, waiting. (serveReadable, which
+// keeps one RawConn.Read across its waits, need not: see fillSession.)
 func (c *conn) readRaw(fd uintptr) bool {
 	c.holdReadBuf()
 	n, wouldBlock, err := readFD(fd, (*c.rbuf)[c.w:])
@@ -530,7 +667,7 @@ func (c *conn) releaseReadBuf() {
 	} else {
 		readBufs.Put(c.rbuf)
 	}
-	c.rbuf, c.rlong, c.r, c.w = nil, false, 0, 0
+	c.rbuf, c.rlong, c.r, c.w, c.scanned = nil, false, 0, 0, 0
 }
 
 // longBuf returns a buffer of MaxLineBytes+2 bytes from s.longBufs.
@@ -546,6 +683,11 @@ func (s *Server) longBuf() *[]byte {
 // every line) and hands a well-formed one to dispatch. Its answers are
 // buffered: the read loop flushes.
 func (c *conn) serveLine(line []byte) {
+	if w := c.writes.Load(); w != c.runWrites {
+		// A write may have waited for the client: the run's clock reading
+		// is no longer now.
+		c.run, c.runWrites = time.Time{}, w
+	}
 	req, err := protocol.ParseRequest(line)
 	if err == nil {
 		c.dispatch(req)
@@ -574,87 +716,142 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(time.Second, timeout/8)
 }
 
-// handOffAfter is how long a read loop that may hand off (conn.handOff)
-// waits for input before it hands the connection to resume: between this
-// and twice this after it began to wait. A second (deadlineSlack: an
-// eighth of a shorter idle timeout), against idle timeouts of minutes: a
-// connection whose lines come more often keeps its goroutine, since a
-// hand-off costs tens of microseconds (a new goroutine, a peek at the
-// socket, the stack growing again for the next line; docs/BENCHMARKS.md,
-// "Idle memory against redis"), while one that goes quiet soon gives up
-// the stack it grew serving.
+// armReadDeadline restarts the idle measure at now: the connection is
+// closed between IdleTimeout and IdleTimeout plus deadlineSlack after its
+// last complete line, never before. Outside serveReadable it makes the
+// deadline for the next read at least IdleTimeout after now; inside, the
+// deadline is set by fillSession when the loop is about to wait, since
+// only then is it known which deadline the wait needs.
+func (c *conn) armReadDeadline(now time.Time) {
+	c.armedAt = now
+	if c.inSession {
+		return
+	}
+	if due := now.Add(c.srv.idleTimeout); due.After(c.rdl) {
+		c.setReadDeadline(due.Add(deadlineSlack(c.srv.idleTimeout)))
+	}
+}
+
+// armIdleDeadline gives a wait inside serveReadable the idle deadline: no
+// earlier than IdleTimeout after armedAt. A wait that may end in a hand-off
+// (mayHandOff) gets the hand-off deadline instead, between handOffAfter
+// and twice that after armedAt, moved only when it leaves that span: a
+// busy connection moves it once per handOffAfter at most, as it does the
+// idle one.
+func (c *conn) armIdleDeadline() {
+	if c.mayHandOff() {
+		h := handOffAfter(c.srv.idleTimeout)
+		if due := c.armedAt.Add(h); c.rdl.Before(due) || c.rdl.After(due.Add(h)) {
+			c.setReadDeadline(due.Add(h))
+		}
+		return
+	}
+	if due := c.armedAt.Add(c.srv.idleTimeout); c.rdl.Before(due) {
+		c.setReadDeadline(due.Add(deadlineSlack(c.srv.idleTimeout)))
+	}
+}
+
+// handOffAfter is how long a read loop that may hand off waits for input
+// before it hands the connection to resume: between this and twice this
+// after it began to wait. A second (deadlineSlack: an eighth of a shorter
+// idle timeout), against idle timeouts of minutes: a connection whose
+// lines come more often keeps its goroutine, since a hand-off costs tens
+// of microseconds (a new goroutine, a peek at the socket, the stack
+// growing again for the next line; docs/BENCHMARKS.md, "Idle memory
+// against redis"), while one that goes quiet soon gives up the stack it
+// grew serving.
 func handOffAfter(idleTimeout time.Duration) time.Duration {
 	return deadlineSlack(idleTimeout)
 }
 
-// armReadDeadline makes the idle deadline for the next read at least
-// IdleTimeout after now, unless Shutdown has stopped reading: its past
-// deadline must not be replaced. So a connection is closed between
-// IdleTimeout and IdleTimeout plus deadlineSlack after its last complete
-// line: never before. A read loop that may hand off also gets a hand-off
-// deadline, at least handOffAfter after now and moved by as much again
-// when it would come too early; the socket's deadline is the earlier of
-// the two, and waitEnded tells them apart.
-func (c *conn) armReadDeadline(now time.Time) {
-	moved := false
-	if due := now.Add(c.srv.idleTimeout); due.After(c.rdl) {
-		c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
-		moved = true
-	}
-	if c.handOff {
-		h := handOffAfter(c.srv.idleTimeout)
-		if due := now.Add(h); due.After(c.hdl) {
-			c.hdl = due.Add(h)
-			moved = true
-		}
-	}
-	if !moved {
-		return
-	}
-	dl := c.rdl
-	if !c.hdl.IsZero() && c.hdl.Before(dl) {
-		dl = c.hdl
-	}
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
-	if !c.stopped {
-		_ = c.nc.SetReadDeadline(dl)
+// mayHandOff reports whether the read loop may hand the connection off
+// while it waits: serve allowed it (a socket), and no input is held.
+func (c *conn) mayHandOff() bool {
+	return c.handOff && c.rbuf == nil
+}
+
+// endCheckAfter bounds a wait that may have an end of input unseen before
+// it (fillSession): a client that sent its last line and its FIN together
+// sees the hub close its side at most this long after its last answer. A
+// busy connection pays for the check (a deadline set and passed, a read)
+// once per endCheckAfter, not per line.
+const endCheckAfter = 20 * time.Millisecond
+
+// armEndCheckDeadline gives a wait inside serveReadable a deadline at most
+// endCheckAfter away, unless the deadline set is that close already, and
+// never later than the idle one.
+func (c *conn) armEndCheckDeadline() {
+	if c.rdl.After(c.armedAt.Add(endCheckAfter)) {
+		c.setReadDeadline(time.Now().Add(min(endCheckAfter, c.srv.idleTimeout)))
 	}
 }
 
-// errHandOff ends a read loop that has waited handOffAfter for input
-// holding none: resume waits for the rest of the idle timeout.
-var errHandOff = errors.New("relay: wait for input handed off")
-
-// waitEnded decides what a wait for input that ended with err means. When
-// the hand-off deadline passed (not the idle deadline, nor Shutdown's), the
-// socket's deadline becomes the idle deadline, and the read loop hands off
-// (errHandOff) if it holds no input, else waits on (nil). Any other err is
-// returned as it is.
-func (c *conn) waitEnded(err error) error {
-	if c.hdl.IsZero() || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(c.rdl) {
-		return err
+// rearmAfterCheck reports whether the deadline that ended a wait inside
+// serveReadable was armEndCheckDeadline's or armIdleDeadline's hand-off
+// deadline, and not the idle deadline's nor a stop; if so it sets the idle
+// deadline again, so that the loop can go on reading (goOn), or, when the
+// loop may hand off and has waited handOffAfter, so that resume can wait
+// for the rest of the idle timeout (handOff). A loop that may hand off
+// later goes on with the hand-off deadline (armIdleDeadline), so that a
+// connection whose waits pass the end check does not move it twice.
+func (c *conn) rearmAfterCheck() (goOn, handOff bool) {
+	now := time.Now()
+	due := c.armedAt.Add(c.srv.idleTimeout)
+	if !now.Before(due) {
+		return false, false
 	}
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	if c.stopped {
-		return err
+	if c.stopped || c.broken {
+		return false, false
 	}
-	c.hdl = time.Time{}
+	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+	if c.mayHandOff() {
+		h := handOffAfter(c.srv.idleTimeout)
+		if at := c.armedAt.Add(h); now.Before(at) {
+			c.rdl = at.Add(h)
+		} else {
+			handOff = true
+		}
+	}
 	_ = c.nc.SetReadDeadline(c.rdl)
-	if c.r == c.w {
-		return errHandOff
+	return !handOff, handOff
+}
+
+// setReadDeadline sets the read deadline to t unless reading has stopped:
+// the past deadline that stops it must not be replaced.
+func (c *conn) setReadDeadline(t time.Time) {
+	c.rdl = t
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if !c.stopped && !c.broken {
+		_ = c.nc.SetReadDeadline(t)
 	}
-	return nil
 }
 
 // stopReading makes the read loop stop once it has handled the complete
 // lines already buffered (each answered E906 during shutdown).
-func (c *conn) stopReading() {
+func (c *conn) stopReading() { c.haltReading(false) }
+
+// haltReading stops the read loop as stopReading says; broken says a failed
+// write is why, and serve then closes the connection at once.
+func (c *conn) haltReading(broken bool) {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	c.stopped = true
+	if broken {
+		c.broken = true
+	} else {
+		c.stopped = true
+	}
+	c.halt.Store(true)
 	_ = c.nc.SetReadDeadline(aLongTimeAgo)
+}
+
+// writeFailed reports whether a failed write stopped the read loop.
+func (c *conn) writeFailed() bool {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	return c.broken
 }
 
 // readEndFor classifies the error that ended the read loop.
@@ -662,12 +859,13 @@ func (c *conn) readEndFor(err error) readEnd {
 	switch {
 	case err == io.EOF:
 		return endEOF
-	case err == errHandOff:
-		return endHandOff
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.dmu.Lock()
 		defer c.dmu.Unlock()
-		if c.stopped {
+		switch {
+		case c.broken:
+			return endError
+		case c.stopped:
 			return endStopped
 		}
 		return endIdle
@@ -706,18 +904,8 @@ func (c *conn) finish(end readEnd) {
 func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.werr != nil {
+	if !c.roomLocked() {
 		return
-	}
-	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
-		// The buffer may not have room for this answer: send what it holds.
-		if err := c.writeOutLocked(time.Now()); err != nil {
-			c.failLocked(err)
-			return
-		}
-	}
-	if c.wbuf == nil {
-		c.wbuf = writeBufs.Get().(*[]byte)
 	}
 	*c.wbuf = protocol.AppendResponse(*c.wbuf, txid, code, msg)
 	if flush {
@@ -725,6 +913,36 @@ func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush b
 			c.failLocked(err)
 		}
 	}
+}
+
+// answerTail is answer, buffered, for a request whose TXID ParseRequest
+// accepted, with the rest of the line prebuilt by
+// protocol.AppendResponseTail: a run of refusals is answered by copying.
+func (c *conn) answerTail(txid, tail []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.roomLocked() {
+		*c.wbuf = append(append(*c.wbuf, txid...), tail...)
+	}
+}
+
+// roomLocked readies the write buffer for one answer of at most
+// maxAnswerLen bytes, sending what it holds when it may not have room. It
+// reports false when answers are dropped: a write has failed.
+func (c *conn) roomLocked() bool {
+	if c.werr != nil {
+		return false
+	}
+	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
+		if err := c.writeOutLocked(time.Now()); err != nil {
+			c.failLocked(err)
+			return false
+		}
+	}
+	if c.wbuf == nil {
+		c.wbuf = writeBufs.Get().(*[]byte)
+	}
+	return true
 }
 
 // flush sends the buffered answers to the client.
@@ -759,10 +977,20 @@ func (c *conn) writeOutLocked(now time.Time) error {
 			c.wdl = now.Add(wt + deadlineSlack(wt))
 			_ = c.nc.SetWriteDeadline(c.wdl)
 		}
-		var n int
-		n, err = c.nc.Write(b)
-		if err == nil && n < len(b) {
-			err = io.ErrShortWrite
+		c.writes.Add(1)
+		if c.rc != nil {
+			// writeRaw shortens *c.wbuf as it writes; b keeps the buffer
+			// whole, for the pool.
+			if err = c.rc.Write(c.rawWrite); err == nil {
+				err = c.woutErr
+			}
+			c.woutErr = nil
+		} else {
+			var n int
+			n, err = c.nc.Write(b)
+			if err == nil && n < len(b) {
+				err = io.ErrShortWrite
+			}
 		}
 	}
 	if cap(b) == writeBufSize {
@@ -773,12 +1001,42 @@ func (c *conn) writeOutLocked(now time.Time) error {
 	return err
 }
 
+// writeRaw is writeOutLocked's syscall.RawConn callback for a socket: it
+// writes what is left of *c.wbuf, reporting false, so that the runtime
+// parks the writer until the socket is writable or the write deadline
+// passes, when the socket's buffer is full.
+func (c *conn) writeRaw(fd uintptr) bool {
+	for out := *c.wbuf; len(out) > 0; out = *c.wbuf {
+		n, wouldBlock, err := writeFD(fd, out)
+		switch {
+		case wouldBlock:
+			return false
+		case err != nil:
+			c.woutErr = err
+			return true
+		case n == 0:
+			c.woutErr = io.ErrShortWrite
+			return true
+		}
+		*c.wbuf = out[n:]
+	}
+	return true
+}
+
 // failLocked records a failed write and disconnects the client: it is gone,
-// or did not read within WriteTimeout. Closing ends the read loop too; calls
-// in flight go on, are recorded by their breakers, and their answers are
-// dropped.
+// or did not read within WriteTimeout. Calls in flight go on, are recorded
+// by their breakers, and their answers are dropped. While the read loop
+// runs, the connection is not closed here but stopped (haltReading)
+// and closed by serve as soon as the loop has ended: a close waits for the
+// descriptor's reads to return, and the loop may be the caller, or be
+// waiting for wmu, inside its RawConn.Read.
 func (c *conn) failLocked(err error) {
 	c.werr = err
-	c.nc.Close()
+	select {
+	case <-c.readDone:
+		c.nc.Close()
+	default:
+		c.haltReading(true)
+	}
 	c.logAddrs(c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
 }

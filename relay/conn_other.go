@@ -9,8 +9,12 @@ import "errors"
 // Unix read on the descriptor.
 const rawReads = false
 
-// readFD is not used where rawReads is false.
+// readFD and writeFD are not used where rawReads is false.
 func readFD(uintptr, []byte) (int, bool, error) {
+	return 0, false, errors.ErrUnsupported
+}
+
+func writeFD(uintptr, []byte) (int, bool, error) {
 	return 0, false, errors.ErrUnsupported
 }
 

@@ -797,3 +797,46 @@ func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {
 		t.Fatal("Shutdown did not return")
 	}
 }
+
+// TestLastLineSentWithTheEndOfInputIsAnsweredAndClosed has clients write
+// their last line and half-close at once, so that the line and the FIN
+// mostly arrive under one readiness event: the read that takes the line
+// leaves the end unseen, and the wait after it is woken by no further
+// event. Each client must get its answer and then the hub's close, long
+// before the idle timeout, which the end check deadline (endCheckAfter)
+// sees to.
+func TestLastLineSentWithTheEndOfInputIsAnsweredAndClosed(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.IdleTimeout = time.Hour
+	_, addr := startServer(t, cfg)
+	for i := range 20 {
+		nc, err := net.DialTimeout("tcp", addr, hubtest.IOTimeout)
+		require.NoError(t, err)
+		t.Cleanup(func() { nc.Close() })
+		tc := nc.(*net.TCPConn)
+		_, err = tc.Write(fmt.Appendf(nil, "L%d|NONE|x\n", i))
+		require.NoError(t, err)
+		require.NoError(t, tc.CloseWrite())
+
+		require.NoError(t, tc.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
+		got, err := io.ReadAll(tc)
+		require.NoError(t, err, "connection %d: the hub must close its side after the answer", i)
+		assert.Equal(t, fmt.Sprintf("L%d|E903|%s\n", i, protocol.MsgUnknownTarget), string(got))
+	}
+}
+
+// TestLinesAfterAPauseAreReadAfterTheEndCheck has a client pause for
+// longer than endCheckAfter between lines, so that the end check deadline
+// passes while the read loop waits: the loop must go on reading, and the
+// connection stay open.
+func TestLinesAfterAPauseAreReadAfterTheEndCheck(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.IdleTimeout = time.Hour
+	_, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	for i := range 3 {
+		txid := fmt.Sprintf("P%d", i)
+		assert.Equal(t, txid+"|E903|"+protocol.MsgUnknownTarget, c.RoundTrip(txid+"|NONE|x"))
+		time.Sleep(3 * endCheckAfter)
+	}
+}

@@ -15,19 +15,30 @@ const rawReads = true
 // empty. wouldBlock reports that there is nothing to read yet; n is 0 with
 // a nil err at the end of the input.
 func readFD(fd uintptr, p []byte) (n int, wouldBlock bool, err error) {
+	return ioFD(sysRead, "read", fd, p)
+}
+
+// writeFD writes p, which is not empty, to the non-blocking descriptor fd.
+// wouldBlock reports that the socket's buffer has no room yet; n may be
+// short of len(p).
+func writeFD(fd uintptr, p []byte) (n int, wouldBlock bool, err error) {
+	return ioFD(sysWrite, "write", fd, p)
+}
+
+// ioFD runs one read or write (op, named name in errors) of fd, again after
+// EINTR, telling EAGAIN apart.
+func ioFD(op func(fd uintptr, p []byte) (int, syscall.Errno), name string, fd uintptr, p []byte) (int, bool, error) {
 	for {
-		n, err = syscall.Read(int(fd), p)
-		if err != syscall.EINTR {
-			break
+		n, errno := op(fd, p)
+		switch {
+		case errno == 0:
+			return n, false, nil
+		case errno == syscall.EINTR:
+			continue
+		case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
+			return 0, true, nil
 		}
-	}
-	switch {
-	case err == nil:
-		return n, false, nil
-	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-		return 0, true, nil
-	default:
-		return 0, false, os.NewSyscallError("read", err)
+		return 0, false, os.NewSyscallError(name, errno)
 	}
 }
 

@@ -30,16 +30,23 @@ const (
 	metricInDoubt          = "relay_in_doubt_total"
 	metricInDoubtLogError  = "relay_in_doubt_log_errors_total"
 	metricRetries          = "relay_target_retries_total"
+	metricProbes           = "relay_probes_total"
+	metricProbeLast        = "relay_probe_last_timestamp_seconds"
+	metricProbeLastTook    = "relay_probe_last_duration_seconds"
+	metricProbeLastHealthy = "relay_probe_last_healthy"
 
-	labelTarget   = "target"
-	labelCode     = "code"
-	labelFrom     = "from"
-	labelTo       = "to"
-	labelReason   = "reason"
-	labelFallback = "fallback"
-	labelTask     = "task"
-	reasonOpen    = "open" // E904: the breaker refused
-	reasonFull    = "full" // E905: the bulkhead refused
+	labelTarget    = "target"
+	labelCode      = "code"
+	labelFrom      = "from"
+	labelTo        = "to"
+	labelReason    = "reason"
+	labelFallback  = "fallback"
+	labelTask      = "task"
+	labelOutcome   = "outcome"
+	outcomeHealthy = "healthy"
+	outcomeFailed  = "failed"
+	reasonOpen     = "open" // E904: the breaker refused
+	reasonFull     = "full" // E905: the bulkhead refused
 
 	// codeLabelBusiness stands for every Bnnn a target sends, and
 	// codeLabelOtherTargetCode for every Ennn a target sends that a call
@@ -129,11 +136,12 @@ const (
 	taskTurnAway               // answering a connection over MaxConns
 	taskCallWorker             // running target calls
 	taskAccessLog              // writing the access log
+	taskProber                 // sending a target's synthetic probes
 	numTasks
 )
 
 // taskNames are the label values of relay_panics_total.
-var taskNames = [numTasks]string{"conn", "turn_away", "call_worker", "access_log"}
+var taskNames = [numTasks]string{"conn", "turn_away", "call_worker", "access_log", "prober"}
 
 var unroutedCodes = [...]string{protocol.CodeMalformed, protocol.CodeUnknownTarget, protocol.CodeUnavailable, protocol.CodeInternal}
 
@@ -152,6 +160,10 @@ type Metrics struct {
 	inDoubt     *prometheus.CounterVec
 	inDoubtErrs prometheus.Counter
 	retries     *prometheus.CounterVec
+	probes      *prometheus.CounterVec
+	probeLast   *prometheus.GaugeVec
+	probeTook   *prometheus.GaugeVec
+	probeOK     *prometheus.GaugeVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -197,6 +209,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricRetries,
 			Help: "Calls tried a second time because the connect to the target was refused or reset, before any byte of the request was sent.",
 		}, []string{labelTarget}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricProbes,
+			Help: "Synthetic recovery probes the hub sent to the target, by outcome: healthy (an answer code of probe_expect) or failed.",
+		}, []string{labelTarget, labelOutcome}),
+		probeLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricProbeLast,
+			Help: "When the target's latest synthetic probe ended, in seconds since the Unix epoch.",
+		}, []string{labelTarget}),
+		probeTook: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricProbeLastTook,
+			Help: "How long the target's latest synthetic probe took, in seconds.",
+		}, []string{labelTarget}),
+		probeOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricProbeLastHealthy,
+			Help: "1 when the target's latest synthetic probe was healthy, 0 when it failed.",
+		}, []string{labelTarget}),
 		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricInDoubtLogError,
 			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
@@ -223,6 +251,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
+		m.probes, m.probeLast, m.probeTook, m.probeOK,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -295,6 +324,13 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 		connsOpened: m.connsOpened.WithLabelValues(name),
 		inDoubt:     m.inDoubt.WithLabelValues(name),
 		retries:     m.retries.WithLabelValues(name),
+		probeLast:   m.probeLast.WithLabelValues(name),
+		probeTook:   m.probeTook.WithLabelValues(name),
+		probeOK:     m.probeOK.WithLabelValues(name),
+		probes: [2]prometheus.Counter{
+			m.probes.WithLabelValues(name, outcomeFailed),
+			m.probes.WithLabelValues(name, outcomeHealthy),
+		},
 	}
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
@@ -325,6 +361,25 @@ type routeMetrics struct {
 	inDoubt prometheus.Counter
 	// retries counts the calls tried again after a failed connect.
 	retries prometheus.Counter
+	// probes counts the synthetic probes, failed [0] and healthy [1]; the
+	// gauges tell the latest one.
+	probes                        [2]prometheus.Counter
+	probeLast, probeTook, probeOK prometheus.Gauge
+}
+
+// observeProbe counts a synthetic probe and makes it the latest.
+func (rm *routeMetrics) observeProbe(p *ProbeResult) {
+	if rm == nil {
+		return
+	}
+	ok := 0
+	if p.Healthy {
+		ok = 1
+	}
+	rm.probes[ok].Inc()
+	rm.probeLast.Set(float64(p.At.UnixNano()) / 1e9)
+	rm.probeTook.Set(p.Duration.Seconds())
+	rm.probeOK.Set(float64(ok))
 }
 
 // countRetry counts a call tried again after a failed connect.

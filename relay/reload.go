@@ -42,6 +42,8 @@ type routeConf struct {
 	fallbackName string             // canonical name of the fallback target; empty when none
 	fallback     *route             // the fallback's route; nil when none
 	fallbacks    prometheus.Counter // relay_fallbacks_total of this target and its fallback; nil when none or without metrics
+	probePayload []byte             // the synthetic probe's payload; nil when the target has none
+	probeExpect  []string           // the answer codes of a healthy synthetic probe, canonical
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -75,6 +77,7 @@ type targetPlan struct {
 	own          bool
 	settings     TargetSettings
 	codes        []string
+	probeExpect  []string
 	tls          *tls.Config // Target.TLS
 	clients      []string    // Target.AllowedClients, nil when empty
 }
@@ -103,7 +106,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 			return nil, err
 		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
-			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, tls: t.TLS}
+			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, probeExpect: s.defaultExpect, tls: t.TLS}
 		if len(t.AllowedClients) > 0 {
 			p.clients = slices.Clone(t.AllowedClients)
 		}
@@ -115,6 +118,10 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 			if p.codes, err = parseFailureCodes(p.settings.FailureCodes); err != nil {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
+			if p.probeExpect, err = parseProbeExpect(p.settings.ProbeExpect); err != nil {
+				return nil, fmt.Errorf("relay: target %s: %w", name, err)
+			}
+			p.settings.SyntheticProbes = p.settings.ProbePayload != ""
 		}
 		plans = append(plans, p)
 		byName[name] = &plans[len(plans)-1]
@@ -146,6 +153,7 @@ func (s *Server) newRoute(p targetPlan) *route {
 		viaPrefix: "via " + p.name + ": ",
 		viaBusy:   "via " + p.name + ": " + protocol.MsgBulkheadFull,
 		work:      make(chan *call),
+		prober:    prober{wake: make(chan struct{}, 1)},
 		log:       s.log.With().Str("target", p.name).Logger(),
 	}
 	rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
@@ -167,7 +175,10 @@ func (s *Server) newRoute(p targetPlan) *route {
 // changed; old is nil for a new target.
 func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, error) {
 	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
-		failureCodes: p.codes, fallbackName: p.fallbackName}
+		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect}
+	if p.settings.ProbePayload != "" {
+		rc.probePayload = []byte(p.settings.ProbePayload)
+	}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
 		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&
 		sameTargetTLS(old.tls, p.tls) {
@@ -324,6 +335,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	for _, rt := range routes {
 		delete(s.retired, rt.name)
 	}
+	s.startProbers(routes)
 	for _, rt := range current {
 		if _, removed := byName[rt.name]; removed {
 			res.Removed = append(res.Removed, rt.name)
@@ -332,17 +344,21 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 			}
 			s.retired[rt.name] = rt
 			rt.conf.Load().client.CloseIdle()
+			// Its prober, if any, sees that it is no longer served and ends.
+			rt.prober.poke()
 		}
 	}
 	return res, nil
 }
 
 // sameConf reports whether a and b configure a target alike: URL, fallback,
-// effective settings, TLS settings and allowed clients.
+// effective settings (the synthetic probe's included), TLS settings and
+// allowed clients.
 func sameConf(a, b *routeConf) bool {
 	as, bs := a.settings, b.settings
 	return a.url == b.url && a.fallbackName == b.fallbackName && a.own == b.own &&
 		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&
+		as.ProbePayload == bs.ProbePayload && slices.Equal(a.probeExpect, b.probeExpect) &&
 		as.MaxInflight == bs.MaxInflight && as.TargetTimeout == bs.TargetTimeout &&
 		as.TargetIdleTimeout == bs.TargetIdleTimeout && as.Policy.Effective() == bs.Policy.Effective()
 }

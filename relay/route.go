@@ -37,6 +37,9 @@ type route struct {
 	transitions transitionLog
 	lastFailure lastFailure  // the latest failed call, for status pages
 	inDoubt     atomic.Int64 // calls ended in doubt, for status pages
+	// prober sends the target's synthetic probes, when it has a probe
+	// payload.
+	prober prober
 	// work hands admitted calls to this route's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
@@ -44,7 +47,8 @@ type route struct {
 
 // observer returns the breaker's transition observer for r: next (the
 // Config's observer, which writes the breaker log) first, then the state
-// metrics, then the change is queued for logTransitions. Everything here
+// metrics, then the change is queued for logTransitions and the prober, if
+// any, is woken. Everything here
 // runs under the breaker's lock, so it only stores and counts.
 func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition) {
 	return func(t breaker.Transition) {
@@ -53,6 +57,7 @@ func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition)
 		}
 		r.metrics.transition(t)
 		r.transitions.add(t)
+		r.prober.poke()
 	}
 }
 
@@ -249,13 +254,13 @@ func (c *conn) dispatch(req protocol.Request) {
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()
-	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
+	if ticket, retryAfter, err = rt.breaker.AdmitIn(&c.run); err != nil {
 		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		if ticket, _, err = fb.breaker.Admit(); err != nil {
+		if ticket, _, err = fb.breaker.AdmitIn(&c.run); err != nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
@@ -331,20 +336,25 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // holds it, else its retry hint.
 func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
 	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	if errors.Is(err, breaker.ErrHeld) {
-		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
-		return
-	}
 	// The hint changes once a second at most: a connection answering a run
-	// of E904s formats it once.
+	// of E904s builds the answer after the TXID once.
 	if c.hint == nil {
 		c.hint = new(retryHint)
 	}
-	if secs := retryHintSeconds(retryAfter); secs != c.hint.secs {
-		c.hint.msg = protocol.AppendRetryHint(c.hint.msg[:0], secs)
+	secs := int64(-1)
+	if !errors.Is(err, breaker.ErrHeld) {
+		secs = retryHintSeconds(retryAfter)
+	}
+	if secs != c.hint.secs {
+		if secs < 0 {
+			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.MsgHeldOpen)
+		} else {
+			var hint [len("circuit open; retry after 9223372036854775807s")]byte
+			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], secs))
+		}
 		c.hint.secs = secs
 	}
-	answer(c, req.TxID, protocol.CodeCircuitOpen, c.hint.msg, false)
+	c.answerTail(req.TxID, c.hint.tail)
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the

@@ -262,11 +262,13 @@ type Server struct {
 	routes       atomic.Pointer[[]*route]
 	defaults     TargetSettings // effective settings of a target without its own
 	defaultCodes []string       // the failure codes of defaults, parsed
-	clock        breaker.Clock
-	rand         func() float64
-	onTransition func(breaker.Transition)
-	probePermits bool       // every breaker waits for PermitProbe (Config.ProbePermits)
-	reloadMu     sync.Mutex // held by Reload: one at a time
+	// defaultExpect are the probe codes of defaults, parsed.
+	defaultExpect []string
+	clock         breaker.Clock
+	rand          func() float64
+	onTransition  func(breaker.Transition)
+	probePermits  bool       // every breaker waits for PermitProbe (Config.ProbePermits)
+	reloadMu      sync.Mutex // held by Reload: one at a time
 	// retired holds the routes of targets a reload removed, by name, so
 	// that a target added back gets its breaker back: its state and its
 	// line of the breaker log go on where they stopped. Guarded by
@@ -319,6 +321,14 @@ type Server struct {
 	// workers.
 	stopWorkers     chan struct{}
 	stopWorkersOnce sync.Once
+	// stopProbes is closed when the Server begins to stop: the probers
+	// send no more probes and end.
+	stopProbes     chan struct{}
+	stopProbesOnce sync.Once
+	// started is when New ran, and probeSeq counts the synthetic probes
+	// sent: both are in the probes' TXIDs.
+	started  time.Time
+	probeSeq atomic.Uint64
 	// bg owns the access log's writer, which outlives wg's goroutines: it
 	// writes what they recorded until they have all ended.
 	bg conc.WaitGroup
@@ -364,9 +374,17 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	defaultExpect, err := parseProbeExpect(defaults.ProbeExpect)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	defaults.SyntheticProbes = defaults.ProbePayload != ""
 	s := &Server{
 		defaults:      defaults,
 		defaultCodes:  defaultCodes,
+		defaultExpect: defaultExpect,
+		stopProbes:    make(chan struct{}),
+		started:       time.Now(),
 		clock:         cfg.Clock,
 		rand:          cfg.Rand,
 		probePermits:  cfg.ProbePermits,
@@ -429,6 +447,7 @@ func New(cfg Config) (*Server, error) {
 		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
 		s.bg.Go(s.writeAccessLog)
 	}
+	s.startProbers(routes)
 	return s, nil
 }
 
@@ -463,6 +482,7 @@ func (ts TargetSettings) WithDefaults() TargetSettings {
 		ts.FailureCodes = protocol.DefaultFailureCodes[:]
 	}
 	ts.FailureCodes = slices.Clone(ts.FailureCodes)
+	ts.ProbeExpect = slices.Clone(ts.ProbeExpect)
 	return ts
 }
 
@@ -479,7 +499,12 @@ func (ts TargetSettings) check() error {
 		{"MinSamples", ts.MinSamples < 0},
 		{"SlowCall", ts.SlowCall < 0},
 		{"MaxResetTimeout", ts.MaxResetTimeout < 0},
+		{"ProbeSuccesses", ts.ProbeSuccesses < 0},
+		{"ProbeInterval", ts.ProbeInterval < 0},
 	}); err != nil {
+		return err
+	}
+	if err := checkProbePayload(ts.ProbePayload); err != nil {
 		return err
 	}
 	if !(ts.FailureRate >= 0 && ts.FailureRate <= 1) {
@@ -579,6 +604,9 @@ type TargetSnapshot struct {
 	// hub started: the request may have reached the target, the outcome
 	// is unknown.
 	InDoubt int64
+	// LastProbe is the target's latest synthetic probe; its At is zero
+	// when the hub has sent none.
+	LastProbe ProbeResult
 }
 
 // TargetSettings are a target's bulkhead, call and breaker settings: the
@@ -605,10 +633,23 @@ type TargetSettings struct {
 	// each accepted by protocol.ParseFailureCode. Empty means E500, E901,
 	// E902.
 	FailureCodes []string
+	// ProbePayload, when not empty, turns on synthetic recovery probes
+	// (docs/PROTOCOL.md, "Synthetic recovery probes"): when the breaker's
+	// open period ends the hub itself sends this payload to the target,
+	// with a TXID of its own (ProbeTxIDPrefix), and no customer's
+	// transaction is ever the probe; customers get E904 until the breaker
+	// closes. It sets Policy.SyntheticProbes, whatever that field says. It
+	// must hold no line break. Empty means off: the first customer call
+	// after the open period is the probe.
+	ProbePayload string
+	// ProbeExpect are the answer codes of a healthy synthetic probe, each
+	// accepted by ParseProbeCode; any other answer, a timeout or a
+	// transport failure is a failed probe. Empty means 0000.
+	ProbeExpect []string
 	// Policy is when the target's breaker opens and how long it stays open
-	// (threshold, reset timeout and the optional policies); its comments
-	// give the defaults. Embedded, so that its fields read and set as the
-	// settings' own (ts.FailThreshold).
+	// (threshold, reset timeout and the optional policies, the probes'
+	// included); its comments give the defaults. Embedded, so that its
+	// fields read and set as the settings' own (ts.FailThreshold).
 	breaker.Policy
 }
 
@@ -659,6 +700,10 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 	if rc.own {
 		settings.MaxInflight = r.bulkhead.Limit()
 	}
+	if rc.probePayload != nil {
+		settings.ProbePayload = string(rc.probePayload)
+		settings.ProbeExpect = slices.Clone(rc.probeExpect)
+	}
 	return TargetSnapshot{
 		Name:         r.name,
 		URL:          rc.url,
@@ -670,7 +715,16 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		Settings:     settings,
 		LastFailure:  r.lastFailure.load(),
 		InDoubt:      r.inDoubt.Load(),
+		LastProbe:    r.lastProbe(),
 	}
+}
+
+// lastProbe returns r's latest synthetic probe; zero At when none.
+func (r *route) lastProbe() ProbeResult {
+	if p := r.prober.last.Load(); p != nil {
+		return *p
+	}
+	return ProbeResult{}
 }
 
 // Draining reports whether the Server is leaving service: Withdraw has
@@ -846,6 +900,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// has been told "shutting down" can no longer connect.
 	lnErr := s.closeListeners()
 	s.inShutdown.Store(true)
+	s.stopProbesOnce.Do(func() { close(s.stopProbes) })
 
 	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
 	if err == nil {
@@ -878,6 +933,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	err := s.closeListeners()
 	s.inShutdown.Store(true)
+	s.stopProbesOnce.Do(func() { close(s.stopProbes) })
 	s.abortCalls()
 	s.closeConns()
 	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })

@@ -48,6 +48,10 @@
 #      replies/s and server CPU per transaction, ratios per round
 #      (proxy_bench). STRACE=1 then counts each proxy's syscalls per
 #      transaction with strace -c under a 16-connection load.
+#      BASE_RELAY=PATH adds another relay binary (say, main's, built into
+#      /tmp) as a fourth side of each round, against the same target, with
+#      the ratio of this tree's hub to it per round, and its syscalls
+#      with STRACE=1: a before/after comparison in one run.
 #
 # Installs redis-server (and, for scenario 9, haproxy and with STRACE=1
 # strace) from Debian when it is missing (needs root). The raw
@@ -72,8 +76,9 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
 STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
 STRACE_SECONDS=${STRACE_SECONDS:-3}
-BASE_RELAY=${BASE_RELAY:-}        # scenario 4: another relay binary measured beside this tree's
+BASE_RELAY=${BASE_RELAY:-}        # scenarios 4 and 9: another relay binary measured beside this tree's
 BASE_LABEL=${BASE_LABEL:-base}    # its name in the tables
+BEFORE_RELAY=${BEFORE_RELAY:-}    # scenario 1: also a relay built from another tree, interleaved (before/after)
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
 
 # want N: whether scenario N is to run.
@@ -150,7 +155,7 @@ start_fixture() {
 
 # start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
-# RELAY_BIN runs another relay binary than bin/relay.
+# RELAY_BIN, when set, is the relay binary to start instead of bin/relay.
 start_relay() {
   local name=$1
   shift
@@ -354,7 +359,11 @@ proxy_bench() {
   pids+=("$target")
   target_addr=$(wait_addr "$out/raw-target.log")
   start_relay proxy --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
-  local relay=$RELAY_PID relay_addr=$RELAY_ADDR
+  local relay=$RELAY_PID relay_addr=$RELAY_ADDR base="" base_addr=""
+  if [[ -n $BASE_RELAY ]]; then
+    RELAY_BIN=$BASE_RELAY start_relay proxy-base --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
+    base=$RELAY_PID base_addr=$RELAY_ADDR
+  fi
   # HAProxy as a keep-alive HTTP proxy with the hub's timeouts: 3 s to the
   # target, 5 min idle on the client side. nbthread defaults to the CPUs, as
   # GOMAXPROCS does for the hub.
@@ -382,11 +391,20 @@ CFG
   wait_port "$ha_addr" "$ha" "$out/haproxy.log"
   answer=$(bin/relayctl send --addr "$relay_addr" CORE "BAL ACC1" || true)
   [[ $answer == *"|0000|"* ]] || die "the hub does not answer 0000 through the raw target: $answer"
+  if [[ -n $base ]]; then
+    answer=$(bin/relayctl send --addr "$base_addr" CORE "BAL ACC1" || true)
+    [[ $answer == *"|0000|"* ]] || die "$BASE_RELAY does not answer 0000 through the raw target: $answer"
+  fi
   local run c
   for run in $(seq "$RUNS"); do
     for c in 16 64; do
-      load "s9-hub-c$c-$run" --addr "$relay_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+      io_load hub "$c" "$run" "$relay" --addr "$relay_addr" --conns "$c" --payload 'BAL ACC{conn}' \
         --server-pid "$relay" --server-pid "$target"
+      if [[ -n $base ]]; then
+        io_load base "$c" "$run" "$base" --addr "$base_addr" --conns "$c" --payload 'BAL ACC{conn}' \
+          --server-pid "$base" --server-pid "$target"
+        proxy_pair "s9-pair-hub-base-c$c-$run" "$out/s9-hub-c$c-$run.json" "$out/s9-base-c$c-$run.json"
+      fi
       load "s9-haproxy-c$c-$run" --addr "$ha_addr" --protocol http --conns "$c" --payload 'BAL ACC{conn}' \
         --server-pid "$ha" --server-pid "$target"
       load "s9-direct-c$c-$run" --addr "$target_addr" --protocol http --conns "$c" --payload 'BAL ACC{conn}' \
@@ -399,12 +417,34 @@ CFG
   if ((STRACE)); then
     need_cmd strace strace
     strace_count hub "$relay" --addr "$relay_addr"
+    [[ -z $base ]] || strace_count base "$base" --addr "$base_addr"
     strace_count haproxy "$ha" --addr "$ha_addr" --protocol http
   fi
   stop "$ha"
+  [[ -z $base ]] || stop "$base"
   stop "$relay"
   stop "$target"
 }
+
+# io_load SIDE CONNS RUN PID LOAD-ARGS...: the load run s9-SIDE-cCONNS-RUN,
+# and the read(2) and write(2) syscalls process PID made during it per
+# transaction answered, from /proc/PID/io (syscr, syscw: every thread's,
+# EAGAIN included; recvfrom and sendto are not counted there), in
+# s9io-SIDE-cCONNS-RUN.json. Unlike strace, this does not slow the
+# syscalls, so it counts the reads that find nothing as often as they
+# happen at full speed.
+io_load() {
+  local side=$1 c=$2 run=$3 pid=$4 r0 w0 r1 w1
+  shift 4
+  read -r r0 w0 < <(io_counts "$pid")
+  load "s9-$side-c$c-$run" "$@"
+  read -r r1 w1 < <(io_counts "$pid")
+  jq -n --argjson r $((r1 - r0)) --argjson w $((w1 - w0)) --slurpfile l "$out/s9-$side-c$c-$run.json" \
+    '{reads: ($r / $l[0].answered), writes: ($w / $l[0].answered)}' >"$out/s9io-$side-c$c-$run.json"
+}
+
+# io_counts PID: the read(2) and write(2) syscalls process PID has made.
+io_counts() { awk '/^syscr:/ { r = $2 } /^syscw:/ { w = $2 } END { print r, w }' "/proc/$1/io"; }
 
 # proxy_pair NAME A.json B.json: one round's comparison of two sides of
 # scenario 9: replies/s, and the CPU per transaction of every server the
@@ -452,14 +492,20 @@ strace_count() {
 # proxy_report appends scenario 9's table, and with STRACE=1 the syscalls
 # per transaction, to the report.
 proxy_report() {
-  local c s f proxy tcpu
-  declare -A label=([hub]="hub → raw target" [haproxy]="HAProxy → raw target" [direct]="straight to raw target")
+  local c s f proxy tcpu sides=(hub) pairs=(hub-haproxy hub-direct haproxy-direct)
+  declare -A label=([hub]="hub → raw target" [base]="$BASE_LABEL hub → raw target" [haproxy]="HAProxy → raw target" [direct]="straight to raw target")
+  declare -A pairname=([hub-haproxy]="hub ÷ HAProxy" [hub-direct]="hub ÷ direct" [haproxy-direct]="HAProxy ÷ direct" [hub-base]="hub ÷ $BASE_LABEL hub")
+  if [[ -n $BASE_RELAY ]]; then
+    sides+=(base)
+    pairs=(hub-base "${pairs[@]}")
+  fi
+  sides+=(haproxy direct)
   {
     echo
     echo "| 9 full path, same raw target, in the same run | path | replies/s | p50 ms | p99 ms | proxy CPU µs/transaction | target CPU µs/transaction | server CPU µs/transaction, target included | load tool CPU µs/answer | errors |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for c in 16 64; do
-      for s in hub haproxy direct; do
+      for s in "${sides[@]}"; do
         f=("$out"/s9-$s-c$c-*.json)
         if [[ $s == direct ]]; then
           proxy="" tcpu='.server_cpu[0].us_per_answer'
@@ -473,37 +519,64 @@ proxy_report() {
     echo "| 9 ratios, per round (median (min–max) of $RUNS) | replies/s | server CPU per transaction, target included | proxy's own CPU per transaction |"
     echo "| --- | ---: | ---: | ---: |"
     for c in 16 64; do
-      for s in hub-haproxy hub-direct haproxy-direct; do
+      for s in "${pairs[@]}"; do
         f=("$out"/s9-pair-$s-c$c-*.json)
-        echo "| $c conns, ${s/-/ ÷ } | $(agg %.2f .ratio "${f[@]}") | $(agg %.2f .cpu_ratio "${f[@]}") | $([[ $s == *direct ]] || agg %.2f .first_cpu_ratio "${f[@]}") |"
+        echo "| $c conns, ${pairname[$s]} | $(agg %.2f .ratio "${f[@]}") | $(agg %.2f .cpu_ratio "${f[@]}") | $([[ $s == *direct ]] || agg %.2f .first_cpu_ratio "${f[@]}") |"
+      done
+    done
+    echo
+    echo "| 9 read(2) and write(2) per transaction, at full speed (/proc/PID/io; median (min–max) of $RUNS) | read, EAGAIN included | write |"
+    echo "| --- | ---: | ---: |"
+    for c in 16 64; do
+      for s in hub base; do
+        [[ $s == base && -z $BASE_RELAY ]] && continue
+        f=("$out"/s9io-$s-c$c-*.json)
+        echo "| $c conns, ${label[$s]} | $(agg %.2f .reads "${f[@]}") | $(agg %.2f .writes "${f[@]}") |"
       done
     done
     if ((STRACE)); then
+      local traced=(hub) head="hub" rule="---:" counts=() files=()
+      [[ -z $BASE_RELAY ]] || traced+=(base)
+      traced+=(haproxy)
+      for s in "${traced[@]:1}"; do
+        [[ $s == base ]] && head+=" | $BASE_LABEL hub" || head+=" | HAProxy"
+        rule+=" | ---:"
+      done
+      for s in "${traced[@]}"; do
+        counts+=("$(jq .answered "$out/s9-strace-$s.json")")
+        files+=("$out/s9-strace-$s.txt")
+      done
       echo
-      echo "| 9 syscalls per transaction (strace -c -f, 16 conns, ${STRACE_SECONDS}s; failed: mostly EAGAIN) | hub | HAProxy |"
-      echo "| --- | ---: | ---: |"
-      local hub_n ha_n
-      hub_n=$(jq .answered "$out/s9-strace-hub.json")
-      ha_n=$(jq .answered "$out/s9-strace-haproxy.json")
-      awk -v hn="$hub_n" -v an="$ha_n" '
+      echo "| 9 syscalls per transaction (strace -c -f, 16 conns, ${STRACE_SECONDS}s; failed: mostly EAGAIN) | $head |"
+      echo "| --- | $rule |"
+      awk -v counts="${counts[*]}" '
+        BEGIN { sides = split(counts, tx, " ") }
         FNR == 1 { side++ }
         $1 ~ /^[0-9]+\.[0-9]+$/ && NF >= 5 {
           name = $NF; n[name, side] = $4; e[name, side] = (NF == 6) ? $5 : 0
           if (name != "total" && !(name in seen)) { seen[name] = 1; order[++k] = name }
         }
-        function cell(name, s, tx,   c, x) {
-          c = n[name, s] / tx; x = e[name, s] / tx
+        function cell(name, s,   c, x) {
+          c = n[name, s] / tx[s]; x = e[name, s] / tx[s]
           if (n[name, s] == 0) return "–"
           return (x >= 0.005) ? sprintf("%.2f (%.2f failed)", c, x) : sprintf("%.2f", c)
         }
+        function line(title, name, bold,   s, out, v) {
+          out = "| " title
+          for (s = 1; s <= sides; s++) { v = cell(name, s); out = out " | " (bold ? "**" v "**" : v) }
+          print out " |"
+        }
         END {
           for (i = 1; i <= k; i++) {
-            s = order[i]
-            if (n[s, 1] / hn >= 0.01 || n[s, 2] / an >= 0.01) printf "| %s | %s | %s |\n", s, cell(s, 1, hn), cell(s, 2, an)
+            show = 0
+            for (s = 1; s <= sides; s++) if (n[order[i], s] / tx[s] >= 0.01) show = 1
+            if (show) line(order[i], order[i], 0)
           }
-          printf "| **all** | **%s** | **%s** |\n", cell("total", 1, hn), cell("total", 2, an)
-          printf "| transactions answered in the window | %d | %d |\n", hn, an
-        }' "$out/s9-strace-hub.txt" "$out/s9-strace-haproxy.txt"
+          line("**all**", "total", 1)
+          out = "| transactions answered in the window"
+          for (s = 1; s <= sides; s++) out = out " | " tx[s]
+          print out " |"
+        }' "${files[@]}"
     fi
   } >>"$out/table.md"
 }
@@ -675,21 +748,38 @@ page_report() {
 if want 1; then
 echo "bench: 1. fast-fail vs redis PING" >&2
 closed=$(free_port)
+# trip_core ADDR: the one call that trips CORE's breaker (refused by the
+# closed port, E902), and a check that the next is refused E904.
+trip_core() {
+  bin/relayctl send --addr "$1" CORE "BAL ACC1" >/dev/null || true
+  answer=$(bin/relayctl send --addr "$1" CORE "BAL ACC1" || true)
+  [[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open: $answer"
+}
 start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
 ff_relay=$RELAY_PID ff_addr=$RELAY_ADDR
-# The one call that trips the breaker: refused by the closed port, E902.
-bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" >/dev/null || true
-answer=$(bin/relayctl send --addr "$ff_addr" CORE "BAL ACC1" || true)
-[[ $answer == *"|E904|"* ]] || die "CORE's breaker did not open: $answer"
+trip_core "$ff_addr"
+if [[ -n $BEFORE_RELAY ]]; then
+  RELAY_BIN=$BEFORE_RELAY start_relay fastfail-before --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+  fb_relay=$RELAY_PID fb_addr=$RELAY_ADDR
+  trip_core "$fb_addr"
+fi
 start_redis
 for run in $(seq "$RUNS"); do
   for d in 1 16; do
     load "s1-relay-d$d-$run" --addr "$ff_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$ff_relay"
+    if [[ -n $BEFORE_RELAY ]]; then
+      load "s1-before-d$d-$run" --addr "$fb_addr" --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$fb_relay"
+    fi
     load "s1-redis-d$d-$run" --addr "$REDIS_ADDR" --protocol redis-ping --conns "$CONNS_FASTFAIL" --depth "$d" --server-pid "$REDIS_PID"
     pair "s1-pair-d$d-$run" "$out/s1-relay-d$d-$run.json" "$out/s1-redis-d$d-$run.json"
+    if [[ -n $BEFORE_RELAY ]]; then
+      pair "s1-pairbefore-d$d-$run" "$out/s1-before-d$d-$run.json" "$out/s1-redis-d$d-$run.json"
+      pair "s1-pairafter-d$d-$run" "$out/s1-relay-d$d-$run.json" "$out/s1-before-d$d-$run.json"
+    fi
   done
 done
 stop "$ff_relay"
+[[ -n $BEFORE_RELAY ]] && stop "$fb_relay"
 stop "$REDIS_PID"
 fi
 
@@ -868,8 +958,11 @@ want 9 && proxy_bench
 
 start_table
 want 1 && for d in 1 16; do
-  for s in relay redis; do
-    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$s" "" "$out"/s1-$s-d$d-*.json
+  for s in relay before redis; do
+    [[ $s == before && -z $BEFORE_RELAY ]] && continue
+    label=$s
+    [[ $s == before ]] && label="relay before ($BEFORE_RELAY)"
+    load_row "1 fast-fail, $CONNS_FASTFAIL conns, depth $d" "$label" "" "$out"/s1-$s-d$d-*.json
   done
 done
 want 2 && for c in c16 c64 paced; do
@@ -981,6 +1074,13 @@ want 1 && for d in 1 16; do
   verdict "fast-fail depth $d: relay answers/s ≥ redis PING: relay/redis = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
   r=$(med .cpu_ratio "$out"/s1-pair-d$d-*.json)
   verdict "fast-fail depth $d: relay CPU per answer ≤ redis: relay/redis = $(fmt %.2f "$r")×" "$(le "$r" 1)"
+  if [[ -n $BEFORE_RELAY ]]; then
+    rb=$(med .ratio "$out"/s1-pairbefore-d$d-*.json)
+    cb=$(med .cpu_ratio "$out"/s1-pairbefore-d$d-*.json)
+    ra=$(med .ratio "$out"/s1-pairafter-d$d-*.json)
+    ca=$(med .cpu_ratio "$out"/s1-pairafter-d$d-*.json)
+    targets+=("BEFORE   fast-fail depth $d: relay before/redis answers/s $(fmt %.2f "$rb")×, CPU per answer $(fmt %.2f "$cb")×; relay/before answers/s $(fmt %.2f "$ra")×, CPU per answer $(fmt %.2f "$ca")×")
+  fi
 done
 want 5 && allocs=$(awk '/^BenchmarkFastFailLine/ { for (i = 2; i <= NF; i++) if ($(i) == "allocs/op") print $(i - 1) }' "$out/s5-relay.txt" | sort -g | tail -n 1)
 if [[ -n ${allocs:-} ]]; then
@@ -1048,7 +1148,7 @@ done
   echo "CPU per transaction at 64 conns, every process: relay path $(fmt %.0f "$relay_sum") µs (load tool + relay + fixture), straight $(fmt %.0f "$direct_sum") µs (load tool + fixture); on a CPU-bound machine the ratio of throughputs tends to their inverse, $(fmt %.2f "$(awk -v a="$direct_sum" -v b="$relay_sum" 'BEGIN { print a / b }')")×."
   fi
   if want 9; then
-  echo "Scenario 9: CPU the machine spent on other processes during its runs: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s9-hub-*.json "$out"/s9-haproxy-*.json "$out"/s9-direct-*.json) cores of $(nproc); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "Scenario 9: CPU the machine spent on other processes during its runs: $(agg %.2f '.machine_busy_cores - ((.server_cpu // []) | map(.cores) | add // 0) - .client_cpu.cores' "$out"/s9-[hbd]*-c*-*.json) cores of $(nproc); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
   fi
 } >>"$out/table.md"
 end_table

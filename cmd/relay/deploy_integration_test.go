@@ -156,23 +156,30 @@ func TestMakeInstallStagesForAPackageAndKeepsTheSettings(t *testing.T) {
 
 // TestLogrotateSnippetRotatesARunningRelay runs logrotate with the shipped
 // snippet, its paths moved to a temporary directory and its signal sent to
-// the test's relay, and checks that both logs rotate without losing a
-// line: the renamed files hold what came before, new files at the paths
-// what came after.
+// the test's relay, and checks that the breaker log, the access log and the
+// in-doubt journal rotate without losing a line: the renamed files hold
+// what came before, new files at the paths what came after.
 func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 	logrotate := needTool(t, "logrotate", "logrotate")
 
-	// Given a relay writing both logs into a directory of its own,
+	// Given a relay writing its logs and journal into a directory of its
+	// own,
 	dir := t.TempDir()
 	core := proctest.StartFixture(t, "CORE", "core")
 	breakerLog, accessLog := filepath.Join(dir, "breaker.log"), filepath.Join(dir, "access.log")
+	inDoubtLog := filepath.Join(dir, "in-doubt.log")
 	r := proctest.Start(t, relayPkg, "--listen", "127.0.0.1:0", "--admin-listen", "",
-		"--target", "CORE="+core.URL, "--breaker-log", breakerLog, "--access-log", accessLog)
+		"--target", "CORE="+core.URL, "--breaker-log", breakerLog, "--access-log", accessLog,
+		"--in-doubt-log", inDoubtLog, "--target-timeout", "200ms")
 	c := proctest.Dial(t, r.Addr())
 	require.Equal(t, "0000", c.Exchange("B1|CORE|BAL 1001").Code)
-	// A breaker change, so that the breaker log is not empty (notifempty).
+	// A call in doubt, so that the journal is not empty (notifempty),
+	core.Ctl(t, `{"mode":"slow","delay_ms":5000}`)
+	require.Equal(t, "D1|E901|no answer within target timeout; outcome unknown", c.Exchange("D1|CORE|XFER 1001 1002 5").String())
+	// and a breaker change (the fifth failure in a row), so that the
+	// breaker log is not either.
 	core.Ctl(t, `{"mode":"fail"}`)
-	for i := range 5 {
+	for i := range 4 {
 		require.Equal(t, "E500", c.Exchange(fmt.Sprintf("F%d|CORE|BAL 1001", i)).Code)
 	}
 	proctest.Eventually(t, 5*time.Second, "the accesses and the change are written", func() bool {
@@ -185,6 +192,7 @@ func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 	snippet, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "relayhub.logrotate"))
 	require.NoError(t, err)
 	conf := strings.ReplaceAll(string(snippet), "/var/log/relayhub/", dir+"/")
+	conf = strings.ReplaceAll(conf, "/var/lib/relayhub/", dir+"/")
 	conf = strings.ReplaceAll(conf, "systemctl kill --kill-whom=main --signal=HUP relayhub.service", "kill -HUP "+strconv.Itoa(r.Pid()))
 	require.NotEqual(t, string(snippet), conf)
 	confPath := filepath.Join(t.TempDir(), "relayhub")
@@ -193,15 +201,16 @@ func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "logrotate:\n%s", out)
 
-	// then the relay reopens both, and keeps running,
-	proctest.Eventually(t, 5*time.Second, "the relay reopens both logs", func() bool {
-		n := 0
+	// then the relay reopens all three, and keeps running,
+	proctest.Eventually(t, 5*time.Second, "the relay reopens its logs and journal", func() bool {
+		reopened := map[any]bool{}
 		for _, l := range r.LogLines() {
-			if l["message"] == "breaker log reopened" || l["message"] == "access log reopened" {
-				n++
+			switch l["message"] {
+			case "breaker log reopened", "access log reopened", "in-doubt journal reopened":
+				reopened[l["message"]] = true
 			}
 		}
-		return n >= 2
+		return len(reopened) == 3
 	})
 	_, exited := r.WaitFor(0)
 	require.False(t, exited, "SIGHUP ended the relay")
@@ -224,7 +233,14 @@ func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 	text, err = os.ReadFile(rotated[0])
 	require.NoError(t, err)
 	assert.Contains(t, string(text), "|CORE|CLOSED->OPEN")
-	for _, path := range []string{accessLog, breakerLog} {
+	rotated, err = filepath.Glob(inDoubtLog + "-*")
+	require.NoError(t, err)
+	require.Len(t, rotated, 1, "one rotated in-doubt journal, named by date")
+	text, err = os.ReadFile(rotated[0])
+	require.NoError(t, err)
+	assert.Equal(t, 1, bytes.Count(text, []byte("\n")))
+	assert.Contains(t, string(text), `"txid":"D1"`)
+	for _, path := range []string{accessLog, breakerLog, inDoubtLog} {
 		info, err := os.Stat(path)
 		require.NoError(t, err, "the relay creates %s anew", path)
 		assert.Zero(t, info.Size(), path)

@@ -62,6 +62,7 @@ func TestDeployEnvironmentFileIsValid(t *testing.T) {
 	require.NoError(t, err, "the relay refuses deploy/relayhub.env")
 	assert.Equal(t, "/var/log/relayhub/breaker.log", c.BreakerLog)
 	assert.Equal(t, "/var/log/relayhub/access.log", c.AccessLog)
+	assert.Equal(t, "/var/lib/relayhub/in-doubt.log", c.InDoubtLog, "in the unit's StateDirectory")
 	assert.Positive(t, c.ShutdownDelay, "behind a load balancer, the shipped settings delay the drain")
 }
 

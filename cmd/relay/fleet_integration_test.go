@@ -340,11 +340,12 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 	p99Before, p99After := percentile(before, 99), percentile(after, 99)
 	t.Logf("paced load p99: %v with Redis (%d answers), %v after kill -9 (%d answers)", p99Before, len(before), p99After, len(after))
 	// A request that waited for Redis would wait out a store command's
-	// 500 ms timeout; no request may come near it. How p99 compares with
-	// before is logged above, not asserted: on a shared machine it moves
-	// with the load of other processes (docs/FLEET.md has measured figures).
+	// 500 ms timeout; none may. How p99 compares with before is logged
+	// above, not asserted: on a shared machine it moves with the load of
+	// other processes (docs/FLEET.md has measured figures), and a bound
+	// nearer the noise (half the timeout) failed on load alone.
 	slowest := slices.Max(after)
-	assert.Less(t, slowest, fleet.DefaultOpTimeout/2, "no request waited for the dead store")
+	assert.Less(t, slowest, fleet.DefaultOpTimeout, "no request waited for the dead store")
 	assert.Equal(t, 0.0, r.hubs[0].metric(t, "relay_state_store_up"))
 
 	// Each hub trips on its own,

@@ -8,12 +8,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -110,7 +115,6 @@ func TestFailureBeforeSendIsNotInDoubtAndIsTriedOnceMore(t *testing.T) {
 	assert.Empty(t, inDoubtLines(t, journal))
 }
 
-// keys returns the keys of m.
 // TestLateBookingsAreReconciledAppliedOnce: a CORE that books at once but
 // answers after the relay's target timeout leaves its clients with E901
 // for withdrawals it did book; relayctl reconcile, reading the relay's
@@ -181,10 +185,186 @@ func TestLateBookingsAreReconciledAppliedOnce(t *testing.T) {
 	}
 }
 
+// keys returns the keys of m.
 func keys(m map[string]any) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
 	return out
+}
+
+func TestSecondRelayOnTheSameInDoubtJournalRefusesToStart(t *testing.T) {
+	// Given a relay running with its in-doubt journal,
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	first := startAdminRelay(t, "--target", "CORE="+closedPortURL(t), "--in-doubt-log", journal)
+
+	// when a second relay, with a breaker log of its own, is started on
+	// the same journal,
+	second := []string{"--listen", "127.0.0.1:0", "--admin-listen", "",
+		"--breaker-log", filepath.Join(t.TempDir(), "breaker.log"),
+		"--target", "CORE=" + closedPortURL(t), "--in-doubt-log", journal}
+	res := proctest.Run(t, relayPkg, second...)
+
+	// then it exits 1, a runtime error, with one line on stderr that names
+	// the journal and says why;
+	assert.Equal(t, 1, res.ExitCode, "stderr: %s", res.Stderr)
+	lines := stderrLines(res.Stderr)
+	if assert.Len(t, lines, 1, "want exactly one line on stderr, got:\n%s", res.Stderr) {
+		assert.Contains(t, lines[0], "--in-doubt-log")
+		assert.Contains(t, lines[0], journal)
+		assert.Contains(t, lines[0], "another relay holds it")
+	}
+
+	// once the first relay has stopped, the journal is free again.
+	first.Signal(syscall.SIGTERM)
+	require.Equal(t, 0, first.Wait())
+	proctest.Start(t, relayPkg, second...)
+}
+
+// inDoubtRound is one round of a client of
+// TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn: the answers it read.
+type inDoubtRound struct {
+	answers []proctest.Answer
+	err     error
+}
+
+// sendInDoubtRounds sends rounds of n transfers on c until stop is closed,
+// each round once the last one's answers are all read, and sends each
+// round's answers (or the error that ended the rounds) on out. It uses no
+// method of c that fails the test, since it runs on a goroutine of its own.
+func sendInDoubtRounds(c *proctest.Conn, name string, n int, stop <-chan struct{}, out chan<- inDoubtRound) {
+	for round := 0; ; round++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "%s-%d-%d|CORE|XFER 1001 1002 1\n", name, round, i)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			out <- inDoubtRound{err: err}
+			return
+		}
+		var r inDoubtRound
+		for range n {
+			line, err := c.ReadLine(10 * time.Second)
+			if err == nil {
+				var a proctest.Answer
+				if a, err = proctest.ParseAnswer(line); err == nil {
+					r.answers = append(r.answers, a)
+					continue
+				}
+			}
+			out <- inDoubtRound{err: err}
+			return
+		}
+		out <- r
+	}
+}
+
+func TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn(t *testing.T) {
+	const clients, inFlight = 4, 4
+	// Given CORE slower than the relay's target timeout, so that every
+	// call ends in doubt, and a relay that journals them and neither trips
+	// nor fills,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"slow","delay_ms":10000}`)
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	rotated := journal + ".1"
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "50ms", "--in-doubt-log", journal,
+		"--fail-threshold", "1000000", "--max-inflight", "100")
+
+	// and clients that keep transfers in flight all along,
+	stop := make(chan struct{})
+	rounds := make(chan inDoubtRound, 1024)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := proctest.Dial(t, h.Addr())
+		wg.Go(func() { sendInDoubtRounds(c, fmt.Sprintf("C%d", i), inFlight, stop, rounds) })
+	}
+	stopped := false
+	stopClients := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+			close(rounds)
+		}
+	}
+	t.Cleanup(stopClients)
+	answered := map[string]string{} // txid → code
+	waitForAnswers := func(more int, what string) {
+		t.Helper()
+		want := len(answered) + more
+		deadline := time.After(30 * time.Second)
+		for len(answered) < want {
+			select {
+			case r := <-rounds:
+				require.NoError(t, r.err)
+				for _, a := range r.answers {
+					answered[a.TxID] = a.Code
+				}
+			case <-deadline:
+				t.Fatalf("%d answers, not %d, %s", len(answered), want, what)
+			}
+		}
+	}
+	waitForAnswers(40, "before the rename")
+
+	// when the journal is renamed, as logrotate does, calls go on, and the
+	// relay gets SIGHUP,
+	require.NoError(t, os.Rename(journal, rotated))
+	waitForAnswers(40, "between the rename and the signal")
+	h.Signal(syscall.SIGHUP)
+	proctest.Eventually(t, 5*time.Second, "the relay logs that it reopened its in-doubt journal", func() bool {
+		for _, l := range h.LogLines() {
+			if l["message"] == "in-doubt journal reopened" {
+				return true
+			}
+		}
+		return false
+	})
+	waitForAnswers(40, "after the reopen")
+
+	// then the relay holds the new file's lock, and no longer the old
+	// one's,
+	_, err := indoubt.Open(indoubt.Config{Path: journal})
+	assert.ErrorIs(t, err, indoubt.ErrLocked)
+	old, err := indoubt.Open(indoubt.Config{Path: rotated})
+	require.NoError(t, err, "the relay still holds the renamed journal")
+	require.NoError(t, old.Close())
+
+	// and once the clients and the relay have stopped,
+	stopClients()
+	for r := range rounds {
+		require.NoError(t, r.err)
+		for _, a := range r.answers {
+			answered[a.TxID] = a.Code
+		}
+	}
+	h.Signal(syscall.SIGTERM)
+	require.Equal(t, 0, h.Wait())
+
+	// every call in doubt is in exactly one of the two files, each line
+	// whole, and each file has some.
+	inFile := map[string]string{} // txid → file
+	for _, path := range []string{rotated, journal} {
+		lines := inDoubtLines(t, path)
+		assert.NotEmpty(t, lines, path)
+		for _, l := range lines {
+			txid, _ := l["txid"].(string)
+			if prev, dup := inFile[txid]; dup {
+				t.Errorf("%s is in %s and in %s", txid, prev, path)
+			}
+			inFile[txid] = path
+		}
+	}
+	for txid, code := range answered {
+		assert.Equal(t, "E901", code, txid)
+		assert.Contains(t, inFile, txid, "an answered call in doubt is in neither file")
+	}
+	assert.Len(t, inFile, len(answered), "nothing in the files that no client was answered")
 }

@@ -73,7 +73,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
-	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
+	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Locked while the relay runs, reopened on SIGHUP (for logrotate). Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
 	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change
@@ -92,6 +92,10 @@ type cli struct {
 	SlowCall        duration `help:"A successful call slower than this counts as a breaker failure (the client still gets its answer); 0 turns it off." default:"0" env:"RELAY_SLOW_CALL"`
 	MaxResetTimeout duration `help:"Backoff: each failed probe doubles the open period, up to this (more than --reset-timeout); 0 turns it off." default:"0" env:"RELAY_MAX_RESET_TIMEOUT"`
 	ResetJitter     float64  `help:"Lengthen each open period by a random share of up to this (0 to 1), so hubs do not probe in step; 0 turns it off." default:"0" env:"RELAY_RESET_JITTER"`
+	ProbePayload    string   `help:"Synthetic recovery probes: when an open breaker's period ends, the hub itself sends this payload to the target (TXID PROBE-...) and no customer transaction is ever the probe; customers get E904 until the breaker closes. Empty turns them off: the first customer call is the probe." placeholder:"PAYLOAD" env:"RELAY_PROBE_PAYLOAD"`
+	ProbeExpect     []string `help:"Answer codes of a healthy synthetic probe, comma-separated or repeated: 0000, Bnnn, or a target's own code below E900 but E500; any other answer, a timeout or a transport failure is a failed probe." default:"0000" env:"RELAY_PROBE_EXPECT"`
+	ProbeSuccesses  int      `help:"Healthy probes in a row that close a half-open breaker; until then it stays half-open and refuses customers." default:"1" env:"RELAY_PROBE_SUCCESSES"`
+	ProbeInterval   duration `help:"How long after a probe the next one is due while the breaker has not closed: the open period after a failed probe (no backoff or jitter) and the gap between healthy probes; 0 means the breaker's open period after a failure (with backoff and jitter) and --reset-timeout between healthy probes." default:"0" env:"RELAY_PROBE_INTERVAL"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; required when --admin-listen is beyond loopback. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 
 	// Fleet mode, off by default (docs/FLEET.md).
@@ -176,6 +180,7 @@ func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 		kong.KindMapper(reflect.Int, signedNumber{numbers.ForType(reflect.TypeFor[int]())}),
 		kong.KindMapper(reflect.Float64, signedNumber{numbers.ForType(reflect.TypeFor[float64]())}),
 		kong.ValueMapper(&c.FailureCodes, failureCodesMapper{}),
+		kong.ValueMapper(&c.ProbeExpect, failureCodesMapper{}),
 	}, opts...)...)
 }
 
@@ -328,6 +333,9 @@ func (c *cli) validatePolicies() error {
 	if c.MinSamples < 0 {
 		return fmt.Errorf("--min-samples: must not be negative, got %d", c.MinSamples)
 	}
+	if err := c.validateProbes(); err != nil {
+		return err
+	}
 	if c.MaxResetTimeout > 0 && c.MaxResetTimeout <= c.ResetTimeout {
 		return fmt.Errorf("--max-reset-timeout: must be more than --reset-timeout (%s) for backoff to apply, or 0 for none, got %s", c.ResetTimeout, c.MaxResetTimeout)
 	}
@@ -338,6 +346,29 @@ func (c *cli) validatePolicies() error {
 		return errors.New("--admin-token: must not begin or end with spaces")
 	}
 	return c.validateFleet()
+}
+
+// validateProbes checks the synthetic probe flags (docs/PROTOCOL.md,
+// "Synthetic recovery probes"); each error names its flag.
+func (c *cli) validateProbes() error {
+	if strings.ContainsAny(c.ProbePayload, "\r\n") {
+		return errors.New("--probe-payload: must be one line, with no line break")
+	}
+	if len(c.ProbeExpect) == 0 {
+		return errors.New("--probe-expect: name at least one code")
+	}
+	for _, code := range c.ProbeExpect {
+		if _, err := relay.ParseProbeCode(code); err != nil {
+			return fmt.Errorf("--probe-expect: %w", err)
+		}
+	}
+	if c.ProbeSuccesses < 1 {
+		return fmt.Errorf("--probe-successes: must be at least 1, got %d", c.ProbeSuccesses)
+	}
+	if c.ProbeInterval < 0 {
+		return fmt.Errorf("--probe-interval: must not be negative, got %s", time.Duration(c.ProbeInterval))
+	}
+	return nil
 }
 
 func main() {
@@ -448,7 +479,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
-	hangup := []func(){func() { reopenBreakerLog(blog, logger) }}
+	hangup := []func(){func() { reopenLog("breaker log", "breaker_log", blog, logger) }}
 	var accessLog *appendFile
 	if c.AccessLog != "" {
 		accessLog, err = openAppendFile(c.AccessLog)
@@ -460,7 +491,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--access-log: close: %w", cerr)
 			}
 		}()
-		hangup = append(hangup, func() { reopenAccessLog(accessLog, logger) })
+		hangup = append(hangup, func() { reopenLog("access log", "access_log", accessLog, logger) })
 	}
 	var inDoubtLog *indoubt.Journal
 	if c.InDoubtLog != "" {
@@ -474,6 +505,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 				err = fmt.Errorf("--in-doubt-log: close: %w", cerr)
 			}
 		}()
+		hangup = append(hangup, func() { reopenLog("in-doubt journal", "in_doubt_log", inDoubtLog, logger) })
 	}
 	hangup = append(hangup, htls.reloads(logger)...)
 	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
@@ -591,7 +623,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
-		Bool("admin_token", c.AdminToken != "")
+		Bool("admin_token", c.AdminToken != "").
+		Str("probe_payload", c.ProbePayload).Strs("probe_expect", c.probeExpect()).
+		Int("probe_successes", max(policy.ProbeSuccesses, 1)).Stringer("probe_interval", policy.ProbeInterval)
 	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).
 		Strs("proxy_trusted", c.ProxyTrusted)
 	start = start.Bool("status_page", page != nil)
@@ -661,6 +695,8 @@ func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 		TargetTimeout:     time.Duration(c.TargetTimeout),
 		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
 		FailureCodes:      codes,
+		ProbePayload:      c.ProbePayload,
+		ProbeExpect:       c.probeExpect(),
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),
@@ -670,8 +706,22 @@ func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 			SlowCall:        time.Duration(c.SlowCall),
 			MaxResetTimeout: time.Duration(c.MaxResetTimeout),
 			ResetJitter:     c.ResetJitter,
+			ProbeSuccesses:  c.ProbeSuccesses,
+			ProbeInterval:   time.Duration(c.ProbeInterval),
 		},
 	}
+}
+
+// probeExpect returns --probe-expect in canonical form; Validate has
+// checked every code.
+func (c *cli) probeExpect() []string {
+	out := make([]string, 0, len(c.ProbeExpect))
+	for _, code := range c.ProbeExpect {
+		if canon, err := relay.ParseProbeCode(code); err == nil {
+			out = append(out, canon)
+		}
+	}
+	return out
 }
 
 // newMetrics builds the process's own registry (never the global one) with

@@ -54,8 +54,9 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 			SlowCall:        1500 * time.Millisecond,
 			MaxResetTimeout: 2 * time.Minute,
 			ResetJitter:     0.1,
+			ProbeSuccesses:  1,
 		}, TargetTimeout: 3 * time.Second, TargetIdleTimeout: 4 * time.Second,
-		FailureCodes: []string{"E500"},
+		FailureCodes: []string{"E500"}, ProbeExpect: []string{"0000"},
 	}, c.targetDefaults([]string{"E500"}))
 }
 
@@ -74,6 +75,12 @@ func TestBadPolicyValuesNameTheirFlag(t *testing.T) {
 		{name: "backoff cap below reset", args: []string{"--reset-timeout", "30s", "--max-reset-timeout", "20s"}, want: "--max-reset-timeout: must be more than --reset-timeout (30s)"},
 		{name: "blank config", args: []string{"--config", " "}, want: "--config: must name a file"},
 		{name: "token with spaces", args: []string{"--admin-token", " t "}, want: "--admin-token"},
+		{name: "zero probe successes", args: []string{"--probe-successes", "0"}, want: "--probe-successes: must be at least 1, got 0"},
+		{name: "negative probe successes", args: []string{"--probe-successes", "-2"}, want: "--probe-successes: must be at least 1, got -2"},
+		{name: "bad probe code", args: []string{"--probe-expect", "0000,B4O4"}, want: `--probe-expect: probe code "B4O4": want 0000, Bnnn`},
+		{name: "failure as probe code", args: []string{"--probe-expect", "E901"}, want: "--probe-expect: probe code E901: E900 and above are the hub's own"},
+		{name: "negative probe interval", args: []string{"--probe-interval=-1s"}, want: "--probe-interval: must not be negative"},
+		{name: "probe payload of two lines", args: []string{"--probe-payload", "BAL\nHEALTH"}, want: "--probe-payload: must be one line"},
 	}
 	assertBadFlags(t, tests)
 }
@@ -169,4 +176,16 @@ func TestStartupLineLogsTheEffectiveSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestProbeFlagsFromTheEnvironment(t *testing.T) {
+	c, err := parse(t, []string{
+		"RELAY_PROBE_PAYLOAD=BAL HEALTH", "RELAY_PROBE_EXPECT=0000,b404", "RELAY_PROBE_SUCCESSES=3", "RELAY_PROBE_INTERVAL=2.5",
+	})
+	require.NoError(t, err)
+	ts := c.targetDefaults([]string{"E500"})
+	assert.Equal(t, "BAL HEALTH", ts.ProbePayload)
+	assert.Equal(t, []string{"0000", "B404"}, ts.ProbeExpect, "canonical")
+	assert.Equal(t, 3, ts.ProbeSuccesses)
+	assert.Equal(t, 2500*time.Millisecond, ts.ProbeInterval)
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/settingsfile"
@@ -137,22 +136,20 @@ func hangupLoop(hup <-chan os.Signal, done <-chan struct{}, actions []func()) {
 	}
 }
 
-// reopenBreakerLog reopens the breaker log, logging the outcome. A failed
-// reopen leaves the log in the file it had.
-func reopenBreakerLog(blog *breakerlog.Log, logger zerolog.Logger) {
-	if err := blog.Reopen(); err != nil {
-		logger.Error().Err(err).Str("breaker_log", blog.Path()).Msg("breaker log reopen failed; still writing to the old file")
-		return
-	}
-	logger.Info().Str("breaker_log", blog.Path()).Msg("breaker log reopened")
+// reopener is a file the relay appends to that SIGHUP reopens at its path
+// for logrotate: the breaker log, the access log, the in-doubt journal.
+type reopener interface {
+	Reopen() error
+	Path() string
 }
 
-// reopenAccessLog reopens the access log, logging the outcome. A failed
-// reopen leaves the log in the file it had.
-func reopenAccessLog(f *appendFile, logger zerolog.Logger) {
+// reopenLog reopens f, logging the outcome with f's path under key: "NAME
+// reopened", or "NAME reopen failed; still writing to the old file", as
+// a failed reopen leaves f in the file it had.
+func reopenLog(name, key string, f reopener, logger zerolog.Logger) {
 	if err := f.Reopen(); err != nil {
-		logger.Error().Err(err).Str("access_log", f.Path()).Msg("access log reopen failed; still writing to the old file")
+		logger.Error().Err(err).Str(key, f.Path()).Msg(name + " reopen failed; still writing to the old file")
 		return
 	}
-	logger.Info().Str("access_log", f.Path()).Msg("access log reopened")
+	logger.Info().Str(key, f.Path()).Msg(name + " reopened")
 }

@@ -276,6 +276,44 @@ fetch(%q, {method: "POST", mode: "no-cors", body: '{"action":"open"}'}).then(() 
 	assert.Equal(t, "CLOSED", h.breakerState(t, "CORE"))
 }
 
+func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
+	// Given CORE slower than the relay's target timeout, so that a transfer
+	// ends in doubt, and the page open in a browser, live,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"slow","delay_ms":5000}`)
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+closedPortURL(t),
+		"--target-timeout", "200ms", "--fail-threshold", "100")
+	tab := newTab(t, newBrowser(t))
+	do(t, tab, chromedp.Navigate(h.admin+"/"))
+	waitFor(t, tab, 5*time.Second, "the page's stream connects", `document.getElementById("live").className.includes("on")`)
+	assert.Equal(t, "0", eval[string](t, tab, text("#t-CORE-indoubt")))
+	assert.Contains(t, eval[string](t, tab, text("#hub")), "none in doubt")
+	do(t, tab, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[chromedp.Void](`window.sameDocument = true`)(ctx, tg)
+		return err
+	}))
+
+	// when two transfers time out after CORE took them,
+	c := proctest.Dial(t, h.Addr())
+	for _, txid := range []string{"XF-1", "XF-2"} {
+		a := c.Exchange(txid + "|CORE|XFER 1001 1002 2500")
+		require.Equal(t, "E901", a.Code)
+		require.Contains(t, a.Message, "outcome unknown")
+	}
+
+	// then CORE's row and the hub's total say 2 within 2 s, without a
+	// reload, and CLAIM's row still 0;
+	waitFor(t, tab, 2*time.Second, "CORE's row shows its calls in doubt",
+		text("#t-CORE-indoubt")+`.startsWith("2") && window.sameDocument === true`)
+	waitFor(t, tab, 2*time.Second, "the header shows the hub's total", text("#hub")+`.includes("2 in doubt")`)
+	assert.Equal(t, "0", eval[string](t, tab, text("#t-CLAIM-indoubt")))
+
+	// and the total links to the list of them.
+	do(t, tab, chromedp.Click(chromedp.CSS(`#hub a.indoubt`)))
+	waitFor(t, tab, 5*time.Second, "the link opens /in-doubt with both transfers",
+		`location.pathname === "/in-doubt" && document.body.textContent.includes('"txid":"XF-1"') && document.body.textContent.includes('"txid":"XF-2"')`)
+}
+
 func TestStatusPageWithoutJavaScript(t *testing.T) {
 	// Given a relay with CORE held open by an operator, and a browser with
 	// JavaScript off,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,7 +21,8 @@ import (
 // reconcileCmd is `relayctl reconcile`: its flags, filled by kong. Not for
 // concurrent use.
 type reconcileCmd struct {
-	InDoubtLog  string        `name:"in-doubt-log" required:"" help:"The hub's in-doubt journal (its --in-doubt-log), or - for standard input." placeholder:"FILE" env:"RELAYCTL_IN_DOUBT_LOG"`
+	InDoubtLog  []string      `name:"in-doubt-log" help:"The hub's in-doubt journal (its --in-doubt-log), gzipped or not, or - for standard input; repeat for more, or give files as arguments: a journal and its rotated files are reconciled together." placeholder:"FILE" sep:"none" env:"RELAYCTL_IN_DOUBT_LOG"`
+	Files       []string      `arg:"" optional:"" name:"file" help:"More journal files, as --in-doubt-log."`
 	JSON        bool          `name:"json" help:"Print the results, bad lines and summary as one JSON document." env:"RELAYCTL_JSON"`
 	Timeout     time.Duration `help:"Limit on each look-up." default:"5s" env:"RELAYCTL_TIMEOUT"`
 	Concurrency int           `help:"Look-ups at once." default:"4" env:"RELAYCTL_CONCURRENCY"`
@@ -31,6 +33,8 @@ type reconcileCmd struct {
 // Validate checks what the tags cannot.
 func (c *reconcileCmd) Validate() error {
 	switch {
+	case len(c.InDoubtLog)+len(c.Files) == 0:
+		return errors.New("name the in-doubt journal: --in-doubt-log FILE, FILE arguments, or - for standard input")
 	case c.Timeout <= 0:
 		return fmt.Errorf("--timeout %s: want more than 0", c.Timeout)
 	case c.Concurrency <= 0:
@@ -55,18 +59,9 @@ func (c *reconcileCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return cmdline.Exit(2, err)
 	}
-	in := s.In
-	if c.InDoubtLog != "-" {
-		f, err := os.Open(c.InDoubtLog)
-		if err != nil {
-			return cmdline.Exit(2, fmt.Errorf("--in-doubt-log: %w", err))
-		}
-		defer f.Close()
-		in = f
-	}
-	entries, bad, err := reconcile.ReadJournal(in)
+	entries, bad, err := c.readJournals(s.In)
 	if err != nil {
-		return cmdline.Exit(2, fmt.Errorf("--in-doubt-log %s: %w", c.InDoubtLog, err))
+		return cmdline.Exit(2, err)
 	}
 	checker := reconcile.New(reconcile.Config{
 		Client:      &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}},
@@ -97,15 +92,57 @@ func (c *reconcileCmd) Run(ctx context.Context, s *streams) error {
 	return nil
 }
 
+// readJournals reads every journal file named, in the order given, or in
+// from standard input for "-". With more than one file, each entry and bad
+// line says which file it is in.
+func (c *reconcileCmd) readJournals(in io.Reader) ([]reconcile.Entry, []reconcile.BadLine, error) {
+	paths := append(append([]string{}, c.InDoubtLog...), c.Files...)
+	var entries []reconcile.Entry
+	var bad []reconcile.BadLine
+	for _, path := range paths {
+		e, b, err := readJournal(path, in)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--in-doubt-log %s: %w", path, err)
+		}
+		if len(paths) > 1 {
+			for i := range e {
+				e[i].File = path
+			}
+			for i := range b {
+				b[i].File = path
+			}
+		}
+		entries, bad = append(entries, e...), append(bad, b...)
+	}
+	return entries, bad, nil
+}
+
+// readJournal reads the journal file at path, or in for "-".
+func readJournal(path string, in io.Reader) ([]reconcile.Entry, []reconcile.BadLine, error) {
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	return reconcile.ReadJournal(in)
+}
+
 // writeReconcile prints one line per transaction, the bad journal lines,
 // then the summary.
 func writeReconcile(w io.Writer, r reconcileReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OUTCOME\tTXID\tTARGET\tCODE\tLINE\tDETAIL")
 	for _, res := range r.Results {
-		line := strconv.Itoa(res.Line)
-		for _, d := range res.Duplicates {
-			line += "," + strconv.Itoa(d)
+		line := place(res.File, res.Line)
+		for i, d := range res.Duplicates {
+			file := ""
+			if i < len(res.DuplicateFiles) {
+				file = res.DuplicateFiles[i]
+			}
+			line += "," + place(file, d)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", outcomeWord(res.Outcome), res.TxID, res.Target,
 			orDash(res.Code), line, reconcileDetail(res))
@@ -114,7 +151,7 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 		return err
 	}
 	for _, b := range r.BadLines {
-		fmt.Fprintf(w, "bad journal line %d: %s\n", b.Line, b.Error)
+		fmt.Fprintf(w, "bad journal line %s: %s\n", place(b.File, b.Line), b.Error)
 	}
 	sum := r.Summary
 	bad := ""
@@ -124,6 +161,15 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 	_, err := fmt.Fprintf(w, "%d in doubt: %d applied, %d not applied, %d unknown%s\n",
 		sum.InDoubt, sum.Applied, sum.NotApplied, sum.Unknown, bad)
 	return err
+}
+
+// place is a journal line's number, after its file and a colon when the
+// journal was read from more than one file.
+func place(file string, line int) string {
+	if file == "" {
+		return strconv.Itoa(line)
+	}
+	return file + ":" + strconv.Itoa(line)
 }
 
 // outcomeWord is an outcome as the table shows it.

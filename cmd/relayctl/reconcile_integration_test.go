@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -164,8 +168,68 @@ func TestReconcileReadsStandardInput(t *testing.T) {
 	_, err := proctest.Tx(core.URL, "T1", "DEP 1 1")
 	require.NoError(t, err)
 	var out strings.Builder
-	c := reconcileCmd{InDoubtLog: "-", Timeout: reconcile.DefaultTimeout, Concurrency: 1}
+	c := reconcileCmd{InDoubtLog: []string{"-"}, Timeout: reconcile.DefaultTimeout, Concurrency: 1}
 	err = c.Run(t.Context(), &streams{In: strings.NewReader(journalLine("T1", "CORE", core.URL, "E901", "request_sent")), Out: &out})
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(out.String(), "1 in doubt: 1 applied, 0 not applied, 0 unknown\n"), out.String())
+}
+
+// TestReconcileReadsRotatedJournals: a journal and the files logrotate
+// made of it, the older ones gzipped, are reconciled together, given as
+// flags and arguments; each line is placed by file, and a transaction in
+// two files is asked about once.
+func TestReconcileReadsRotatedJournals(t *testing.T) {
+	core := proctest.StartFixture(t, "CORE", "core")
+	for _, txid := range []string{"TX-old", "TX-mid"} {
+		_, err := proctest.Tx(core.URL, txid, "DEP 1001 10")
+		require.NoError(t, err)
+	}
+	dir := t.TempDir()
+	current := writeJournal(t,
+		journalLine("TX-new", "CORE", core.URL, "E901", reconcile.StageRequestSent),
+		journalLine("TX-mid", "CORE", core.URL, "E901", reconcile.StageRequestSent))
+	mid := filepath.Join(dir, "in-doubt.log-20261201")
+	require.NoError(t, os.WriteFile(mid, []byte(journalLine("TX-mid", "CORE", core.URL, "E902", reconcile.StageAnswerPartlyRead)+"\n"), 0o600))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err := zw.Write([]byte(`{"txid":"TX-torn"` + "\n" + journalLine("TX-old", "CORE", core.URL, "E901", reconcile.StageRequestSent) + "\n"))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	old := filepath.Join(dir, "in-doubt.log-20261130.gz")
+	require.NoError(t, os.WriteFile(old, gz.Bytes(), 0o600))
+
+	res := proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", old, mid, current, "--json")
+	assert.Equal(t, 1, res.ExitCode, "a bad line leaves the run unsettled: %s", res.Stderr)
+	var report reconcileReport
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &report), res.Stdout)
+	got := map[string]string{}
+	for _, r := range report.Results {
+		got[r.TxID] = fmt.Sprintf("%s %s:%d", r.Outcome, filepath.Base(r.File), r.Line)
+	}
+	assert.Equal(t, map[string]string{
+		"TX-old": "applied in-doubt.log-20261130.gz:2",
+		"TX-mid": "applied in-doubt.log-20261201:1",
+		"TX-new": "not_applied in-doubt.log:1",
+	}, got)
+	for _, r := range report.Results {
+		if r.TxID == "TX-mid" {
+			assert.Equal(t, []int{2}, r.Duplicates)
+			assert.Equal(t, []string{current}, r.DuplicateFiles)
+		}
+	}
+	require.Len(t, report.BadLines, 1)
+	assert.Equal(t, old, report.BadLines[0].File)
+	assert.Equal(t, 1, report.BadLines[0].Line)
+	assert.Equal(t, reconcile.Summary{InDoubt: 3, Applied: 2, NotApplied: 1, BadLines: 1}, report.Summary)
+
+	// The text form places each line by its file.
+	res = proctest.Run(t, "./cmd/relayctl", "reconcile", old, mid, current)
+	assert.Equal(t, 1, res.ExitCode, res.Stderr)
+	assert.Regexp(t, `(?m)^applied +TX-mid +CORE +E902 +`+regexp.QuoteMeta(mid+":1,"+current+":2")+` +0000 `, res.Stdout)
+	assert.Contains(t, res.Stdout, "bad journal line "+old+":1: ")
+
+	// A file that is not there stops it before any look-up.
+	res = proctest.Run(t, "./cmd/relayctl", "reconcile", current, filepath.Join(dir, "nope.gz"))
+	assert.Equal(t, 2, res.ExitCode)
+	assert.Contains(t, res.Stderr, "nope.gz")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/replay"
 	"github.com/relayhub/relayhub/relay/settingsfile"
@@ -34,6 +36,10 @@ type replayCmd struct {
 	SlowCall        time.Duration `help:"As the relay's: a success slower than this is a failure; 0 is off." type:"hubduration" default:"0" env:"RELAYCTL_SLOW_CALL"`
 	MaxResetTimeout time.Duration `help:"As the relay's: backoff of the open period up to this; 0 is off." type:"hubduration" default:"0" env:"RELAYCTL_MAX_RESET_TIMEOUT"`
 	ResetJitter     float64       `help:"As the relay's: random lengthening of open periods (0 to 1); the replay draws its own shares from --seed." default:"0" env:"RELAYCTL_RESET_JITTER"`
+	ProbePayload    string        `help:"As the relay's: with a payload, the log's synthetic probes are replayed as the breakers' own and customers never probe; empty skips them, and customers probe." placeholder:"PAYLOAD" env:"RELAYCTL_PROBE_PAYLOAD"`
+	ProbeExpect     []string      `help:"As the relay's: answer codes of a healthy synthetic probe, comma-separated or repeated." default:"0000" env:"RELAYCTL_PROBE_EXPECT"`
+	ProbeSuccesses  int           `help:"As the relay's: healthy probes in a row that close a half-open breaker." default:"1" env:"RELAYCTL_PROBE_SUCCESSES"`
+	ProbeInterval   time.Duration `help:"As the relay's: the open period after a failed probe and the gap between healthy probes; 0 is off." type:"hubduration" default:"0" env:"RELAYCTL_PROBE_INTERVAL"`
 	Config          string        `help:"The relay's per-target settings file (TOML), read as the relay reads it." placeholder:"FILE" env:"RELAYCTL_CONFIG"`
 	Compare         []string      `help:"Replay a second time with these settings changed, for every target (KEY=VALUE) or one (TARGET.KEY=VALUE), KEY as in the settings file, VALUE as on the relay's command line, e.g. fail_threshold=3; repeat for more." placeholder:"[TARGET.]KEY=VALUE" sep:"none" env:"RELAYCTL_COMPARE"`
 	Target          string        `help:"Show only this target." env:"RELAYCTL_TARGET"`
@@ -83,6 +89,8 @@ func (c *replayCmd) Validate() error {
 		{c.MaxResetTimeout < 0 || c.MaxResetTimeout > 0 && c.MaxResetTimeout <= c.ResetTimeout,
 			"--max-reset-timeout", "0 (off) or more than --reset-timeout", c.MaxResetTimeout},
 		{c.ReorderWindow <= 0, "--reorder-window", "more than zero", c.ReorderWindow},
+		{c.ProbeSuccesses < 1, "--probe-successes", "at least 1", c.ProbeSuccesses},
+		{c.ProbeInterval < 0, "--probe-interval", "0 or more", c.ProbeInterval},
 	} {
 		if check.bad {
 			return fmt.Errorf("%s: must be %s, got %v", check.flag, check.want, check.got)
@@ -92,6 +100,14 @@ func (c *replayCmd) Validate() error {
 		if _, err := protocol.ParseFailureCode(code); err != nil {
 			return fmt.Errorf("--failure-codes: %w", err)
 		}
+	}
+	for _, code := range c.ProbeExpect {
+		if _, err := relay.ParseProbeCode(code); err != nil {
+			return fmt.Errorf("--probe-expect: %w", err)
+		}
+	}
+	if strings.ContainsAny(c.ProbePayload, "\r\n") {
+		return errors.New("--probe-payload: must be one line, with no line break")
 	}
 	return nil
 }
@@ -116,6 +132,10 @@ func (c *replayCmd) settingsKeys() []string {
 		{"slow_call", c.SlowCall.String(), c.SlowCall == 0},
 		{"max_reset_timeout", c.MaxResetTimeout.String(), c.MaxResetTimeout == 0},
 		{"reset_jitter", strconv.FormatFloat(c.ResetJitter, 'g', -1, 64), c.ResetJitter == 0},
+		{"probe_payload", c.ProbePayload, c.ProbePayload == ""},
+		{"probe_expect", strings.Join(c.ProbeExpect, ","), strings.Join(c.ProbeExpect, ",") == relay.DefaultProbeExpect},
+		{"probe_successes", strconv.Itoa(c.ProbeSuccesses), c.ProbeSuccesses == 1},
+		{"probe_interval", c.ProbeInterval.String(), c.ProbeInterval == 0},
 	} {
 		if !f.zero {
 			keys = append(keys, f.key+"="+f.value)

@@ -70,6 +70,19 @@ func TestParseReplaySettings(t *testing.T) {
 	assert.Equal(t, "compare", sets[1].Name)
 }
 
+func TestParseReplayProbeSettings(t *testing.T) {
+	c, _, err := parse(t, "replay", "a.log", "--probe-payload", "BAL HEALTH", "--probe-expect", "0000,b404",
+		"--probe-successes", "3", "--probe-interval", "2", "--compare", "probe_payload=")
+	require.NoError(t, err)
+	sets, err := c.Replay.sets()
+	require.NoError(t, err)
+	require.Len(t, sets, 2)
+	assert.Equal(t, `fail_threshold=5 reset_timeout=10s target_timeout=3s failure_codes=E500,E901,E902 probe_payload="BAL HEALTH" probe_expect=0000,B404 probe_successes=3 probe_interval=2s`,
+		sets[0].Describe("CORE"))
+	assert.Equal(t, `fail_threshold=5 reset_timeout=10s target_timeout=3s failure_codes=E500,E901,E902 probe_successes=3 probe_interval=2s`,
+		sets[1].Describe("CORE"), "compared without synthetic probes")
+}
+
 func TestParseReplayRejects(t *testing.T) {
 	tests := []struct {
 		name string
@@ -83,6 +96,8 @@ func TestParseReplayRejects(t *testing.T) {
 		{"backoff below reset", []string{"--max-reset-timeout", "5s"}, "--max-reset-timeout: must be 0 (off) or more than --reset-timeout, got 5s"},
 		{"hub's own code", []string{"--failure-codes", "E904"}, "--failure-codes: "},
 		{"zero reorder window", []string{"--reorder-window", "0"}, "--reorder-window: must be more than zero"},
+		{"zero probe successes", []string{"--probe-successes", "0"}, "--probe-successes: must be at least 1, got 0"},
+		{"bad probe code", []string{"--probe-expect", "0000,X"}, `--probe-expect: probe code "X"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,6 +54,15 @@ type targetStatus struct {
 	Inflight            int64   `json:"inflight"`
 	MaxInflight         int64   `json:"max_inflight"`
 	RetryAfterSeconds   float64 `json:"retry_after_seconds"`
+	// LastProbe is the hub's latest synthetic probe of the target, present
+	// once it has sent one.
+	LastProbe *struct {
+		TxID            string  `json:"txid"`
+		At              string  `json:"at"`
+		Outcome         string  `json:"outcome"`
+		Code            string  `json:"code"`
+		DurationSeconds float64 `json:"duration_seconds"`
+	} `json:"last_probe"`
 	// Fleet is the target's shared state, present in a fleet.
 	Fleet *struct {
 		Epoch    int64  `json:"epoch"`
@@ -138,7 +147,8 @@ func statusURL(admin string, useTLS bool) (string, error) {
 	return "http://" + admin + "/status", nil
 }
 
-// writeStatus prints the status as a table, then one line about the hub.
+// writeStatus prints the status as a table, a line per target the hub has
+// sent a synthetic probe to, then one line about the hub.
 // A hub in a fleet gets the columns of each target's shared state and its
 // place in the fleet on the last line.
 func writeStatus(w io.Writer, st hubStatus) error {
@@ -161,6 +171,12 @@ func writeStatus(w io.Writer, st hubStatus) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, t := range st.Targets {
+		if p := t.LastProbe; p != nil {
+			d := time.Duration(p.DurationSeconds * float64(time.Second)).Round(time.Microsecond)
+			fmt.Fprintf(w, "%s last synthetic probe: %s %s in %s at %s (%s)\n", t.Name, p.Outcome, p.Code, d, p.At, p.TxID)
+		}
 	}
 	state := "accepting"
 	if st.Draining {

@@ -162,3 +162,14 @@ func TestStatusURL(t *testing.T) {
 	_, err := statusURL("http://hub.example", true)
 	assert.ErrorContains(t, err, "--tls wants https://")
 }
+
+func TestStatusTellsTheLastSyntheticProbe(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, `{"draining":false,"goroutines":7,"targets":[`+
+		`{"name":"CORE","url":"http://127.0.0.1:9201","state":"HALF_OPEN","consecutive_failures":3,"inflight":0,"max_inflight":10,"retry_after_seconds":1.5,`+
+		`"last_probe":{"txid":"PROBE-hub-a-1","at":"2026-12-01T18:00:00.123Z","outcome":"healthy","code":"0000","duration_seconds":0.0021}}]}`)
+
+	out, _, err := runStatus(t, statusCmd{Admin: strings.TrimPrefix(srv.URL, "http://")})
+
+	require.NoError(t, err)
+	assert.Contains(t, out, "CORE last synthetic probe: healthy 0000 in 2.1ms at 2026-12-01T18:00:00.123Z (PROBE-hub-a-1)\nhub accepting, 7 goroutines\n")
+}

@@ -106,7 +106,7 @@ func TestReconcileOverMutualTLS(t *testing.T) {
 	journal := writeJournal(t, journalLine("T1", "CORE", srv.URL, "E901", "request_sent"))
 
 	var out bytes.Buffer
-	c := reconcileCmd{InDoubtLog: journal, Timeout: 5 * time.Second, Concurrency: 1, TLSFlags: flags}
+	c := reconcileCmd{InDoubtLog: []string{journal}, Timeout: 5 * time.Second, Concurrency: 1, TLSFlags: flags}
 	require.NoError(t, c.Run(t.Context(), &streams{Out: &out}))
 	assert.Contains(t, out.String(), "1 applied")
 

@@ -110,6 +110,33 @@ func (f *Fixture) StatsErr() (FixtureStats, error) {
 	return st, nil
 }
 
+// Received returns the X-Tx-Ids of the latest calls that reached the
+// fixture, oldest first (GET /_received), failing the test on error.
+func (f *Fixture) Received(t testing.TB) []string {
+	t.Helper()
+	resp, err := httpClient.Get(f.URL + "/_received")
+	if err != nil {
+		t.Fatalf("fixture received: %v", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Received []struct {
+			TxID string `json:"txid"`
+		} `json:"received"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /_received: HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("GET /_received: %v", err)
+	}
+	out := make([]string, len(body.Received))
+	for i, r := range body.Received {
+		out[i] = r.TxID
+	}
+	return out
+}
+
 // Tx posts a transaction to baseURL's /tx the way the relay does and
 // returns the answer; the body must be JSON unless err is set.
 func Tx(baseURL, txid, payload string) (TxAnswer, error) {

@@ -146,9 +146,41 @@ type Target struct {
 	// hub started (GET /in-doubt lists the recent ones).
 	InDoubt  int64    `json:"in_doubt"`
 	Settings Settings `json:"settings"`
+	// ProbeSuccesses is how many healthy probes in a row the half-open
+	// breaker has had, when it needs several (probe_successes); absent
+	// otherwise.
+	ProbeSuccesses int `json:"probe_successes,omitempty"`
+	// LastProbe is the target's latest synthetic probe; absent when the
+	// hub has sent none.
+	LastProbe *Probe `json:"last_probe,omitempty"`
 	// Fleet is the target's breaker state shared with the fleet; absent
 	// when the hub runs alone.
 	Fleet *TargetFleet `json:"fleet,omitempty"`
+}
+
+// Probe is a synthetic probe in Target. It is a plain value.
+type Probe struct {
+	TxID string `json:"txid"`
+	// At is when it ended, RFC 3339 UTC with milliseconds.
+	At string `json:"at"`
+	// Outcome is "healthy" or "failed".
+	Outcome string `json:"outcome"`
+	// Code is the probe's answer code (the hub's E901, E902 or E500 when
+	// the call failed).
+	Code            string  `json:"code"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// ProbeOf returns p as /status shows it; nil when there was none.
+func ProbeOf(p relay.ProbeResult) *Probe {
+	if p.At.IsZero() {
+		return nil
+	}
+	outcome := "failed"
+	if p.Healthy {
+		outcome = "healthy"
+	}
+	return &Probe{TxID: p.TxID, At: p.At.UTC().Format(relay.TimeFormat), Outcome: outcome, Code: p.Code, DurationSeconds: p.Duration.Seconds()}
 }
 
 // Settings are a target's effective settings in Target, durations in
@@ -170,6 +202,11 @@ type Settings struct {
 	SlowCallSeconds          float64  `json:"slow_call_seconds,omitempty"`
 	MaxResetTimeoutSeconds   float64  `json:"max_reset_timeout_seconds,omitempty"`
 	ResetJitter              float64  `json:"reset_jitter,omitempty"`
+	// The synthetic probes' settings, present only with a probe payload.
+	ProbePayload         string   `json:"probe_payload,omitempty"`
+	ProbeExpect          []string `json:"probe_expect,omitempty"`
+	ProbeSuccesses       int      `json:"probe_successes,omitempty"`
+	ProbeIntervalSeconds float64  `json:"probe_interval_seconds,omitempty"`
 }
 
 // StatusOf returns hub's state now, as GET /status serves it.
@@ -218,6 +255,8 @@ func TargetOf(t relay.TargetSnapshot) Target {
 		Held:                t.Held,
 		Disabled:            t.Disabled,
 		InDoubt:             t.InDoubt,
+		ProbeSuccesses:      t.Snapshot.ProbeSuccesses,
+		LastProbe:           ProbeOf(t.LastProbe),
 		Settings: Settings{
 			MaxInflight:              ts.MaxInflight,
 			FailThreshold:            ts.FailThreshold,
@@ -232,8 +271,21 @@ func TargetOf(t relay.TargetSnapshot) Target {
 			SlowCallSeconds:          ts.SlowCall.Seconds(),
 			MaxResetTimeoutSeconds:   ts.MaxResetTimeout.Seconds(),
 			ResetJitter:              ts.ResetJitter,
+			ProbePayload:             ts.ProbePayload,
+			ProbeExpect:              ts.ProbeExpect,
+			ProbeSuccesses:           probeSuccesses(ts),
+			ProbeIntervalSeconds:     ts.ProbeInterval.Seconds(),
 		},
 	}
+}
+
+// probeSuccesses is the healthy probes in a row that close the target's
+// breaker, shown with synthetic probes (at least 1) or when above 1.
+func probeSuccesses(ts relay.TargetSettings) int {
+	if ts.ProbePayload == "" && ts.ProbeSuccesses <= 1 {
+		return 0
+	}
+	return max(ts.ProbeSuccesses, 1)
 }
 
 // Config configures New. It is a plain value.

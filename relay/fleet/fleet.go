@@ -188,6 +188,7 @@ type target struct {
 	permitted int64         // the epoch whose probe lease this hub won; -1 none
 	permitEnd time.Time     // when an unused permit is taken back, before the lease lapses
 	leaseAt   time.Time     // when to ask for the lease again
+	renewAt   time.Time     // when to renew the lease held through a half-open period
 	period    time.Duration // base period of the last local change
 	readAgain bool          // read the state at the next step
 
@@ -612,6 +613,30 @@ func (f *Fleet) step(ctx context.Context) time.Time {
 	return next
 }
 
+// renewLease renews, every third of the lease, the probe lease this hub
+// holds while its breaker is half-open, and returns when to renew it next.
+func (f *Fleet) renewLease(ctx context.Context, t *target, now time.Time) time.Time {
+	if t.renewAt.IsZero() {
+		// The probe's start renewed it.
+		t.renewAt = now.Add(t.lease / 3)
+	}
+	if now.Before(t.renewAt) {
+		return t.renewAt
+	}
+	st, err := f.runScript(ctx, scriptLease, t, 0, msText(t.lease))
+	if err != nil {
+		f.setUp(false, err)
+		f.metrics.commandFailed()
+		return time.Time{}
+	}
+	if st.code < 0 {
+		t.readAgain = true
+		return now
+	}
+	t.renewAt = now.Add(t.lease / 3)
+	return t.renewAt
+}
+
 // setUp records whether the store is up, logging and counting each change.
 func (f *Fleet) setUp(up bool, err error) {
 	if f.up.Swap(up) == up && f.upKnown.Swap(true) {
@@ -856,9 +881,16 @@ func (f *Fleet) apply(t *target, st storeState) {
 
 // permit gives the breaker its probe permit once its open period has ended:
 // through the probe lease while the store is up, at once while it is down.
-// It returns when to look again (zero: no need).
+// A hub whose breaker is half-open on the lease it won keeps the lease for
+// as long as it stays so: a breaker that needs several healthy probes
+// (breaker.Policy.ProbeSuccesses) stays half-open between them, and no
+// other hub may probe meanwhile. It returns when to look again (zero: no
+// need).
 func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time {
 	snap := t.b.Snapshot()
+	if snap.State == breaker.HalfOpen && t.permitted == t.known && f.up.Load() {
+		return f.renewLease(ctx, t, now)
+	}
 	if snap.State != breaker.Open || snap.Held {
 		return time.Time{}
 	}
@@ -890,6 +922,7 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 	if now.Before(t.leaseAt) {
 		return t.leaseAt
 	}
+	t.renewAt = time.Time{}
 	st, err := f.runScript(ctx, scriptLease, t, 0, msText(t.lease))
 	if err != nil {
 		f.setUp(false, err)

@@ -9,8 +9,11 @@
 // (docs/PROTOCOL.md, "In-doubt journal") and returns only once the line is
 // on disk: one writer goroutine writes and fsyncs the lines of concurrent
 // callers together (group commit), so a burst of in-doubt calls costs one
-// fsync per batch, not one per call. A Ring keeps the most recent entries
-// in memory for the admin port.
+// fsync per batch, not one per call. The file is held under an exclusive
+// lock, so a second hub started on it refuses to start (ErrLocked), and
+// Reopen moves writing to a new file at the path once logrotate has renamed
+// the old one, each line whole in exactly one of the two. A Ring keeps the
+// most recent entries in memory for the admin port.
 //
 // Typical use:
 //
@@ -39,6 +42,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/internal/lockedfile"
 )
 
 // TimeFormat is the layout of an entry's time: RFC 3339 in UTC with
@@ -136,6 +141,10 @@ var (
 	ErrWaitTimeout = errors.New("indoubt: journal write not done in time")
 )
 
+// ErrLocked is returned (wrapped) by Open and Reopen when another process,
+// in practice another hub, holds the lock on the journal file.
+var ErrLocked = errors.New("indoubt: locked by another process")
+
 // Defaults applied by Open to zero Config fields.
 const (
 	DefaultQueueSize   = 4096
@@ -147,7 +156,8 @@ const (
 // Config configures Open. It is a plain value.
 type Config struct {
 	// Path is the journal file, created if missing (mode 0640) and
-	// appended to, never truncated. Required.
+	// appended to, never truncated; locked while the Journal has it open.
+	// Required.
 	Path string
 	// QueueSize is how many lines may wait for the writer; Append refuses
 	// a line that finds the queue full (ErrQueueFull) rather than wait.
@@ -166,9 +176,9 @@ type Config struct {
 // for concurrent use.
 type Journal struct {
 	path        string
-	file        *os.File
-	sync        func() error // file.Sync; a test's in its place
-	syncs       atomic.Int64 // fsyncs done, one per batch
+	file        *lockedfile.File
+	sync        func(*os.File) error // (*os.File).Sync; a test's in its place
+	syncs       atomic.Int64         // fsyncs done: one per batch, and one per Reopen
 	waitTimeout time.Duration
 	log         zerolog.Logger
 	done        chan struct{} // closed when the writer goroutine has ended
@@ -189,8 +199,11 @@ type pending struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
 
-// Open opens (or creates) the journal at cfg.Path and starts its writer.
-// It fails when the file cannot be opened for appending.
+// Open opens (or creates) the journal at cfg.Path, takes an exclusive lock
+// on it, and starts its writer. It fails when the file cannot be opened
+// for appending, or when another process holds its lock (wrapping
+// ErrLocked); the error names the path. Files that are not regular files,
+// such as /dev/null, are not locked.
 func Open(cfg Config) (*Journal, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("indoubt: Config.Path is required")
@@ -198,18 +211,13 @@ func Open(cfg Config) (*Journal, error) {
 	if cfg.QueueSize < 0 || cfg.WaitTimeout < 0 {
 		return nil, errors.New("indoubt: QueueSize and WaitTimeout must not be negative")
 	}
-	f, err := os.OpenFile(cfg.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("indoubt: %w", err)
-	}
 	queueSize := cfg.QueueSize
 	if queueSize == 0 {
 		queueSize = DefaultQueueSize
 	}
 	j := &Journal{
 		path:        cfg.Path,
-		file:        f,
-		sync:        f.Sync,
+		sync:        (*os.File).Sync,
 		waitTimeout: cfg.WaitTimeout,
 		log:         cfg.Logger.With().Str("component", "in_doubt_log").Str("path", cfg.Path).Logger(),
 		done:        make(chan struct{}),
@@ -218,6 +226,13 @@ func Open(cfg Config) (*Journal, error) {
 	if j.waitTimeout == 0 {
 		j.waitTimeout = DefaultWaitTimeout
 	}
+	// Mode 0640: the journal holds transaction ids, for the hub's group
+	// (its operators) to read, no one else.
+	f, err := lockedfile.Open(lockedfile.Config{Path: cfg.Path, Perm: 0o640, Sync: j.syncFile})
+	if err != nil {
+		return nil, fmt.Errorf("in-doubt journal %q: %w", cfg.Path, lockedErr(err))
+	}
+	j.file = f
 	go j.write()
 	return j, nil
 }
@@ -295,11 +310,7 @@ func (j *Journal) write() {
 		for _, p := range batch {
 			buf = append(buf, p.line...)
 		}
-		_, err := j.file.Write(buf)
-		if err == nil {
-			err = j.sync()
-			j.syncs.Add(1)
-		}
+		err := j.writeBatch(buf)
 		if err != nil {
 			j.log.Error().Err(err).Int("lines", len(batch)).Msg("in-doubt journal write failed")
 		}
@@ -313,8 +324,53 @@ func (j *Journal) write() {
 	}
 }
 
+// syncFile fsyncs f, counting it.
+func (j *Journal) syncFile(f *os.File) error {
+	j.syncs.Add(1)
+	return j.sync(f)
+}
+
+// writeBatch writes buf, a batch of whole lines, with one write and
+// fsyncs it, so that a Reopen cannot split the batch between two files
+// nor close a file before its lines are on disk.
+func (j *Journal) writeBatch(buf []byte) error {
+	return j.file.Append(buf, true)
+}
+
+// Reopen opens the journal's path anew and moves writing there, for log
+// rotation: once logrotate (or an operator) has renamed the file, lines go
+// on into the renamed file until Reopen creates a new one (mode 0640) at
+// the path. The new file is locked as Open locks it; the old one is then
+// closed, which releases its lock. If the path still names the file being
+// written (nothing was renamed), Reopen leaves it as it is.
+//
+// The switch happens between two batches: every line is whole in exactly
+// one of the two files, and every line written to the old one was fsynced
+// before its caller returned.
+//
+// On error the journal keeps writing to the file it had: the path cannot
+// be opened, or another process holds the new file's lock (wrapping
+// ErrLocked). After Close it returns an error wrapping os.ErrClosed. Every
+// error names the path.
+func (j *Journal) Reopen() error {
+	if err := j.file.Reopen(); err != nil {
+		return fmt.Errorf("in-doubt journal %q: reopen: %w", j.path, lockedErr(err))
+	}
+	return nil
+}
+
+// lockedErr says that another hub holds the file when err is lockedfile's
+// ErrLocked, in the journal's own ErrLocked.
+func lockedErr(err error) error {
+	if errors.Is(err, lockedfile.ErrLocked) {
+		return fmt.Errorf("another relay holds it (%w)", ErrLocked)
+	}
+	return err
+}
+
 // Close writes the lines queued, fsyncs, stops the writer and closes the
-// file. Append afterwards returns ErrClosed. Close is idempotent.
+// file, which releases its lock. Append afterwards returns ErrClosed.
+// Close is idempotent.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.closed {

@@ -109,10 +109,10 @@ func TestAppendAppendsToAnExistingFile(t *testing.T) {
 func blockSync(j *Journal) (entered chan struct{}, release chan struct{}) {
 	entered, release = make(chan struct{}, 100), make(chan struct{})
 	sync := j.sync
-	j.sync = func() error {
+	j.sync = func(f *os.File) error {
 		entered <- struct{}{}
 		<-release
-		return sync()
+		return sync(f)
 	}
 	return entered, release
 }
@@ -184,7 +184,7 @@ func TestAppendFailures(t *testing.T) {
 	t.Run("fsync error", func(t *testing.T) {
 		j := openTest(t, Config{})
 		boom := errors.New("disk gone")
-		j.sync = func() error { return boom }
+		j.sync = func(*os.File) error { return boom }
 		e := testEntry("T1")
 		assert.ErrorIs(t, j.Append(&e), boom)
 	})
@@ -318,4 +318,108 @@ func TestAppendDoesNotAllocate(t *testing.T) {
 	})
 	require.NoError(t, failed)
 	assert.Zero(t, allocs)
+}
+
+func TestSecondOpenOfAJournalIsLocked(t *testing.T) {
+	j := openTest(t, Config{})
+	_, err := Open(Config{Path: j.Path()})
+	require.ErrorIs(t, err, ErrLocked)
+	assert.ErrorContains(t, err, j.Path())
+	assert.ErrorContains(t, err, "another relay holds it")
+
+	require.NoError(t, j.Close())
+	again, err := Open(Config{Path: j.Path()})
+	require.NoError(t, err, "Close releases the lock")
+	require.NoError(t, again.Close())
+}
+
+// TestReopenUnderConcurrentAppends renames the journal and reopens it
+// twice while 16 goroutines append: every line is whole in exactly one of
+// the three files, and the lines appended after each Reopen returned are
+// in the new file.
+func TestReopenUnderConcurrentAppends(t *testing.T) {
+	const callers, perPhase, rotations = 16, 30, 2
+	j := openTest(t, Config{})
+	appendPhase := func(phase int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Go(func() {
+				for i := range perPhase {
+					e := testEntry(fmt.Sprintf("P%d-C%d-%d", phase, c, i))
+					assert.NoError(t, j.Append(&e))
+				}
+			})
+		}
+		// Rotate while the phase's appends are under way.
+		if phase < rotations {
+			require.NoError(t, os.Rename(j.Path(), fmt.Sprintf("%s.%d", j.Path(), phase)))
+			require.NoError(t, j.Reopen())
+		}
+		wg.Wait()
+	}
+	for phase := range rotations + 1 {
+		appendPhase(phase)
+	}
+	last := testEntry("LAST")
+	require.NoError(t, j.Append(&last))
+
+	seen := make(map[string]string) // txid → file
+	files := []string{j.Path() + ".0", j.Path() + ".1", j.Path()}
+	for _, path := range files {
+		for _, l := range readLines(t, path) {
+			txid := l["txid"].(string)
+			if prev, ok := seen[txid]; ok {
+				t.Errorf("%s in %s and in %s", txid, prev, path)
+			}
+			seen[txid] = path
+		}
+	}
+	assert.Len(t, seen, (rotations+1)*callers*perPhase+1, "every line in one of the files")
+	assert.Equal(t, j.Path(), seen["LAST"], "after the Reopens, lines go to the new file")
+	for i := range callers {
+		assert.NotEqual(t, files[0], seen[fmt.Sprintf("P2-C%d-0", i)], "a line appended after a Reopen returned is not in the first file")
+	}
+
+	_, err := Open(Config{Path: j.Path()})
+	assert.ErrorIs(t, err, ErrLocked, "the lock moved to the new file")
+	old, err := Open(Config{Path: files[0]})
+	require.NoError(t, err, "the renamed file is free")
+	require.NoError(t, old.Close())
+}
+
+func TestReopen(t *testing.T) {
+	t.Run("nothing renamed", func(t *testing.T) {
+		j := openTest(t, Config{})
+		e := testEntry("T1")
+		require.NoError(t, j.Append(&e))
+		require.NoError(t, j.Reopen())
+		e = testEntry("T2")
+		require.NoError(t, j.Append(&e))
+		assert.Len(t, readLines(t, j.Path()), 2)
+		_, err := Open(Config{Path: j.Path()})
+		assert.ErrorIs(t, err, ErrLocked, "still held")
+	})
+	t.Run("the new file held by another", func(t *testing.T) {
+		j := openTest(t, Config{})
+		require.NoError(t, os.Rename(j.Path(), j.Path()+".1"))
+		other, err := Open(Config{Path: j.Path()})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Close() })
+		err = j.Reopen()
+		require.ErrorIs(t, err, ErrLocked)
+		assert.ErrorContains(t, err, j.Path())
+		e := testEntry("T1")
+		require.NoError(t, j.Append(&e))
+		assert.Len(t, readLines(t, j.Path()+".1"), 1, "the journal goes on in the file it had")
+	})
+	t.Run("after close", func(t *testing.T) {
+		j := openTest(t, Config{})
+		require.NoError(t, j.Close())
+		require.NoError(t, os.Rename(j.Path(), j.Path()+".1"))
+		assert.ErrorIs(t, j.Reopen(), os.ErrClosed)
+		again, err := Open(Config{Path: j.Path()})
+		require.NoError(t, err, "a closed journal's Reopen holds no file")
+		require.NoError(t, again.Close())
+	})
 }

@@ -202,6 +202,15 @@ func AppendResponse[T, M ~string | ~[]byte](dst []byte, txid T, code string, msg
 	} else {
 		dst = appendClean(dst, txid)
 	}
+	return AppendResponseTail(dst, code, msg)
+}
+
+// AppendResponseTail appends what AppendResponse writes after the TXID,
+// "|CODE|MESSAGE\n", cleaned and cut alike. A TXID that ParseRequest
+// accepted needs no cleaning, so a hub answering a run of requests alike
+// (refusals) builds the tail once and writes each answer as the request's
+// TXID followed by it: the same bytes as AppendResponse.
+func AppendResponseTail[M ~string | ~[]byte](dst []byte, code string, msg M) []byte {
 	dst = append(dst, responseSeparator)
 	dst = appendClean(dst, code)
 	dst = append(dst, responseSeparator)

@@ -175,6 +175,15 @@ func TestAppendResponse(t *testing.T) {
 	}
 }
 
+func TestAppendResponseTailAfterAValidTxIDIsTheResponse(t *testing.T) {
+	for _, msg := range []string{"circuit open; retry after 7s", "", "a\r\nb\x00", strings.Repeat("€", MaxMessageBytes)} {
+		txid := []byte("TX-1._:z")
+		require.True(t, ValidTxID(txid))
+		tail := AppendResponseTail(nil, CodeCircuitOpen, msg)
+		assert.Equal(t, string(AppendResponse(nil, txid, CodeCircuitOpen, msg)), string(append(txid, tail...)))
+	}
+}
+
 func TestAppendResponseCapsMessage(t *testing.T) {
 	t.Run("ascii", func(t *testing.T) {
 		got := AppendResponse(nil, []byte("T"), "E500", bytes.Repeat([]byte("x"), 10000))

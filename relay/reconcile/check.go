@@ -58,6 +58,9 @@ type Result struct {
 	// Duplicates lists the later journal lines with the same target URL
 	// and txid, which were asked about once with this one.
 	Duplicates []int `json:"duplicates,omitempty"`
+	// DuplicateFiles is the journal file of each of Duplicates, when the
+	// journal was read from more than one file.
+	DuplicateFiles []string `json:"duplicate_files,omitempty"`
 }
 
 // Config configures a Checker. The zero value is usable.
@@ -97,7 +100,8 @@ func New(cfg Config) *Checker {
 
 // Check looks up every entry and returns one result per distinct target
 // URL and txid, in journal order; a later line for the same transaction is
-// listed in its result's Duplicates. Look-ups run Concurrency at a time; when
+// listed in its result's Duplicates (and its file in DuplicateFiles, when
+// entries have a File), whatever the file it is in. Look-ups run Concurrency at a time; when
 // ctx ends, those not done are Unknown.
 func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 	type key struct{ url, txid string }
@@ -106,7 +110,11 @@ func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 	for _, e := range entries {
 		k := key{strings.TrimRight(e.URL, "/"), e.TxID}
 		if i, ok := index[k]; ok {
-			results[i].Duplicates = append(results[i].Duplicates, e.Line)
+			r := &results[i]
+			r.Duplicates = append(r.Duplicates, e.Line)
+			if e.File != "" {
+				r.DuplicateFiles = append(r.DuplicateFiles, e.File)
+			}
 			continue
 		}
 		index[k] = len(results)

@@ -119,6 +119,20 @@ func TestCheckAsksOncePerTransaction(t *testing.T) {
 	assert.Equal(t, []int{3}, results[0].Duplicates)
 	assert.Equal(t, "T2", results[1].TxID)
 	assert.Equal(t, int64(2), calls.Load())
+	assert.Empty(t, results[0].DuplicateFiles, "one journal file")
+
+	// Read from rotated files, the same transaction in two of them is
+	// asked about once, and the repeat says which file it is in.
+	entries = []reconcile.Entry{
+		{File: "in-doubt.log-20261130", Line: 7, TxID: "T1", URL: ts.URL},
+		{File: "in-doubt.log", Line: 1, TxID: "T1", URL: ts.URL},
+	}
+	results = reconcile.New(reconcile.Config{}).Check(context.Background(), entries)
+	require.Len(t, results, 1)
+	assert.Equal(t, "in-doubt.log-20261130", results[0].File)
+	assert.Equal(t, []int{1}, results[0].Duplicates)
+	assert.Equal(t, []string{"in-doubt.log"}, results[0].DuplicateFiles)
+	assert.Equal(t, int64(3), calls.Load())
 }
 
 func TestCheckEscapesTheTxID(t *testing.T) {

@@ -25,6 +25,7 @@ package reconcile
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ const (
 // have reached the target and whose answer never came. Fields the journal
 // may gain later are ignored. A plain value.
 type Entry struct {
+	// File is the journal file the entry was read from, when the journal
+	// was read from more than one file (rotated journals); empty otherwise.
+	File string `json:"file,omitempty"`
 	// Line is the entry's line number in the journal, from 1.
 	Line int `json:"line"`
 	// Time is when the outcome became unknown.
@@ -74,16 +78,31 @@ type Entry struct {
 // BadLine is a journal line that could not be read as an entry. A plain
 // value.
 type BadLine struct {
+	// File is the journal file, as Entry.File.
+	File  string `json:"file,omitempty"`
 	Line  int    `json:"line"`
 	Error string `json:"error"`
 }
 
-// ReadJournal reads the in-doubt journal from r. Blank lines are skipped; a
-// line that is not a JSON object with a txid, a target and an http or https
-// url — torn by a crash, truncated, edited — is returned in bad with its
-// line number, and reading goes on. err is only a read error of r.
+// gzipMagic starts every gzip stream.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// ReadJournal reads the in-doubt journal from r, through gzip when r starts
+// as a gzip stream does (a journal logrotate compressed). Blank lines are
+// skipped; a line that is not a JSON object with a txid, a target and an
+// http or https url — torn by a crash, truncated, edited — is returned in
+// bad with its line number, and reading goes on. err is only a read error
+// of r, or of its gzip stream (one cut short, or not gzip after all).
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
+	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, fmt.Errorf("starts as gzip but is not: %w", err)
+		}
+		defer zr.Close()
+		br = bufio.NewReaderSize(zr, 64<<10)
+	}
 	for n := 1; ; n++ {
 		line, tooLong, err := readLine(br)
 		if err != nil && !errors.Is(err, io.EOF) {

@@ -1,6 +1,10 @@
 package reconcile_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +72,37 @@ func TestReadJournalEmpty(t *testing.T) {
 		assert.Empty(t, entries)
 		assert.Empty(t, bad)
 	}
+}
+
+// gzipped returns s compressed as logrotate's compress leaves it.
+func gzipped(t *testing.T, s string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
+	require.NoError(t, err)
+	_, err = io.WriteString(zw, s)
+	require.NoError(t, errors.Join(err, zw.Close()))
+	return out.Bytes()
+}
+
+func TestReadJournalGzipped(t *testing.T) {
+	journal := goodLine + "\n" + `{"txid":"T2","target":"CORE","url":"http://127.0.0.1:9201"}` + "\n" + "torn{\n"
+	t.Run("whole", func(t *testing.T) {
+		entries, bad, err := reconcile.ReadJournal(bytes.NewReader(gzipped(t, journal)))
+		require.NoError(t, err)
+		require.Len(t, entries, 2)
+		assert.Equal(t, "T2", entries[1].TxID)
+		assert.Equal(t, 2, entries[1].Line)
+		require.Len(t, bad, 1)
+		assert.Equal(t, 3, bad[0].Line)
+	})
+	t.Run("cut short", func(t *testing.T) {
+		z := gzipped(t, journal)
+		_, _, err := reconcile.ReadJournal(bytes.NewReader(z[:len(z)-10]))
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	})
+	t.Run("gzip's magic and nothing else", func(t *testing.T) {
+		_, _, err := reconcile.ReadJournal(strings.NewReader("\x1f\x8bnot gzip"))
+		assert.ErrorContains(t, err, "starts as gzip but is not")
+	})
 }

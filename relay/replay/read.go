@@ -237,6 +237,7 @@ type record struct {
 	code        []byte
 	use         int
 	probe       bool
+	synthetic   bool // the hub's own probe, not a client's request
 }
 
 // fieldOf returns where the value of key goes in r: the field of a time
@@ -341,6 +342,12 @@ func (p *lineParser) field(key []byte, v *fastjson.Value) {
 			p.err = fmt.Errorf("probe %s: want true or false", v)
 		}
 		p.rec.probe = b
+	case "synthetic":
+		b, err := v.Bool()
+		if err != nil {
+			p.err = fmt.Errorf("synthetic %s: want true or false", v)
+		}
+		p.rec.synthetic = b
 	}
 }
 

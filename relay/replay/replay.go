@@ -19,7 +19,10 @@
 // hub refused (E904) that the replay's breaker admits gets the outcome,
 // code and duration, of the target's latest call that the hub did make and
 // that started before it, since the log cannot say what the target would
-// have answered. Operator actions on the admin port are not in the access
+// have answered. A synthetic probe line (the hub's own probe, "synthetic")
+// is no customer's request: with a probe payload in the settings it is
+// replayed as the breaker's own probe, else it is skipped (see sim.probe).
+// Operator actions on the admin port are not in the access
 // log and are not replayed; nor is the bulkhead: a request the hub found
 // the bulkhead full for (E905) is admitted and handed back, as in the hub.
 //
@@ -46,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/relayhub/relayhub/breaker"
@@ -117,6 +121,7 @@ type arrival struct {
 	code        int32 // interned
 	kind        uint8
 	probe       bool
+	synthetic   bool // the hub's own probe (see sim.probe)
 }
 
 func (a *arrival) before(b *arrival) bool {
@@ -265,7 +270,7 @@ func (e *engine) line(source string, n int64, line []byte) {
 	a := arrival{fallbackFor: -1, took: rec.took}
 	switch {
 	case rec.use != useNone:
-		a.at, a.end, a.probe = rec.start, rec.end, rec.probe
+		a.at, a.end, a.probe, a.synthetic = rec.start, rec.end, rec.probe, rec.synthetic && rec.use == useAdmitted
 		switch rec.use {
 		case useAdmitted:
 			a.kind = kindCall
@@ -315,7 +320,11 @@ func (e *engine) line(source string, n int64, line []byte) {
 		}
 		return
 	}
-	e.report.Requests++
+	if a.synthetic {
+		e.report.Synthetic++
+	} else {
+		e.report.Requests++
+	}
 	e.seq++
 	a.seq = e.seq
 	e.queue.push(a)
@@ -506,6 +515,8 @@ func (s *sim) target(id int32) *simTarget {
 	}
 	name := s.e.names.strings[id]
 	ts, fallback := s.set.target(name)
+	// As the hub does: a probe payload makes the probes the hub's own.
+	ts.SyntheticProbes = ts.ProbePayload != ""
 	t := &simTarget{name: name, id: id, settings: ts, fallback: -1}
 	if fallback != "" {
 		t.fallback = s.e.intern([]byte(fallback))
@@ -583,6 +594,10 @@ func (s *sim) arrive(a *arrival) {
 	s.advance(a.at)
 	s.setClock(a.at)
 	real := s.target(a.target)
+	if a.synthetic {
+		s.probe(a, real)
+		return
+	}
 	if a.kind == kindCall {
 		real.last = outcome{code: a.code, took: a.took, known: true}
 	}
@@ -604,6 +619,38 @@ func (s *sim) arrive(a *arrival) {
 		}
 	}
 	named.stats.Refused++
+}
+
+// probe replays one of the hub's synthetic probes to t. With a probe
+// payload in the set's settings, the breaker takes it as the hub's did: as
+// its own probe if one is due then (AdmitProbe), judged by the set's
+// probe_expect; a probe the breaker is not due is skipped. Without a probe
+// payload the set's hub would not have sent it: it is skipped, and the
+// customers' requests probe the breaker, as they do in such a hub. Either
+// way it is no customer's request.
+func (s *sim) probe(a *arrival, t *simTarget) {
+	if s == s.e.sims[0] {
+		s.logged[a.target].Probes++
+	}
+	if !t.settings.SyntheticProbes {
+		return
+	}
+	ticket, _, err := t.breaker.AdmitProbe()
+	if err != nil {
+		return
+	}
+	t.stats.Probes++
+	healthy := slices.Contains(t.probeExpect(), s.e.codes.strings[a.code])
+	s.seq++
+	s.inFlight.push(inFlight{end: a.end, seq: s.seq, t: t, ticket: ticket, failed: !healthy, took: a.took})
+}
+
+// probeExpect returns the answer codes of t's healthy synthetic probes.
+func (t *simTarget) probeExpect() []string {
+	if len(t.settings.ProbeExpect) == 0 {
+		return []string{relay.DefaultProbeExpect}
+	}
+	return t.settings.ProbeExpect
 }
 
 // ask asks t's breaker to admit a; real is the target that answered a in

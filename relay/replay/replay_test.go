@@ -282,3 +282,69 @@ func TestFallbacks(t *testing.T) {
 	assert.Equal(t, int64(4), rep.Sets[0].target("CORE").Refused)
 	assert.Zero(t, rep.Sets[0].target("CORE_DR").Calls)
 }
+
+// syntheticLine is the line of one of the hub's synthetic probes to
+// target, admitted at start ms, ended took ms later with code.
+func syntheticLine(target string, start, took float64, code string) string {
+	return fmt.Sprintf(`{"time":%q,"txid":"PROBE-hub-1","target":%q,"code":%q,"duration_ms":%v,"bytes":10,"breaker":"admitted","probe":true,"synthetic":true,"start":%q,"end":%q}`,
+		at(start+took).Format(relay.TimeFormat), target, code, took,
+		at(start).Format(relay.StampFormat), at(start+took).Format(relay.StampFormat))
+}
+
+func TestReplayOfSyntheticProbes(t *testing.T) {
+	// A hub with synthetic probes (probe_payload, probe_expect 0000 and
+	// B204): CORE opens at 30, the hub's probe fails at 1042, customers
+	// are refused at 1045 and 2045 though the open period has passed, and
+	// its probe answered B204 closes it at 2053.
+	log := []string{
+		callLine("CORE", 0, 5, "0000", false),
+		callLine("CORE", 10, 1, "E500", false),
+		callLine("CORE", 20, 1, "E500", false),
+		callLine("CORE", 29, 1, "E500", false),
+		refusedLine("CORE", 100),
+		refusedLine("CORE", 600),
+		syntheticLine("CORE", 1040, 2, "E500"),
+		refusedLine("CORE", 1045),
+		refusedLine("CORE", 2045),
+		syntheticLine("CORE", 2050, 3, "B204"),
+		callLine("CORE", 2100, 3, "0000", false),
+	}
+	hub := relay.TargetSettings{ProbePayload: "BAL HEALTH", ProbeExpect: []string{"0000", "B204"},
+		Policy: breaker.Policy{FailThreshold: 3, ResetTimeout: time.Second}}
+	tests := []struct {
+		name     string
+		settings relay.TargetSettings
+		want     []string
+	}{
+		{
+			name:     "the hub's settings",
+			settings: hub,
+			want:     chain("CORE", "30:OPEN 1040:HALF_OPEN 1042:OPEN 2050:HALF_OPEN 2053:CLOSED"),
+		},
+		{
+			// Without a probe payload the hub's probes are skipped and the
+			// customers probe: the one at 1045 gets the outcome of the
+			// latest call (E500 at 29, 1 ms) and reopens until 2046; the
+			// one at 2100 closes it.
+			name:     "customers probing",
+			settings: relay.TargetSettings{Policy: hub.Policy},
+			want:     chain("CORE", "30:OPEN 1045:HALF_OPEN 1046:OPEN 2100:HALF_OPEN 2103:CLOSED"),
+		},
+		{
+			// Expecting only 0000, the B204 probe fails too.
+			name:     "only 0000 healthy",
+			settings: relay.TargetSettings{ProbePayload: "BAL HEALTH", Policy: hub.Policy},
+			want:     chain("CORE", "30:OPEN 1040:HALF_OPEN 1042:OPEN 2050:HALF_OPEN 2053:OPEN"),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := run(t, []Source{textSource("incident", log...)}, Settings{Name: "x", Defaults: tc.settings})
+			assert.Equal(t, tc.want, lines(rep.Sets[0].Transitions))
+			assert.Equal(t, int64(2), rep.Synthetic)
+			assert.Equal(t, int64(9), rep.Requests, "the probes are no customer's requests")
+			assert.Zero(t, rep.Malformed)
+			assert.Equal(t, int64(2), rep.Logged[0].Probes)
+		})
+	}
+}

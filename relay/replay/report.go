@@ -35,6 +35,10 @@ type Report struct {
 	// time of their answer, to the millisecond, and their probes are not
 	// known.
 	Approximate int64 `json:"approximate"`
+	// Synthetic is how many lines were the hub's own synthetic probes:
+	// replayed as the breakers' own probes with a probe payload in the
+	// settings, skipped without; never counted as Requests.
+	Synthetic int64 `json:"synthetic"`
 	// Malformed is how many lines were skipped as not access log lines;
 	// MalformedLines lists the first of them, with why.
 	Malformed      int64       `json:"malformed"`
@@ -265,6 +269,9 @@ func (r *Report) writeSummary(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  requests replayed through a breaker: %d\n", r.Requests)
 	fmt.Fprintf(w, "  lines that reached no breaker (E900, E903, E906): %d\n", r.NoBreaker)
+	if r.Synthetic > 0 {
+		fmt.Fprintf(w, "  the hub's synthetic probes (replayed as the breakers' own with a probe_payload, else skipped): %d\n", r.Synthetic)
+	}
 	if r.Approximate > 0 {
 		fmt.Fprintf(w, "  requests from lines without breaker fields, placed by their answer's millisecond, probes unknown: %d\n", r.Approximate)
 	}

@@ -67,6 +67,19 @@ func (s *Settings) Describe(name string) string {
 	if p.ResetJitter > 0 {
 		fmt.Fprintf(&b, " reset_jitter=%v", p.ResetJitter)
 	}
+	if ts.ProbePayload != "" {
+		expect := ts.ProbeExpect
+		if len(expect) == 0 {
+			expect = []string{relay.DefaultProbeExpect}
+		}
+		fmt.Fprintf(&b, " probe_payload=%q probe_expect=%s", ts.ProbePayload, strings.Join(expect, ","))
+	}
+	if p.ProbeSuccesses > 1 {
+		fmt.Fprintf(&b, " probe_successes=%d", p.ProbeSuccesses)
+	}
+	if p.ProbeInterval > 0 {
+		fmt.Fprintf(&b, " probe_interval=%s", p.ProbeInterval)
+	}
 	if fallback != "" {
 		fmt.Fprintf(&b, " fallback=%s", fallback)
 	}
@@ -225,17 +238,18 @@ func overrideOne(source, name string, start relay.TargetSettings, fallback strin
 }
 
 // tomlValue writes an override's value as the settings file would hold
-// it: failure_codes as an array of strings, a number as a number (a bare
+// it: failure_codes and probe_expect as arrays of strings, fallback and
+// probe_payload as strings, a number as a number (a bare
 // number of seconds, for a duration), anything else as a string.
 func tomlValue(key, value string) string {
 	switch key {
-	case "failure_codes":
+	case "failure_codes", "probe_expect":
 		var codes []string
 		for c := range strings.SplitSeq(value, ",") {
 			codes = append(codes, strconv.Quote(strings.TrimSpace(c)))
 		}
 		return "[" + strings.Join(codes, ", ") + "]"
-	case "fallback":
+	case "fallback", "probe_payload":
 		return strconv.Quote(value)
 	}
 	if _, err := strconv.ParseInt(value, 10, 64); err == nil {

@@ -52,6 +52,10 @@ const (
 	keyMaxResetTimeout = "max_reset_timeout"
 	keyResetJitter     = "reset_jitter"
 	keyFallback        = "fallback"
+	keyProbePayload    = "probe_payload"
+	keyProbeExpect     = "probe_expect"
+	keyProbeSuccesses  = "probe_successes"
+	keyProbeInterval   = "probe_interval"
 
 	keyAllowedClients     = "allowed_clients"
 	keyCAFile             = "ca_file"
@@ -67,6 +71,7 @@ var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
 	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
+	keyProbePayload, keyProbeExpect, keyProbeSuccesses, keyProbeInterval,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
@@ -193,6 +198,10 @@ type table struct {
 	MaxResetTimeout offDuration  `toml:"max_reset_timeout"`
 	ResetJitter     share        `toml:"reset_jitter"`
 	Fallback        targetName   `toml:"fallback"`
+	ProbePayload    probePayload `toml:"probe_payload"`
+	ProbeExpect     probeCodes   `toml:"probe_expect"`
+	ProbeSuccesses  count        `toml:"probe_successes"`
+	ProbeInterval   offDuration  `toml:"probe_interval"`
 
 	AllowedClients     clientPatterns `toml:"allowed_clients"`
 	CAFile             text           `toml:"ca_file"`
@@ -374,15 +383,25 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.FailureCodes, err = t.FailureCodes.get()
 	case keyFallback:
 		ft.target.Fallback, err = t.Fallback.get()
+	case keyProbePayload:
+		s.ProbePayload, err = t.ProbePayload.get()
+	case keyProbeExpect:
+		s.ProbeExpect, err = t.ProbeExpect.get()
+	case keyProbeSuccesses:
+		s.ProbeSuccesses, err = t.ProbeSuccesses.get()
+	case keyProbeInterval:
+		s.ProbeInterval, err = t.ProbeInterval.get()
 	default:
 		err = ft.applyTLS(t, key)
 	}
 	return err
 }
 
-// cloneSettings returns ts with a FailureCodes of its own.
+// cloneSettings returns ts with a FailureCodes and a ProbeExpect of its
+// own.
 func cloneSettings(ts relay.TargetSettings) relay.TargetSettings {
 	ts.FailureCodes = append([]string(nil), ts.FailureCodes...)
+	ts.ProbeExpect = slices.Clone(ts.ProbeExpect)
 	return ts
 }
 
@@ -509,6 +528,11 @@ type (
 	share struct{ checked[float64] }
 	// failureCodes is a non-empty list of failure codes.
 	failureCodes struct{ checked[[]string] }
+	// probePayload is a synthetic probe's payload: one line, or empty for
+	// none.
+	probePayload struct{ checked[string] }
+	// probeCodes is a non-empty list of a healthy probe's answer codes.
+	probeCodes struct{ checked[[]string] }
 )
 
 var (
@@ -519,7 +543,46 @@ var (
 	_ toml.Unmarshaler = (*offDuration)(nil)
 	_ toml.Unmarshaler = (*share)(nil)
 	_ toml.Unmarshaler = (*failureCodes)(nil)
+	_ toml.Unmarshaler = (*probePayload)(nil)
+	_ toml.Unmarshaler = (*probeCodes)(nil)
 )
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *probePayload) UnmarshalTOML(v any) error { f.value, f.err = asProbePayload(v); return nil }
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *probeCodes) UnmarshalTOML(v any) error { f.value, f.err = asProbeCodes(v); return nil }
+
+// asProbePayload reads a synthetic probe's payload: a string with no line
+// break; empty turns synthetic probes off.
+func asProbePayload(v any) (string, error) {
+	s, err := asString(v)
+	if err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		return "", errors.New(`must be one line: no "\n" or "\r"`)
+	}
+	return s, nil
+}
+
+// asProbeCodes reads a non-empty array of the answer codes of a healthy
+// probe, each accepted by relay.ParseProbeCode; a string of one code, or
+// of several separated by commas as the flag takes them, is read too.
+func asProbeCodes(v any) ([]string, error) {
+	var list []any
+	switch x := v.(type) {
+	case []any:
+		list = x
+	case string:
+		for c := range strings.SplitSeq(x, ",") {
+			list = append(list, strings.TrimSpace(c))
+		}
+	default:
+		return nil, fmt.Errorf(`want an array of codes such as ["0000", "B404"], got %s`, describe(v))
+	}
+	return parseCodes(list, relay.ParseProbeCode)
+}
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
 func (f *targetURL) UnmarshalTOML(v any) error { f.value, f.err = asURL(v); return nil }
@@ -652,6 +715,12 @@ func asFailureCodes(v any) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf(`want an array of codes such as ["E500", "E901", "E902"], got %s`, describe(v))
 	}
+	return parseCodes(list, protocol.ParseFailureCode)
+}
+
+// parseCodes reads a non-empty list of codes, each a string that parse
+// accepts, into the codes parse returns.
+func parseCodes(list []any, parse func(string) (string, error)) ([]string, error) {
 	if len(list) == 0 {
 		return nil, errors.New("name at least one code")
 	}
@@ -661,7 +730,7 @@ func asFailureCodes(v any) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("want codes as strings, got %s", describe(x))
 		}
-		code, err := protocol.ParseFailureCode(s)
+		code, err := parse(s)
 		if err != nil {
 			return nil, err
 		}

@@ -133,6 +133,15 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		{name: "key that folds to a key", body: "[CORE]\n\"\u017flow_call\" = \"1s\"\n", table: "CORE", key: "\u017flow_call", want: "unknown key (did you mean slow_call?"},
 		{name: "unknown key in an inline table", body: "CORE = { max_inflite = 4 }\n", table: "CORE", key: "max_inflite", want: "[CORE] max_inflite: unknown key (want url, max_inflight, fail_threshold,"},
 		{name: "nested table under a key", body: "[CORE.url]\nhost = \"h\"\n", table: "CORE", key: "url", want: "[CORE] url: want a string, got a table"},
+		{name: "probe payload with a line break", body: "[CORE]\nprobe_payload = \"BAL\\nHEALTH\"\n", table: "CORE", key: "probe_payload", want: `[CORE] probe_payload: must be one line`},
+		{name: "probe payload as number", body: "[CORE]\nprobe_payload = 7\n", table: "CORE", key: "probe_payload", want: "want a string"},
+		{name: "bad probe code", body: "[CORE]\nprobe_expect = [\"0000\", \"B40\"]\n", table: "CORE", key: "probe_expect", want: `[CORE] probe_expect: probe code "B40": want 0000, Bnnn`},
+		{name: "failure as probe code", body: "[CORE]\nprobe_expect = [\"E500\"]\n", table: "CORE", key: "probe_expect", want: "a failure is never healthy"},
+		{name: "hub code as probe code", body: "[CORE]\nprobe_expect = [\"E904\"]\n", table: "CORE", key: "probe_expect", want: "E900 and above are the hub's own"},
+		{name: "no probe codes", body: "[CORE]\nprobe_expect = []\n", table: "CORE", key: "probe_expect", want: "name at least one code"},
+		{name: "zero probe successes", body: "[CORE]\nprobe_successes = 0\n", table: "CORE", key: "probe_successes", want: "[CORE] probe_successes: must be at least 1, got 0"},
+		{name: "negative probe interval", body: "[CORE]\nprobe_interval = \"-1s\"\n", table: "CORE", key: "probe_interval", want: "must not be negative"},
+		{name: "misspelt probe key", body: "[CORE]\nprobe_sucesses = 3\n", table: "CORE", key: "probe_sucesses", want: "unknown key (did you mean probe_successes?)"},
 		{name: "misspelt target", body: "[COER]\nmax_inflight = 3\n", table: "COER", key: "url", want: "[COER] url: missing: COER is a target only this file names, so its table must give its url (did you mean [CORE]?)"},
 	}
 	for _, tt := range tests {
@@ -447,4 +456,30 @@ func TestLoadTargetIdleTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Second, byName(t, targets, "CORE").Settings.TargetIdleTimeout)
 	assert.Equal(t, flagDefaults.TargetIdleTimeout, byName(t, targets, "CLAIM").Settings.TargetIdleTimeout, "the flag's value where the file says nothing")
+}
+
+func TestLoadProbeKeys(t *testing.T) {
+	// Given flags that set no probe and a file that sets one for CORE,
+	path := writeConfig(t, `[CORE]
+probe_payload = "BAL HEALTH"
+probe_expect = ["0000", "b404"]
+probe_successes = 3
+probe_interval = "2s"
+
+[CLAIM]
+probe_expect = "0000,B212"
+`)
+
+	targets, err := Load(path, flagDefaults, defaultPair)
+
+	require.NoError(t, err)
+	core := byName(t, targets, "CORE").Settings
+	assert.Equal(t, "BAL HEALTH", core.ProbePayload)
+	assert.Equal(t, []string{"0000", "B404"}, core.ProbeExpect)
+	assert.Equal(t, 3, core.ProbeSuccesses)
+	assert.Equal(t, 2*time.Second, core.ProbeInterval)
+	claim := byName(t, targets, "CLAIM").Settings
+	assert.Empty(t, claim.ProbePayload, "the flags' default: off")
+	assert.Equal(t, []string{"0000", "B212"}, claim.ProbeExpect, "a comma-separated string, as the flag takes it")
+	assert.Zero(t, claim.ProbeSuccesses)
 }

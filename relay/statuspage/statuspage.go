@@ -1,7 +1,7 @@
 // Package statuspage is the hub's live status page, served on the admin
 // port: one row per target with its breaker state, time in state, retry
 // hint, failures, bulkhead, answers per second by kind, latency, last probe,
-// last failure and fallback, in fleet mode the breaker's state shared with
+// last failure, calls in doubt and fallback, in fleet mode the breaker's state shared with
 // the fleet, and under it a timeline of the breaker's state and a sparkline
 // of its answers over the last 15 minutes (docs/OPERATING.md, "The status
 // page").
@@ -286,6 +286,7 @@ func (p *Page) view(now time.Time) pageView {
 		}
 		p.mu.Unlock()
 		tv := newTargetView(in)
+		v.InDoubt += tv.InDoubt
 		if inFleet {
 			tf, shared := fh.TargetFleet(s.Name)
 			tv.Fleet = fleetText(tf, shared, s, v.Fleet.HubID)

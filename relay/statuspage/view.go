@@ -16,10 +16,13 @@ import (
 // instant. It is a plain value; every string in it is text, escaped by
 // html/template where it is drawn.
 type pageView struct {
-	Version       string
-	Clock         string // the instant, hh:mm:ss UTC
-	Draining      bool
-	Connections   int
+	Version     string
+	Clock       string // the instant, hh:mm:ss UTC
+	Draining    bool
+	Connections int
+	// InDoubt is the hub's calls in doubt since it started, over every
+	// target.
+	InDoubt       int64
 	TokenRequired bool
 	Targets       []targetView
 	// RateWindow is how far back the rates look, as the column headers say it.
@@ -51,6 +54,10 @@ type targetView struct {
 	InFlight, MaxInFlight int
 	InFlightBar           int // width of the in-flight bar, of 60
 	BulkheadFull          bool
+
+	// InDoubt is how many of the target's calls ended in doubt since the
+	// hub started.
+	InDoubt int64
 
 	AnswersTotal string
 	Answers      []answerView
@@ -183,6 +190,7 @@ func newTargetView(in targetInput) targetView {
 		Threshold:   s.Settings.FailThreshold,
 		InFlight:    s.InFlight,
 		MaxInFlight: s.MaxInFlight,
+		InDoubt:     s.InDoubt,
 	}
 	v.State.Held, v.State.Disabled = s.Held, s.Disabled
 	// A target a reload added is watched from then on.
@@ -210,6 +218,9 @@ func newTargetView(in targetInput) targetView {
 		v.P50, v.P99 = latencyText(in.rates.p50, in.rates.p50Beyond), latencyText(in.rates.p99, in.rates.p99Beyond)
 	}
 	v.Probe = probeText(in.hist.probe, in.now)
+	if sp := s.LastProbe; !sp.At.IsZero() && !sp.At.Before(in.hist.probe.start) {
+		v.Probe = syntheticProbeText(sp, in.now)
+	}
 	v.Failure = failureText(s.LastFailure, in.now)
 	if in.fallback != nil {
 		fb := stateOf(in.fallback.State)
@@ -260,21 +271,36 @@ func fleetText(tf admin.TargetFleet, shared bool, snap relay.TargetSnapshot, hub
 	return out
 }
 
+// probeNote says what comes when the open period ends: the hub's own
+// probe when synthetic, else a customer's.
+func probeNote(synthetic bool) string {
+	if synthetic {
+		return "then the hub's own probe"
+	}
+	return "then a probe"
+}
+
 // retryText says when the breaker admits its next probe.
 func retryText(s relay.TargetSnapshot) (text, note string) {
+	synthetic := s.Settings.ProbePayload != ""
 	switch {
+	case s.State == breaker.HalfOpen && s.ProbeSuccesses > 0 && s.RetryAfter > 0:
+		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s",
+			strconv.Itoa(s.ProbeSuccesses) + " healthy so far; then the next probe"
 	case s.State == breaker.HalfOpen:
 		return "probe out", "other calls get E904 until it reports"
 	case s.State != breaker.Open:
 		return "—", ""
 	case s.Held:
 		return "held", "no probe until an operator closes or enables it"
+	case s.RetryAfter <= 0 && synthetic:
+		return "now", "the hub's own probe is due"
 	case s.RetryAfter <= 0:
 		return "now", "the next call is the probe"
 	case s.RetryAfter < 10*time.Second:
-		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s", "then a probe"
+		return strconv.FormatFloat(s.RetryAfter.Seconds(), 'f', 1, 64) + " s", probeNote(synthetic)
 	default:
-		return agoText(s.RetryAfter), "then a probe"
+		return agoText(s.RetryAfter), probeNote(synthetic)
 	}
 }
 
@@ -428,6 +454,18 @@ func probeText(p probe, now time.Time) probeView {
 		v.Outcome, v.Symbol, v.Class = "succeeded", "✓", "closed"
 	default:
 		v.Outcome, v.Symbol, v.Class = "failed", "✕", "open"
+	}
+	return v
+}
+
+// syntheticProbeText describes the hub's latest synthetic probe: its
+// outcome and answer code, and how long it took.
+func syntheticProbeText(p relay.ProbeResult, now time.Time) probeView {
+	v := probeView{When: clockText(p.At), Ago: agoText(now.Sub(p.At)) + " ago", Took: "in " + durationText(p.Duration.Seconds())}
+	if p.Healthy {
+		v.Outcome, v.Symbol, v.Class = "synthetic "+p.Code+" healthy", "✓", "closed"
+	} else {
+		v.Outcome, v.Symbol, v.Class = "synthetic "+p.Code+" failed", "✕", "open"
 	}
 	return v
 }

@@ -134,6 +134,17 @@ func TestRetryText(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+
+	// With synthetic probes, the notes say the probe is the hub's own, and
+	// a half-open breaker between healthy probes says when the next goes.
+	synthetic := snap(breaker.Open, 2*time.Second, false)
+	synthetic.Settings.ProbePayload = "BAL HEALTH"
+	got, note := retryText(synthetic)
+	assert.Equal(t, []string{"2.0 s", "then the hub's own probe"}, []string{got, note})
+	between := snap(breaker.HalfOpen, 1500*time.Millisecond, false)
+	between.ProbeSuccesses = 2
+	got, note = retryText(between)
+	assert.Equal(t, []string{"1.5 s", "2 healthy so far; then the next probe"}, []string{got, note})
 }
 
 func TestProbeText(t *testing.T) {
@@ -148,6 +159,14 @@ func TestProbeText(t *testing.T) {
 	assert.Equal(t, "failed", failed.Outcome)
 	op := probeText(probe{start: t0, end: t0.Add(time.Second), to: breaker.Open, cause: breaker.CauseOperator}, now)
 	assert.Equal(t, "ended by operator", op.Outcome)
+}
+
+func TestSyntheticProbeText(t *testing.T) {
+	now := t0.Add(time.Minute)
+	ok := syntheticProbeText(relay.ProbeResult{At: t0, Healthy: true, Code: "B404", Duration: 12 * time.Millisecond}, now)
+	assert.Equal(t, []string{"synthetic B404 healthy", "✓", "in 12 ms", "1 min 00 s ago", "07:00:00"}, []string{ok.Outcome, ok.Symbol, ok.Took, ok.Ago, ok.When})
+	failed := syntheticProbeText(relay.ProbeResult{At: t0, Code: "E901", Duration: 3 * time.Second}, now)
+	assert.Equal(t, []string{"synthetic E901 failed", "open"}, []string{failed.Outcome, failed.Class})
 }
 
 func TestTargetView(t *testing.T) {

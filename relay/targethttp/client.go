@@ -276,7 +276,7 @@ func (t *Client) dial(addr string, timeout time.Duration) (net.Conn, error) {
 		return nil, err
 	}
 	if t.tls != nil {
-		c.Conn = tls.Client(c.raw, t.tls)
+		c.startTLS(t.tls)
 	}
 	if t.onDial != nil {
 		t.onDial()
@@ -327,7 +327,12 @@ func (t *Client) Call(txid, payload []byte) Result {
 		}
 	}
 	if err != nil {
-		stage, sent := progressOf(resp)
+		stage, sent, writeErr := progressOf(resp)
+		if writeErr != nil {
+			// The HTTP client reports a failed write of a held request,
+			// made by a read, as the connection closed.
+			err = writeErr
+		}
 		code, m := classifyCallError(t.conns.abort, err)
 		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: sent, Retried: retried}
 	}
@@ -352,27 +357,28 @@ func connectFailed(resp *fasthttp.Response, err error) bool {
 		(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET))
 }
 
-// progressOf returns how far the failed call whose answer is resp got, and
-// how many request bytes it wrote, from the counts of the connection its
-// last try used. The pool records each try's connection on resp (its
-// LocalAddr, which targetConn makes its own connAddr), and a connection
-// whose call failed is closed, never reused, so its counts are this
-// call's. No connection means nothing was sent.
-func progressOf(resp *fasthttp.Response) (Stage, int) {
+// progressOf returns how far the failed call whose answer is resp got, how
+// many request bytes it wrote and why a write of it failed (nil: none
+// did), from the counts of the connection its last try used. The pool
+// records each try's connection on resp (its LocalAddr, which targetConn
+// makes its own connAddr), and a connection whose call failed is closed,
+// never reused, so its counts are this call's. No connection means
+// nothing was sent.
+func progressOf(resp *fasthttp.Response) (Stage, int, error) {
 	a, ok := resp.LocalAddr().(*connAddr)
 	if !ok {
-		return NotSent, 0
+		return NotSent, 0, nil
 	}
 	c := a.conn
 	switch {
 	case c.recv > 0:
-		return AnswerPartlyRead, c.sent
+		return AnswerPartlyRead, c.sent, c.writeErr
 	case c.sent == 0:
-		return NotSent, 0
+		return NotSent, 0, c.writeErr
 	case c.writeFailed:
-		return PartlySent, c.sent
+		return PartlySent, c.sent, c.writeErr
 	default:
-		return Sent, c.sent
+		return Sent, c.sent, c.writeErr
 	}
 }
 
@@ -493,6 +499,16 @@ func (tc *Conns) forget(c *targetConn) {
 // connection, so every connection idle for longer than the call timeout
 // would be given up, healthy or not. Control ignores deadlines (the peek
 // never waits, so it needs none) and costs no more: the one peek syscall.
+//
+// On a kept-alive plain TCP connection a request is not written by Write
+// but by the Read that waits for its answer (see exchange): Write keeps a
+// copy of the request and reports it written, and the first Read writes it
+// and waits for the answer in one syscall.RawConn.Read. The HTTP client
+// reads at once after writing, before the target can have answered, so
+// writing from Write costs a read that finds nothing (EAGAIN) before the
+// wait; exchange does without it. The counts stay exact: sent counts the
+// bytes that reached the socket, so a request held and never written
+// (the call timed out first, the connection was closed) is not sent.
 type targetConn struct {
 	net.Conn          // what requests go through: raw, or TLS over raw
 	raw      net.Conn // the socket
@@ -504,12 +520,30 @@ type targetConn struct {
 	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
 	answered bool // a read happened since the last write: the next write starts a request
 
+	// A request held by Write for the Read after it to write (exchange),
+	// on plain TCP only.
+	holds    bool                  // requests may be held: raw is a TCP socket carrying no TLS
+	exch     func(fd uintptr) bool // c.exchange, bound once so that a read does not allocate
+	held     []byte                // the request bytes held, not yet written: a part of hold
+	hold     []byte                // the held request's buffer, kept for the next request
+	wdl      time.Time             // the write deadline last set
+	readBuf  []byte                // exchange: Read's buffer
+	readN    int                   // exchange: bytes read into readBuf
+	readErr  error                 // exchange: why the read failed; io.EOF at the end of the stream
+	awaiting bool                  // exchange: the request is written, the answer awaited
+
 	// The current request's progress, read by progressOf once the call
 	// has failed and the connection is closed.
-	sent        int  // request bytes written
-	recv        int  // answer bytes read
-	writeFailed bool // a write of the request failed
+	sent        int   // request bytes written
+	recv        int   // answer bytes read
+	writeFailed bool  // a write of the request failed
+	writeErr    error // why a held request's write failed (the HTTP client reports it as a close)
 }
+
+// maxHeld is the largest request a connection holds for its Read to write:
+// the HTTP client's write buffer, so that a request it writes in one piece
+// is held whole. A request written in more pieces goes out as they come.
+const maxHeld = 4 << 10
 
 // connAddr is a target connection's local address, as its LocalAddr gives
 // it: the socket's, and the connection itself. The pool stores it on each
@@ -520,7 +554,9 @@ type connAddr struct {
 	conn *targetConn
 }
 
-// watchIdle turns on the idle check when the connection is a socket.
+// watchIdle turns on the idle check when the connection is a socket, and
+// the holding of requests when it is a TCP socket (startTLS turns that
+// off).
 func (c *targetConn) watchIdle() {
 	if !canPeek {
 		return
@@ -530,6 +566,16 @@ func (c *targetConn) watchIdle() {
 			c.rc, c.peek = rc, c.peekIdle
 		}
 	}
+	if _, ok := c.raw.(*net.TCPConn); ok && c.rc != nil {
+		c.holds, c.exch = true, c.exchange
+	}
+}
+
+// startTLS makes the connection carry TLS over its socket, configured by
+// cfg: requests go through TLS, so none is held (Read could not write it).
+func (c *targetConn) startTLS(cfg *tls.Config) {
+	c.Conn = tls.Client(c.raw, cfg)
+	c.holds, c.exch = false, nil
 }
 
 // LocalAddr returns the socket's local address as a *connAddr.
@@ -547,6 +593,9 @@ func (c *targetConn) Handshake() error {
 
 func (c *targetConn) Read(p []byte) (int, error) {
 	c.answered = true
+	if len(c.held) > 0 && len(p) > 0 {
+		return c.writeHeldAndRead(p)
+	}
 	n, err := c.Conn.Read(p)
 	c.recv += n
 	return n, err
@@ -555,20 +604,149 @@ func (c *targetConn) Read(p []byte) (int, error) {
 func (c *targetConn) Write(p []byte) (int, error) {
 	if c.answered {
 		c.answered = false
-		c.sent, c.recv, c.writeFailed = 0, 0, false
+		c.sent, c.recv, c.writeFailed, c.writeErr = 0, 0, false, nil
 		if c.rc != nil {
 			c.gone = false
 			if err := c.rc.Control(c.peek); err != nil || c.gone {
 				return 0, errStaleConn
 			}
 		}
+		if c.holds && len(p) <= maxHeld {
+			c.hold = append(c.hold[:0], p...)
+			c.held = c.hold
+			return len(p), nil
+		}
 	}
+	if len(c.held) > 0 {
+		// The request goes on in another piece: what is held goes first.
+		if err := c.writeHeld(); err != nil {
+			return 0, err
+		}
+	}
+	return c.write(p)
+}
+
+// write writes p through the connection, counting what went out.
+func (c *targetConn) write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	c.sent += n
 	if err != nil {
 		c.writeFailed = true
+		c.writeErr = err
 	}
 	return n, err
+}
+
+// writeHeld writes what is held of the request through the connection: a
+// blocking write, bounded by the write deadline.
+func (c *targetConn) writeHeld() error {
+	held := c.held
+	c.held = nil
+	_, err := c.write(held)
+	return err
+}
+
+func (c *targetConn) SetDeadline(t time.Time) error {
+	c.wdl = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *targetConn) SetWriteDeadline(t time.Time) error {
+	c.wdl = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// writeHeldAndRead is Read of the first answer bytes of a held request: it
+// writes the request and reads the answer in one RawConn.Read (exchange).
+// If the write deadline has passed, or the write could not finish at once,
+// what is left of the request goes out with a blocking write, as it would
+// have from Write, and the read follows it.
+func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
+	if !c.wdl.IsZero() && !time.Now().Before(c.wdl) {
+		// The blocking write fails at once with the deadline's error,
+		// nothing sent.
+		if err := c.writeHeld(); err != nil {
+			return 0, err
+		}
+	} else {
+		c.readBuf, c.readN, c.readErr, c.awaiting = p, 0, nil, false
+		err := c.rc.Read(c.exch)
+		c.readBuf = nil
+		switch {
+		case err != nil:
+			// The read deadline passed or the connection was closed
+			// (Conns.Abort), before the write (nothing sent: the rest
+			// is dropped) or while awaiting the answer.
+			c.held = nil
+			return 0, err
+		case c.writeErr != nil:
+			return 0, c.writeErr
+		case c.awaiting:
+			c.recv += c.readN
+			return c.readN, c.readErr
+		}
+		if err := c.writeHeld(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Read(p)
+	c.recv += n
+	return n, err
+}
+
+// exchange is the syscall.RawConn.Read callback that writes a held request
+// and reads the first bytes of its answer into readBuf. Its first call
+// writes the request with one non-blocking write and reports false, so
+// that the runtime parks the call until the socket is readable; its later
+// calls read the answer, reporting false again while there is nothing to
+// read. A write that moves less than the whole request (the send buffer
+// is full) reports true with the rest still held, for writeHeldAndRead to
+// finish with a blocking write.
+//
+// No answer can be missed by waiting without a read first: RawConn.Read
+// forgets the socket's readiness before it calls exchange the first time
+// (internal/poll's RawRead calls prepareRead, which resets the runtime's
+// read semaphore, runtime.poll_runtime_pollReset), and every readiness
+// the edge-triggered poller reports after that reset is kept until the
+// wait consumes it (runtime.netpollblock takes a pdReady set meanwhile
+// and returns at once). The answer can only arrive after the request is
+// written, so after the reset: its readiness wakes the wait. A readiness
+// left over from before makes a wait return early; the read then finds
+// nothing and waits again.
+func (c *targetConn) exchange(fd uintptr) bool {
+	if !c.awaiting {
+		n, wouldBlock, err := writeFD(fd, c.held)
+		c.sent += n
+		c.held = c.held[n:]
+		switch {
+		case err != nil:
+			c.held = nil
+			c.writeFailed = true
+			c.writeErr = c.opError("write", err)
+			return true
+		case wouldBlock || len(c.held) > 0:
+			return true
+		}
+		c.awaiting = true
+		return false
+	}
+	n, wouldBlock, err := readFD(fd, c.readBuf)
+	switch {
+	case wouldBlock:
+		return false
+	case err != nil:
+		c.readErr = c.opError("read", err)
+	case n == 0:
+		c.readErr = io.EOF
+	}
+	c.readN = n
+	return true
+}
+
+// opError wraps the errno err of the socket operation op as the net
+// package would.
+func (c *targetConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.raw.LocalAddr(), Addr: c.raw.RemoteAddr(), Err: os.NewSyscallError(op, err)}
 }
 
 func (c *targetConn) Close() error {
