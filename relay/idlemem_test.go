@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -141,6 +143,45 @@ func TestIdleConnectionOutlivesItsHandOff(t *testing.T) {
 		c.ExpectEOF()
 		assert.GreaterOrEqual(t, time.Since(start), idle)
 	})
+}
+
+// TestBusyConnectionKeepsItsGoroutine checks that the hand-off is for
+// quiet connections only: a connection whose lines come more often than
+// handOffAfter stays on the goroutine that serves it, and one that goes
+// quiet is handed to resume, which serves its next line.
+func TestBusyConnectionKeepsItsGoroutine(t *testing.T) {
+	const idle = 8 * time.Second
+	h := handOffAfter(idle)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.IdleTimeout = idle
+	_, addr := startServer(t, cfg)
+	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget }
+	c := hubtest.Dial(t, addr)
+
+	// Given a connection that sends a line every tenth of handOffAfter,
+	// for twice handOffAfter,
+	for i := range 20 {
+		txid := fmt.Sprintf("B%d", i)
+		require.Equal(t, unknown(txid), c.RoundTrip(txid+"|NONE|x"))
+		// Then it is never handed off.
+		require.False(t, resumed(), "handed off while busy, after %d lines", i+1)
+		time.Sleep(h / 10) // the client's pace
+	}
+
+	// When it goes quiet, then resume takes it within twice handOffAfter,
+	// and serves its next line.
+	for deadline := time.Now().Add(2*h + hubtest.IOTimeout); !resumed(); time.Sleep(10 * time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "a quiet connection was not handed off")
+	}
+	assert.Equal(t, unknown("Q"), c.RoundTrip("Q|NONE|x"))
+}
+
+// resumed reports whether a goroutine serves a connection that a read loop
+// handed off.
+func resumed() bool {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return bytes.Contains(buf[:n], []byte("relay.(*conn).resume("))
 }
 
 // TestConnFitsItsSizeClass keeps conn within the allocator's 384-byte
