@@ -34,8 +34,10 @@ import (
 // buffer either; on other connections it holds a read buffer while it
 // waits. Answers are appended to a buffer from writeBufs, handed back by
 // the write that empties it. An idle connection thus holds no buffer of
-// the hub's: it costs its goroutine and a few small structures, and over
-// TLS what crypto/tls keeps (docs/BENCHMARKS.md has the figures).
+// the hub's: it costs its goroutine, whose stack is the runtime's smallest
+// once the connection has waited a while (serve, "Stack"), and a few small
+// structures, and over TLS what crypto/tls keeps (docs/BENCHMARKS.md has
+// the figures).
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than the sum of its targets'
@@ -47,39 +49,26 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 
-	// Set by begin, before the read loop starts and the calls it admits.
-	client    netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
-	proxyPeer netip.AddrPort // the load balancer that sent the PROXY header; zero when none
+	// Set by begin and the TLS handshake, before the read loop starts and
+	// the calls it admits; read-only afterwards.
+	client netip.AddrPort // the client's address: the PROXY header's source when there was one, else the socket peer's
+	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
 
 	// Owned by the read loop.
-	rc         syscall.RawConn           // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead    func(fd uintptr) bool     // c.readRaw, bound once so that a read does not allocate
-	onReadable func(fd uintptr) bool     // c.serveReadable, bound once likewise
-	fd         uintptr                   // nc's descriptor while serveReadable runs
-	inSession  bool                      // serveReadable is running: fill reads fd itself and may ask to wait
-	waitNext   bool                      // the last read took all the input there was: the next fill waits instead of reading
-	end        readEnd                   // why serveReadable ended the loop, when it did
-	rbuf       *[]byte                   // the read buffer; nil while no input is held
-	rlong      bool                      // rbuf is from srv.longBufs, else from readBufs
-	r, w       int                       // the input not yet used is (*rbuf)[r:w]
-	scanned    int                       // the first scanned bytes of the input hold no '\n'
-	rerr       error                     // why the last read ended the input, reported once the input before it is used
-	scratch    []byte                    // what follows the TXID in an E904 answer (protocol.AppendResponseTail)
-	hintSecs   int64                     // the retry hint scratch holds, in seconds; 0: none yet, -1: held open
-	txid       [protocol.MaxTxIDLen]byte // TXID of an over-long line, kept while its rest is discarded
-	txidLen    uint8                     // the length of the TXID in txid
-	discarding bool                      // the input is the rest of an over-long line, dropped up to its '\n'
-	armedAt    time.Time                 // when armReadDeadline last ran: the idle deadline is IdleTimeout after it
-	run        time.Time                 // the breakers' clock for the lines handled since the loop last waited or an answer was written (Breaker.AdmitIn); zero until a breaker reads it
-	runWrites  uint32                    // writes when run began
-	rdl        time.Time                 // the read deadline last set
-	refusals   int                       // lines refused in a row, up to laneAfter: refusal-heavy at laneAfter
-	inTurn     bool                      // the connection has its turn in the refusal lane
-	laneAsked  bool                      // turnDue has asked the lane since the loop last waited: it asks again once the loop has waited
-	toLane     bool                      // serveInput left serveReadable for laneStep: to wait for a turn (holding), else to end one
-	holding    bool                      // held is a line read and not yet served, waiting for a turn
-	held       heldLine                  // see holding
-	turnWait   *time.Timer               // times a wait for a turn (awaitTurn); nil until the first wait
+	rc         syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
+	rawRead    func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
+	onReadable func(fd uintptr) bool // c.serveReadable, bound once likewise
+	fd         uintptr               // nc's descriptor while serveReadable runs
+	rbuf       *[]byte               // the read buffer; nil while no input is held
+	r, w       int                   // the input not yet used is (*rbuf)[r:w]
+	scanned    int                   // the first scanned bytes of the input hold no '\n'
+	rerr       error                 // why the last read ended the input, reported once the input before it is used
+	hint       *retryHint            // what follows the TXID in an E904 answer, kept for the next; allocated for the first
+	long       *longTxID             // TXID of an over-long line, kept while its rest is discarded; allocated for the first
+	armedAt    time.Time             // when armReadDeadline last ran: the idle deadline is IdleTimeout after it
+	run        time.Time             // the breakers' clock for the lines handled since the loop last waited or an answer was written (Breaker.AdmitIn); zero until a breaker reads it
+	rdl        time.Time             // the read deadline last set
+	seat       *laneSeat             // the connection's place in the refusal lane; nil until it is first refusal-heavy
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written, from writeBufs; nil when there are none
@@ -88,24 +77,73 @@ type conn struct {
 
 	// A socket's answers are written through rc (writeRaw).
 	rawWrite func(fd uintptr) bool // c.writeRaw, bound once so that a write does not allocate
-	wout     []byte                // guarded by wmu: what writeRaw has left to write
 	woutErr  error                 // guarded by wmu: why writeRaw stopped short
 
 	writes atomic.Uint32 // writes of answers so far: a run (see run) ends at each
 
-	dmu     sync.Mutex
-	stopped bool        // guarded by dmu: Shutdown told the read loop to stop
-	broken  bool        // guarded by dmu: a write failed; the read loop is to stop and the connection close
-	halt    atomic.Bool // stopped or broken: the read loop reads no more
+	dmu  sync.Mutex
+	halt atomic.Bool // stopped or broken: the read loop reads no more
 
 	calls    sync.WaitGroup // this connection's calls in flight
 	readDone chan struct{}  // closed when the read loop has ended
 
-	// Set by the TLS handshake, before the read loop starts; read-only
-	// afterwards.
-	identities []string // the client certificate's identities (clientIdentities); nil without one
-	tlsIdle    bool     // served over TLS: wait for input with readFirstByte, holding no read buffer
-	first      [1]byte
+	runWrites uint32 // owned by the read loop: writes when run began
+
+	// The flags, together so that they share a word with runWrites: an
+	// idle connection costs its conn (docs/BENCHMARKS.md, "Idle memory").
+	inSession  bool    // owned by the read loop: serveReadable is running: fill reads fd itself and may ask to wait
+	waitNext   bool    // owned by the read loop: the last read took all the input there was: the next fill waits instead of reading
+	end        readEnd // owned by the read loop: why serveReadable ended the loop, when it did
+	rlong      bool    // owned by the read loop: rbuf is from srv.longBufs, else from readBufs
+	discarding bool    // owned by the read loop: the input is the rest of an over-long line, dropped up to its '\n'
+	handOff    bool    // owned by the read loop: hand a long wait for input to a new goroutine (serve sets it)
+	stopped    bool    // guarded by dmu: Shutdown told the read loop to stop
+	broken     bool    // guarded by dmu: a write failed; the read loop is to stop and the connection close
+	tlsIdle    bool    // set by the TLS handshake: wait for input with readFirstByte, holding no read buffer
+	first      [1]byte // owned by the read loop: readFirstByte's byte
+	refusals   uint8   // owned by the read loop: lines refused in a row, up to laneAfter: refusal-heavy at laneAfter
+}
+
+// connPeer is what a connection learnt about its client beyond the
+// socket: set before its read loop starts, read-only afterwards. Most
+// connections have none, so it is kept apart from conn.
+type connPeer struct {
+	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
+	identities []string       // the client certificate's identities (clientIdentities); nil without one
+}
+
+// retryHint is what follows the TXID in a connection's E904 answers
+// (protocol.AppendResponseTail) and the retry hint it holds, in seconds
+// (0: none yet, -1: held open): it changes once a second at most, so a
+// run of E904s builds it once. Owned by the read loop.
+type retryHint struct {
+	tail []byte
+	secs int64
+}
+
+// longTxID is the TXID of an over-long line, kept while the rest of the
+// line is discarded. Owned by the read loop.
+type longTxID struct {
+	b [protocol.MaxTxIDLen]byte
+	n uint8
+}
+
+// proxyPeer returns the load balancer that sent the PROXY header, or the
+// zero AddrPort when none did.
+func (c *conn) proxyPeer() netip.AddrPort {
+	if c.peer == nil {
+		return netip.AddrPort{}
+	}
+	return c.peer.proxy
+}
+
+// certIdentities returns the client certificate's identities, or nil
+// without one.
+func (c *conn) certIdentities() []string {
+	if c.peer == nil {
+		return nil
+	}
+	return c.peer.identities
 }
 
 // Buffer sizes of a connection.
@@ -162,32 +200,82 @@ const (
 	endStopped                // Shutdown stopped reading
 	endError                  // the connection failed or was closed
 	endTLS                    // the TLS handshake failed: the loop never ran
+	endHandOff                // waited handOffAfter with no input held: resume goes on
 )
 
 func (e readEnd) String() string {
-	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed"}[e]
+	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed", "handed off"}[e]
 }
 
 // serve runs the connection: the PROXY header when the Server takes one,
 // the TLS handshake when it is served over TLS, the read loop, then, once reading has ended, the wait for this
 // connection's calls in flight to answer, the final flush and the close.
+//
+// Stack: an idle connection's goroutine waits with the runtime's smallest
+// stack, 2 KiB (docs/BENCHMARKS.md, "Idle memory"). The runtime does not
+// shrink the stack of a goroutine parked in the poller below 4 KiB, so a
+// goroutine that has served lines, and grown its stack doing so, must not
+// be the one that waits for long. On a socket, serve waits for the first
+// input with readWhenReadable, a wait that holds nothing and is a few
+// hundred bytes deep; and a read loop that has then waited handOffAfter
+// with no input held hands the connection to a new goroutine, resume,
+// which waits the same way, and returns.
 func (c *conn) serve() {
-	defer c.srv.untrack(c.nc)
-	defer func() {
-		if p := recover(); p != nil {
-			c.srv.notePanic(taskConn, p, debug.Stack())
-			c.nc.Close()
-		}
-	}()
+	defer c.endOnPanic()
 	if !c.begin() {
 		close(c.readDone)
 		c.releaseReadBuf()
 		c.nc.Close()
+		c.srv.untrack(c.nc)
 		return
 	}
-	end := endTLS
-	if c.handshake() {
-		end = c.readLoop()
+	if !c.handshake() {
+		c.ended(endTLS)
+		return
+	}
+	if c.rc == nil {
+		c.ended(c.readLoop())
+		return
+	}
+	c.handOff = true
+	if c.rbuf != nil {
+		// begin read input after a PROXY header: serve it first.
+		c.ended(c.readLoop())
+		return
+	}
+	c.armReadDeadline(time.Now())
+	c.readWhenReadable()
+}
+
+// resume serves a connection that a read loop handed off, on a new
+// goroutine whose stack starts small (see serve). The socket's deadline is
+// the idle deadline, set before the hand-off.
+func (c *conn) resume() {
+	defer c.endOnPanic()
+	c.readWhenReadable()
+}
+
+// readWhenReadable waits until the socket has input (or its end, or an
+// error) without reading it, then runs the read loop, on this goroutine,
+// and ends the connection when the loop ends. A wait that ends with the
+// idle deadline, Shutdown's, a failed write's or a close ends the
+// connection at once.
+func (c *conn) readWhenReadable() {
+	if err := c.rc.Read(waitReadable); err != nil {
+		c.ended(c.readEndFor(err))
+		return
+	}
+	c.ended(c.readLoop())
+}
+
+// ended finishes the connection once its read loop has ended: the wait
+// for its calls in flight to answer, the final flush and the close. When
+// the read loop handed off instead, it starts resume on a new goroutine,
+// which the Server's WaitGroup owns like the first.
+func (c *conn) ended(end readEnd) {
+	if end == endHandOff {
+		c.srv.wg.Go(c.resume)
+		return
 	}
 	close(c.readDone)
 	if c.writeFailed() {
@@ -196,6 +284,17 @@ func (c *conn) serve() {
 	c.calls.Wait()
 	c.finish(end)
 	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+	c.srv.untrack(c.nc)
+}
+
+// endOnPanic, deferred by the goroutine serving the connection, catches a
+// panic: logged and counted, the connection closed and forgotten.
+func (c *conn) endOnPanic() {
+	if p := recover(); p != nil {
+		c.srv.notePanic(taskConn, p, debug.Stack())
+		c.nc.Close()
+		c.srv.untrack(c.nc)
+	}
 }
 
 // logAddrs adds to ev the client's address and, when a PROXY header gave
@@ -205,8 +304,8 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 		return ev.Str("remote", c.nc.RemoteAddr().String())
 	}
 	ev = ev.Stringer("remote", c.client)
-	if c.proxyPeer.IsValid() {
-		ev = ev.Stringer("proxy", c.proxyPeer)
+	if p := c.proxyPeer(); p.IsValid() {
+		ev = ev.Stringer("proxy", p)
 	}
 	return ev
 }
@@ -236,7 +335,11 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
 	defer c.leaveLane()
-	c.armReadDeadline(time.Now())
+	if c.armedAt.IsZero() {
+		// Else serve armed it, or this loop follows a hand-off, which
+		// leaves the idle measure running.
+		c.armReadDeadline(time.Now())
+	}
 	if c.rc == nil {
 		end, _ := c.serveInput()
 		return end
@@ -244,7 +347,7 @@ func (c *conn) readLoop() readEnd {
 	for {
 		err := c.rc.Read(c.onReadable)
 		if err == nil {
-			if !c.toLane {
+			if !c.seat.leftFor() {
 				return c.end
 			}
 			c.laneStep()
@@ -252,9 +355,14 @@ func (c *conn) readLoop() readEnd {
 		}
 		// The wait ended early: a deadline passed, or the connection was
 		// closed. The check deadline of a wait after a read that may have
-		// left the end of the input unseen is no reason to stop.
-		if errors.Is(err, os.ErrDeadlineExceeded) && c.rearmAfterCheck() {
-			continue
+		// left the end of the input unseen is no reason to stop, nor is the
+		// hand-off deadline, which ends the loop only for resume to wait.
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if goOn, handOff := c.rearmAfterCheck(); handOff {
+				return endHandOff
+			} else if goOn {
+				continue
+			}
 		}
 		c.rerr = err
 		end, _ := c.serveInput()
@@ -266,7 +374,7 @@ func (c *conn) readLoop() readEnd {
 // input until it must wait for more, reporting false so that the runtime
 // parks the loop until the socket is readable, or until the connection's
 // end, reporting true with the end in c.end, or until the lane needs a
-// step outside the callback, reporting true with c.toLane set. Each call
+// step outside the callback, reporting true with the seat's toLane set. Each call
 // begins with a read, or with the line held for a turn.
 func (c *conn) serveReadable(fd uintptr) bool {
 	c.fd, c.inSession = fd, true
@@ -318,10 +426,9 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 			c.flushAt(now)
 			c.armReadDeadline(now)
 			c.run = time.Time{} // the loop may wait before its next line
-			c.laneAsked = false
-			if c.inTurn {
+			if c.seat.batchDone() {
 				if c.inSession {
-					c.toLane = true
+					c.seat.toLane = true
 					return 0, true
 				}
 				c.endTurn()
@@ -397,14 +504,17 @@ func (c *conn) checkLine(raw []byte) (line []byte, tooLong bool) {
 // returns as readLine does; after errWait, readLine comes back here.
 func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
 	if !c.discarding {
-		c.txidLen = uint8(copy(c.txid[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2])))
+		if c.long == nil {
+			c.long = new(longTxID)
+		}
+		c.long.n = uint8(copy(c.long.b[:], protocol.LeadingTxID(c.input()[:c.srv.maxLineBytes+2])))
 		c.discarding = true
 	}
 	for {
 		if i := bytes.IndexByte(c.input(), '\n'); i >= 0 {
 			c.r += i + 1
 			c.discarding = false
-			return c.txid[:c.txidLen], true, nil
+			return c.long.b[:c.long.n], true, nil
 		}
 		c.r = c.w
 		if c.rerr != nil {
@@ -413,7 +523,7 @@ func (c *conn) discardLine() (txid []byte, tooLong bool, err error) {
 			if err != io.EOF {
 				return nil, false, err
 			}
-			return c.txid[:c.txidLen], true, io.EOF
+			return c.long.b[:c.long.n], true, io.EOF
 		}
 		if c.fill() {
 			return nil, false, errWait
@@ -664,11 +774,42 @@ func (c *conn) armReadDeadline(now time.Time) {
 }
 
 // armIdleDeadline gives a wait inside serveReadable the idle deadline: no
-// earlier than IdleTimeout after armedAt.
+// earlier than IdleTimeout after armedAt. A wait that may end in a hand-off
+// (mayHandOff) gets the hand-off deadline instead, between handOffAfter
+// and twice that after armedAt, moved only when it leaves that span: a
+// busy connection moves it once per handOffAfter at most, as it does the
+// idle one.
 func (c *conn) armIdleDeadline() {
+	if c.mayHandOff() {
+		h := handOffAfter(c.srv.idleTimeout)
+		if due := c.armedAt.Add(h); c.rdl.Before(due) || c.rdl.After(due.Add(h)) {
+			c.setReadDeadline(due.Add(h))
+		}
+		return
+	}
 	if due := c.armedAt.Add(c.srv.idleTimeout); c.rdl.Before(due) {
 		c.setReadDeadline(due.Add(deadlineSlack(c.srv.idleTimeout)))
 	}
+}
+
+// handOffAfter is how long a read loop that may hand off waits for input
+// before it hands the connection to resume: between this and twice this
+// after it began to wait. A second (deadlineSlack: an eighth of a shorter
+// idle timeout), against idle timeouts of minutes: a connection whose
+// lines come more often keeps its goroutine, since a hand-off costs tens
+// of microseconds (a new goroutine, a peek at the socket, the stack
+// growing again for the next line; docs/BENCHMARKS.md, "Idle memory
+// against redis"), while one that goes quiet soon gives up the stack it
+// grew serving.
+func handOffAfter(idleTimeout time.Duration) time.Duration {
+	return deadlineSlack(idleTimeout)
+}
+
+// mayHandOff reports whether the read loop may hand the connection off
+// while it waits: serve allowed it (a socket), and no input is held, nor
+// a line waiting for a turn in the refusal lane.
+func (c *conn) mayHandOff() bool {
+	return c.handOff && c.rbuf == nil && !c.seat.holdsLine()
 }
 
 // endCheckAfter bounds a wait that may have an end of input unseen before
@@ -688,22 +829,35 @@ func (c *conn) armEndCheckDeadline() {
 }
 
 // rearmAfterCheck reports whether the deadline that ended a wait inside
-// serveReadable was armEndCheckDeadline's, and not the idle deadline's nor
-// a stop; if so it sets the idle deadline again, so that the loop can go
-// on reading.
-func (c *conn) rearmAfterCheck() bool {
+// serveReadable was armEndCheckDeadline's or armIdleDeadline's hand-off
+// deadline, and not the idle deadline's nor a stop; if so it sets the idle
+// deadline again, so that the loop can go on reading (goOn), or, when the
+// loop may hand off and has waited handOffAfter, so that resume can wait
+// for the rest of the idle timeout (handOff). A loop that may hand off
+// later goes on with the hand-off deadline (armIdleDeadline), so that a
+// connection whose waits pass the end check does not move it twice.
+func (c *conn) rearmAfterCheck() (goOn, handOff bool) {
+	now := time.Now()
 	due := c.armedAt.Add(c.srv.idleTimeout)
-	if !time.Now().Before(due) {
-		return false
+	if !now.Before(due) {
+		return false, false
 	}
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	if c.stopped || c.broken {
-		return false
+		return false, false
 	}
 	c.rdl = due.Add(deadlineSlack(c.srv.idleTimeout))
+	if c.mayHandOff() {
+		h := handOffAfter(c.srv.idleTimeout)
+		if at := c.armedAt.Add(h); now.Before(at) {
+			c.rdl = at.Add(h)
+		} else {
+			handOff = true
+		}
+	}
 	_ = c.nc.SetReadDeadline(c.rdl)
-	return true
+	return !handOff, handOff
 }
 
 // setReadDeadline sets the read deadline to t unless reading has stopped:
@@ -867,11 +1021,12 @@ func (c *conn) writeOutLocked(now time.Time) error {
 		}
 		c.writes.Add(1)
 		if c.rc != nil {
-			c.wout = b
+			// writeRaw shortens *c.wbuf as it writes; b keeps the buffer
+			// whole, for the pool.
 			if err = c.rc.Write(c.rawWrite); err == nil {
 				err = c.woutErr
 			}
-			c.wout, c.woutErr = nil, nil
+			c.woutErr = nil
 		} else {
 			var n int
 			n, err = c.nc.Write(b)
@@ -889,12 +1044,12 @@ func (c *conn) writeOutLocked(now time.Time) error {
 }
 
 // writeRaw is writeOutLocked's syscall.RawConn callback for a socket: it
-// writes what is left of c.wout, reporting false, so that the runtime parks
-// the writer until the socket is writable or the write deadline passes,
-// when the socket's buffer is full.
+// writes what is left of *c.wbuf, reporting false, so that the runtime
+// parks the writer until the socket is writable or the write deadline
+// passes, when the socket's buffer is full.
 func (c *conn) writeRaw(fd uintptr) bool {
-	for len(c.wout) > 0 {
-		n, wouldBlock, err := writeFD(fd, c.wout)
+	for out := *c.wbuf; len(out) > 0; out = *c.wbuf {
+		n, wouldBlock, err := writeFD(fd, out)
 		switch {
 		case wouldBlock:
 			return false
@@ -905,7 +1060,7 @@ func (c *conn) writeRaw(fd uintptr) bool {
 			c.woutErr = io.ErrShortWrite
 			return true
 		}
-		c.wout = c.wout[n:]
+		*c.wbuf = out[n:]
 	}
 	return true
 }

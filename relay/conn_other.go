@@ -17,3 +17,8 @@ func readFD(uintptr, []byte) (int, bool, error) {
 func writeFD(uintptr, []byte) (int, bool, error) {
 	return 0, false, errors.ErrUnsupported
 }
+
+// waitReadable is not used where rawReads is false.
+func waitReadable(uintptr) bool {
+	return true
+}

@@ -41,3 +41,18 @@ func ioFD(op func(fd uintptr, p []byte) (int, syscall.Errno), name string, fd ui
 		return 0, false, os.NewSyscallError(name, errno)
 	}
 }
+
+// waitReadable is a syscall.RawConn read callback that reads nothing. It
+// reports whether fd has input, its end or an error to report, by peeking
+// at one byte, so that RawConn.Read returns once the socket is readable and
+// the caller holds no buffer while it waits. It checks before the first
+// wait, as RawConn.Read forgets readiness noted before it began.
+func waitReadable(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err != syscall.EINTR {
+			return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+		}
+	}
+}

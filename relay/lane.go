@@ -74,6 +74,48 @@ func (c *conn) noteRefused() {
 	c.refusals = min(c.refusals+1, laneAfter)
 }
 
+// laneSeat is a connection's place in the refusal lane: allocated when the
+// connection first turns refusal-heavy, since most never do and an idle
+// connection costs its conn (docs/BENCHMARKS.md, "Idle memory"). Owned by
+// the read loop. Its methods take a nil seat as one that holds nothing.
+type laneSeat struct {
+	inTurn   bool        // the connection has its turn in the refusal lane
+	asked    bool        // turnDue has asked the lane since the loop last waited: it asks again once the loop has waited
+	toLane   bool        // serveInput left serveReadable for laneStep: to wait for a turn (holding), else to end one
+	holding  bool        // held is a line read and not yet served, waiting for a turn
+	held     heldLine    // see holding
+	turnWait *time.Timer // times a wait for a turn (awaitTurn); nil until the first wait
+}
+
+// leftFor reports whether serveInput left serveReadable for a step in the
+// lane (laneStep).
+func (s *laneSeat) leftFor() bool { return s != nil && s.toLane }
+
+// hasTurn reports whether the connection has its turn in the lane.
+func (s *laneSeat) hasTurn() bool { return s != nil && s.inTurn }
+
+// holdsLine reports whether a line read waits for a turn.
+func (s *laneSeat) holdsLine() bool { return s != nil && s.holding }
+
+// batchDone notes that the read loop has served every complete line it
+// read, and reports whether that ends the connection's turn.
+func (s *laneSeat) batchDone() bool {
+	if s == nil {
+		return false
+	}
+	s.asked = false
+	return s.inTurn
+}
+
+// takeSeat returns the connection's place in the lane, taking one the first
+// time.
+func (c *conn) takeSeat() *laneSeat {
+	if c.seat == nil {
+		c.seat = new(laneSeat)
+	}
+	return c.seat
+}
+
 // heldLine is a line the read loop has read and not yet served (readLine's
 // results): it waits for the connection's turn in the lane, outside
 // serveReadable. Its bytes stay where readLine left them, in the read
@@ -90,10 +132,14 @@ type heldLine struct {
 // (those served between two waits of the read loop), so that a hub that
 // only refuses pays for the question once per read at most.
 func (c *conn) turnDue() bool {
-	if c.refusals < laneAfter || c.inTurn || c.laneAsked {
+	if c.refusals < laneAfter {
 		return false
 	}
-	c.laneAsked = true
+	s := c.takeSeat()
+	if s.inTurn || s.asked {
+		return false
+	}
+	s.asked = true
 	return c.srv.laneInForce()
 }
 
@@ -101,18 +147,19 @@ func (c *conn) turnDue() bool {
 // leaves the callback to wait for a turn (see laneStep); nextLine returns
 // it first.
 func (c *conn) holdLine(line []byte, tooLong bool, err error) {
-	c.held = heldLine{line: line, tooLong: tooLong, err: err}
-	c.holding, c.toLane = true, true
+	s := c.takeSeat()
+	s.held = heldLine{line: line, tooLong: tooLong, err: err}
+	s.holding, s.toLane = true, true
 }
 
 // nextLine returns the line held for a turn, if there is one, else the
 // next line readLine reads.
 func (c *conn) nextLine() (line []byte, tooLong bool, err error) {
-	if !c.holding {
+	if !c.seat.holdsLine() {
 		return c.readLine()
 	}
-	h := c.held
-	c.held, c.holding = heldLine{}, false
+	h := c.seat.held
+	c.seat.held, c.seat.holding = heldLine{}, false
 	return h.line, h.tooLong, h.err
 }
 
@@ -124,8 +171,8 @@ func (c *conn) nextLine() (line []byte, tooLong bool, err error) {
 // idle deadline moved on: the wait is not idle time, and a read deadline
 // that passed during it would end the next RawConn.Read at once.
 func (c *conn) laneStep() {
-	c.toLane, c.waitNext = false, false
-	if !c.holding {
+	c.seat.toLane, c.waitNext = false, false
+	if !c.seat.holding {
 		c.endTurn()
 		return
 	}
@@ -137,37 +184,37 @@ func (c *conn) laneStep() {
 // one once the Server is shutting down (every line then gets E906 at once),
 // or when no turn has ended for the lane's stuck time.
 func (c *conn) awaitTurn() {
-	l := &c.srv.lane
+	l, s := &c.srv.lane, c.takeSeat()
 	select {
 	case l.turn <- struct{}{}:
-		c.inTurn = true
+		s.inTurn = true
 		return
 	default:
 	}
 	l.waiting.Add(1)
 	defer l.waiting.Add(-1)
 	c.run = time.Time{} // the breakers' clock reading of the run is old once the turn comes
-	if c.turnWait == nil {
-		c.turnWait = time.NewTimer(l.stuck)
+	if s.turnWait == nil {
+		s.turnWait = time.NewTimer(l.stuck)
 	} else {
-		c.turnWait.Reset(l.stuck)
+		s.turnWait.Reset(l.stuck)
 	}
-	defer c.turnWait.Stop()
+	defer s.turnWait.Stop()
 	seen := l.ended.Load()
 	for {
 		select {
 		case l.turn <- struct{}{}:
-			c.inTurn = true
+			s.inTurn = true
 			return
 		case <-c.srv.stopping:
 			return
-		case <-c.turnWait.C:
+		case <-s.turnWait.C:
 			ended := l.ended.Load()
 			if ended == seen {
 				return
 			}
 			seen = ended
-			c.turnWait.Reset(l.stuck)
+			s.turnWait.Reset(l.stuck)
 		}
 	}
 }
@@ -175,7 +222,7 @@ func (c *conn) awaitTurn() {
 // endTurn ends the connection's turn, if it has one, now that its answers
 // are written: after lanePause.
 func (c *conn) endTurn() {
-	if !c.inTurn {
+	if !c.seat.hasTurn() {
 		return
 	}
 	time.Sleep(lanePause)
@@ -184,10 +231,10 @@ func (c *conn) endTurn() {
 
 // leaveLane gives the connection's turn back, if it has one.
 func (c *conn) leaveLane() {
-	if !c.inTurn {
+	if !c.seat.hasTurn() {
 		return
 	}
-	c.inTurn = false
+	c.seat.inTurn = false
 	c.srv.lane.ended.Add(1)
 	<-c.srv.lane.turn
 }

@@ -433,7 +433,7 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 		if c.srv.laneInForce() {
 			c.awaitTurn()
 		}
-		inTurn = c.inTurn
+		inTurn = c.seat.hasTurn()
 		c.serveLine(line)
 		c.noteRefused()
 		c.flush()
@@ -456,10 +456,10 @@ func TestRefusalHeavyLineInASessionDoesNotAllocate(t *testing.T) {
 			if err := c.rc.Read(c.onReadable); err != nil {
 				return false, err
 			}
-			if !c.toLane {
+			if !c.seat.leftFor() {
 				return false, errors.New("the read loop did not leave RawConn.Read for the lane")
 			}
-			inTurn = c.inTurn
+			inTurn = c.seat.hasTurn()
 			c.laneStep()
 		}
 		return inTurn, nil

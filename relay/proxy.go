@@ -210,7 +210,7 @@ func (c *conn) begin() bool {
 	case hdr != nil && trusted:
 		if src, ok := hdr.SourceAddr.(*net.TCPAddr); ok && !hdr.Command.IsLocal() {
 			ap := src.AddrPort()
-			c.client, c.proxyPeer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), peer
+			c.client, c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), &connPeer{proxy: peer}
 		}
 		return true
 	case hdr != nil:

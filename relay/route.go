@@ -342,20 +342,23 @@ func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Durat
 	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
 	// The hint changes once a second at most: a connection answering a run
 	// of E904s builds the answer after the TXID once.
+	if c.hint == nil {
+		c.hint = new(retryHint)
+	}
 	secs := int64(-1)
 	if !errors.Is(err, breaker.ErrHeld) {
 		secs = retryHintSeconds(retryAfter)
 	}
-	if secs != c.hintSecs {
+	if secs != c.hint.secs {
 		if secs < 0 {
-			c.scratch = protocol.AppendResponseTail(c.scratch[:0], protocol.CodeCircuitOpen, protocol.MsgHeldOpen)
+			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.MsgHeldOpen)
 		} else {
 			var hint [len("circuit open; retry after 9223372036854775807s")]byte
-			c.scratch = protocol.AppendResponseTail(c.scratch[:0], protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], secs))
+			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], secs))
 		}
-		c.hintSecs = secs
+		c.hint.secs = secs
 	}
-	c.answerTail(req.TxID, c.scratch)
+	c.answerTail(req.TxID, c.hint.tail)
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the

@@ -825,7 +825,10 @@ func (s *Server) startConn(nc net.Conn) bool {
 	c := newConn(s, nc)
 	s.conns[nc] = c
 	s.served++
-	s.goCatching(taskConn, c.serve)
+	// Not goCatching: serve catches its own panics (endOnPanic), and the
+	// frames of goCatching would stay under every idle connection's wait
+	// (conn.serve, "Stack").
+	s.wg.Go(c.serve)
 	return true
 }
 

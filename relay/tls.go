@@ -308,9 +308,12 @@ func (c *conn) handshake() bool {
 	cs := tc.ConnectionState()
 	t.metrics.countHandshake(cs.DidResume)
 	if len(cs.PeerCertificates) > 0 {
-		c.identities = clientIdentities(cs.PeerCertificates[0])
+		if c.peer == nil {
+			c.peer = new(connPeer)
+		}
+		c.peer.identities = clientIdentities(cs.PeerCertificates[0])
 	}
-	c.logAddrs(c.srv.log.Debug()).Strs("client", c.identities).
+	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
 }
@@ -442,7 +445,7 @@ func clientIdentities(leaf *x509.Certificate) []string {
 // target's few patterns against a certificate's few names cost less than
 // the breaker's admission.
 func (c *conn) mayUse(rc *routeConf) bool {
-	return rc.clients == nil || matchAnyPattern(rc.clients, c.identities)
+	return rc.clients == nil || matchAnyPattern(rc.clients, c.certIdentities())
 }
 
 // refuseNotAllowed answers E908 to a request for rt, a target the client's
@@ -450,7 +453,7 @@ func (c *conn) mayUse(rc *routeConf) bool {
 // it is not a call.
 func (c *conn) refuseNotAllowed(rt *route, req protocol.Request) {
 	c.noteHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed, breakerNote{})
-	c.logAddrs(c.srv.tls.failLog.Warn()).Str("target", rt.name).Strs("client", c.identities).Bytes("txid", req.TxID).
+	c.logAddrs(c.srv.tls.failLog.Warn()).Str("target", rt.name).Strs("client", c.certIdentities()).Bytes("txid", req.TxID).
 		Msg("request refused: client not allowed to use target")
 	answer(c, req.TxID, protocol.CodeNotAllowed, protocol.MsgNotAllowed, false)
 }

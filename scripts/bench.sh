@@ -27,7 +27,12 @@
 #      the same rounds (before/after a change). SCENARIOS=3a runs only the
 #      slow part, SCENARIOS=3b only the open part.
 #   4. memory: IDLE_CONNS idle connections, cold (never used) and warm (one
-#      line each first); relay RSS per connection, fresh relay every run.
+#      line each first); RSS per connection of the relay and of redis-server
+#      (the same relaybench idle, speaking PING), a fresh server every run,
+#      the two in turn, ratio per round. BASE_RELAY=PATH adds a third side,
+#      another relay binary (say, main's, built into /tmp), in the same
+#      rounds, with the ratio of this tree's relay to it: a before/after
+#      comparison in one run.
 #   5. micro-benchmarks of breaker, bulkhead and the relay's line path.
 #   6. fleet mode: fast-fail and full path through a relay with
 #      --state-store (a Redis of its own) against the same relay without,
@@ -79,9 +84,9 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 IDLE_HOLD=${IDLE_HOLD:-5s}
 STRACE=${STRACE:-0}               # scenario 9: also count syscalls per transaction
 STRACE_SECONDS=${STRACE_SECONDS:-3}
-BEFORE_RELAY=${BEFORE_RELAY:-}    # another relay binary (say, main's), measured beside this tree's in the same rounds: scenarios 1, 3b and 9
-BASE_RELAY=${BASE_RELAY:-}        # scenario 9's other relay, when it is to differ from BEFORE_RELAY
-BASE_LABEL=${BASE_LABEL:-}        # its name in scenario 9's tables: base, or before when it is BEFORE_RELAY
+BEFORE_RELAY=${BEFORE_RELAY:-}    # another relay binary (say, main's), measured beside this tree's in the same rounds: scenarios 1, 3b, 4 and 9
+BASE_RELAY=${BASE_RELAY:-}        # scenarios 4 and 9's other relay, when it is to differ from BEFORE_RELAY
+BASE_LABEL=${BASE_LABEL:-}        # its name in scenarios 4 and 9's tables: base, or before when it is BEFORE_RELAY
 if [[ -z $BASE_RELAY ]]; then
   BASE_RELAY=$BEFORE_RELAY
   BASE_LABEL=${BASE_LABEL:-before}
@@ -195,8 +200,11 @@ trip_core() {
 start_redis() {
   local port
   port=$(free_port)
+  # Emptied here, before redis starts: a log still holding an earlier
+  # redis's "Ready" line would end the wait below too soon.
+  : >"$out/redis.log"
   redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-    --daemonize no --maxclients 20000 >"$out/redis.log" 2>&1 &
+    --daemonize no --maxclients 20000 >>"$out/redis.log" 2>&1 &
   REDIS_PID=$!
   pids+=("$REDIS_PID")
   REDIS_ADDR=127.0.0.1:$port
@@ -948,16 +956,38 @@ fi
 
 if want 4; then
 echo "bench: 4. memory: $IDLE_CONNS idle connections" >&2
+[[ -z $BASE_RELAY || -x $BASE_RELAY ]] || die "BASE_RELAY=$BASE_RELAY is not an executable"
 closed=$(free_port)
+idle_sides=(relay redis)
+[[ -n $BASE_RELAY ]] && idle_sides+=(base)
+# idle SIDE MODE RUN: one relaybench idle run against a fresh server.
+idle() {
+  local side=$1 mode=$2 run=$3 addr pid proto=relay warm=()
+  [[ $mode == warm ]] && warm=(--warm)
+  case $side in
+  relay) start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  base) RELAY_BIN=$BASE_RELAY start_relay "idle-base-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  redis) start_redis ;;
+  esac
+  if [[ $side == redis ]]; then
+    addr=$REDIS_ADDR pid=$REDIS_PID proto=redis-ping
+  else
+    addr=$RELAY_ADDR pid=$RELAY_PID
+  fi
+  bin/relaybench idle --json --addr "$addr" --protocol "$proto" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+    --server-pid "$pid" >"$out/s4-$side-$mode-$run.json" ||
+    echo "bench: idle $side $mode run $run: relaybench idle exited $?" >&2
+  stop "$pid"
+}
 for run in $(seq "$RUNS"); do
   for mode in cold warm; do
-    start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed"
-    warm=()
-    [[ $mode == warm ]] && warm=(--warm)
-    bin/relaybench idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
-      --server-pid "$RELAY_PID" >"$out/s4-$mode-$run.json" ||
-      echo "bench: idle $mode run $run: relaybench idle exited $?" >&2
-    stop "$RELAY_PID"
+    for side in "${idle_sides[@]}"; do idle "$side" "$mode" "$run"; done
+    jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-redis-$mode-$run.json" \
+      '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-redis-$mode-$run.json"
+    if [[ -n $BASE_RELAY ]]; then
+      jq -n --slurpfile a "$out/s4-relay-$mode-$run.json" --slurpfile b "$out/s4-base-$mode-$run.json" \
+        '{ratio: ($a[0].kib_per_conn / $b[0].kib_per_conn)}' >"$out/s4-pair-base-$mode-$run.json"
+    fi
   done
 done
 fi
@@ -1095,12 +1125,24 @@ done
 want 7 && page_report
 
 want 4 && {
+  declare -A idle_label=([relay]="relay" [redis]="redis-server" [base]="$BASE_LABEL relay")
   echo
-  echo "| memory, $IDLE_CONNS idle connections | KiB per connection | relay RSS held, MiB | lost |"
-  echo "| --- | ---: | ---: | ---: |"
+  echo "| memory, $IDLE_CONNS idle connections, in the same run | server | KiB per connection | RSS held, MiB | lost |"
+  echo "| --- | --- | ---: | ---: | ---: |"
   for mode in cold warm; do
-    f=("$out"/s4-$mode-*.json)
-    echo "| $mode | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+    for side in "${idle_sides[@]}"; do
+      f=("$out"/s4-$side-$mode-*.json)
+      echo "| $mode | ${idle_label[$side]} | $(agg %.2f .kib_per_conn "${f[@]}") | $(agg %.1f '.rss_held_kib/1024' "${f[@]}") | $(jq -s 'map(.lost + .dial_errors) | add' "${f[@]}") |"
+    done
+  done
+  echo
+  echo "| memory ratios, per round (median (min–max) of $RUNS) | KiB per connection |"
+  echo "| --- | ---: |"
+  for mode in cold warm; do
+    echo "| $mode, relay ÷ redis-server | $(agg %.2f .ratio "$out"/s4-pair-redis-$mode-*.json) |"
+    if [[ -n $BASE_RELAY ]]; then
+      echo "| $mode, relay ÷ $BASE_LABEL relay | $(agg %.2f .ratio "$out"/s4-pair-base-$mode-*.json) |"
+    fi
   done
 } >>"$out/table.md"
 want 5 && {
@@ -1173,8 +1215,10 @@ want 3b && for side in "${io_sides[@]}"; do
   verdict "isolation (open CORE, $side): no CLAIM E905 from the storm: $d during, $a alone" "$(le "$d" "$a")"
 done
 want 4 && for mode in cold warm; do
-  k=$(med .kib_per_conn "$out"/s4-$mode-*.json)
+  k=$(med .kib_per_conn "$out"/s4-relay-$mode-*.json)
   verdict "memory ($mode): < 8 KiB per idle connection: $(fmt %.2f "$k") KiB" "$(lt "$k" 8)"
+  r=$(med .ratio "$out"/s4-pair-redis-$mode-*.json)
+  verdict "memory ($mode): ≤ 3× redis-server per idle connection: relay/redis = $(fmt %.2f "$r")× ($(fmt %.2f "$k") KiB)" "$(le "$r" 3)"
 done
 if want 5; then
 seq_ns=$(awk '$1 ~ /^BenchmarkClosedAllowSuccess-/ { print $3 }' "$out/s5-micro.txt" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')

@@ -18,6 +18,7 @@ type idleCmd struct {
 	Hold      time.Duration `help:"How long to keep them open and silent once the last is open." default:"10s" env:"RELAYBENCH_HOLD"`
 	Warm      bool          `help:"Send one line on each connection as soon as it is open, so the hub has used its per-connection buffers, as on a connection that served before going idle." env:"RELAYBENCH_WARM"`
 	Timeout   time.Duration `help:"Limit on each connect, and on the answers to the probe lines sent to every connection at once." default:"5s" env:"RELAYBENCH_TIMEOUT"`
+	Protocol  string        `help:"What the warm and probe lines speak: relay (a line for an unknown target, answered E903) or redis-ping (inline PING, to measure a redis server as a reference)." enum:"relay,redis-ping" default:"relay" env:"RELAYBENCH_PROTOCOL"`
 	ServerPID int           `name:"server-pid" help:"Hub process whose resident memory (VmRSS) is read before the connections open and at the end of the hold (Linux only); 0 reads none." default:"0" placeholder:"PID" env:"RELAYBENCH_SERVER_PID"`
 }
 
@@ -44,6 +45,10 @@ func (c *idleCmd) Run(ctx context.Context, s *streams) error {
 	if err != nil {
 		return err
 	}
+	proto, err := loadgen.ParseProtocol(c.Protocol)
+	if err != nil {
+		return err
+	}
 	p, err := loadgen.NewIdleProbe(loadgen.IdleConfig{
 		Addr:      c.Addr,
 		Conns:     c.Conns,
@@ -52,6 +57,7 @@ func (c *idleCmd) Run(ctx context.Context, s *streams) error {
 		Timeout:   c.Timeout,
 		ServerPID: c.ServerPID,
 		TLS:       tlsConfig,
+		Protocol:  proto,
 	})
 	if err != nil {
 		return err

@@ -175,3 +175,14 @@ func TestIdleCommandEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+func TestParseIdleProtocol(t *testing.T) {
+	c, _, err := parse(t, "idle")
+	require.NoError(t, err)
+	assert.Equal(t, "relay", c.Idle.Protocol)
+	c, _, err = parse(t, "idle", "--protocol", "redis-ping")
+	require.NoError(t, err)
+	assert.Equal(t, "redis-ping", c.Idle.Protocol)
+	_, _, err = parse(t, "idle", "--protocol", "http")
+	assert.ErrorContains(t, err, "--protocol")
+}

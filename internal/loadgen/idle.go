@@ -43,6 +43,12 @@ type IdleConfig struct {
 	// connecting, so the memory read includes what an idle TLS connection
 	// costs the hub. Nil means plain TCP.
 	TLS *tls.Config
+	// Protocol is what the warm and probe lines speak: ProtocolRelay (the
+	// zero value) sends a line for an unknown target and expects its E903
+	// with the line's TXID; ProtocolRedisPing sends an inline PING and
+	// expects +PONG, so that the same run measures redis-server as a
+	// reference. ProtocolHTTP is refused.
+	Protocol Protocol
 }
 
 // IdleProbe measures what idle connections cost the hub. It is read-only
@@ -67,6 +73,8 @@ func NewIdleProbe(cfg IdleConfig) (*IdleProbe, error) {
 		return nil, fmt.Errorf("loadgen: Timeout %s: want 0 or more", cfg.Timeout)
 	case cfg.ServerPID < 0:
 		return nil, fmt.Errorf("loadgen: ServerPID %d: not a process id", cfg.ServerPID)
+	case cfg.Protocol != ProtocolRelay && cfg.Protocol != ProtocolRedisPing:
+		return nil, fmt.Errorf("loadgen: Protocol %s: an idle run speaks relay or redis-ping", cfg.Protocol)
 	}
 	return &IdleProbe{cfg: cfg}, nil
 }
@@ -78,7 +86,7 @@ func NewIdleProbe(cfg IdleConfig) (*IdleProbe, error) {
 // memory cannot be read or ctx is cancelled.
 func (p *IdleProbe) Run(ctx context.Context) (IdleSummary, error) {
 	cfg := p.cfg
-	sum := IdleSummary{Addr: cfg.Addr, Conns: cfg.Conns, Warm: cfg.Warm, ServerPID: cfg.ServerPID}
+	sum := IdleSummary{Addr: cfg.Addr, Protocol: cfg.Protocol.String(), Conns: cfg.Conns, Warm: cfg.Warm, ServerPID: cfg.ServerPID}
 	var errs errorSamples
 	if cfg.ServerPID > 0 {
 		rss, err := processRSS(cfg.ServerPID)
@@ -114,7 +122,7 @@ func (p *IdleProbe) Run(ctx context.Context) (IdleSummary, error) {
 	if cfg.Warm {
 		// A connection lost here is lost for the final probe too, where it
 		// is counted.
-		_ = probeAll(conns, "W", cfg.Timeout, &errs)
+		_ = probeAll(conns, cfg.Protocol, "W", cfg.Timeout, &errs)
 	}
 
 	held := time.Now()
@@ -134,7 +142,7 @@ func (p *IdleProbe) Run(ctx context.Context) (IdleSummary, error) {
 		sum.RSSHeld = rss
 		sum.KiBPerConn = float64(rss-sum.RSSBefore) / float64(len(conns))
 	}
-	sum.Answered = probeAll(conns, "I", cfg.Timeout, &errs)
+	sum.Answered = probeAll(conns, cfg.Protocol, "I", cfg.Timeout, &errs)
 	sum.Lost = len(conns) - sum.Answered
 	sum.Errors = errs.list
 	return sum, nil
@@ -144,6 +152,7 @@ func (p *IdleProbe) Run(ctx context.Context) (IdleSummary, error) {
 // plain value.
 type IdleSummary struct {
 	Addr        string   `json:"addr"`
+	Protocol    string   `json:"protocol"`
 	Conns       int      `json:"conns"`
 	Opened      int      `json:"opened"`
 	DialErrors  int      `json:"dial_errors"`
@@ -168,11 +177,12 @@ func (s IdleSummary) Problems() string {
 	return fmt.Sprintf("%d connections not opened, %d lost during the hold", s.DialErrors, s.Lost)
 }
 
-// probeAll sends one line to an unknown target on every connection, then
-// reads one answer from each, within timeout for all of them together,
-// and returns how many answered with their own TXID. Writing them all
-// before reading any lets the hub answer them in parallel.
-func probeAll(conns []net.Conn, prefix string, timeout time.Duration, errs *errorSamples) int {
+// probeAll sends one line to an unknown target on every connection (with
+// ProtocolRedisPing, an inline PING), then reads one answer from each,
+// within timeout for all of them together, and returns how many answered
+// with their own TXID (+PONG). Writing them all before reading any lets
+// the server answer them in parallel.
+func probeAll(conns []net.Conn, proto Protocol, prefix string, timeout time.Duration, errs *errorSamples) int {
 	deadline := time.Now().Add(timeout)
 	sent := make([]bool, len(conns))
 	for i, nc := range conns {
@@ -180,7 +190,10 @@ func probeAll(conns []net.Conn, prefix string, timeout time.Duration, errs *erro
 			errs.add(err)
 			continue
 		}
-		line := prefix + strconv.Itoa(i+1) + "|" + probeTarget + "|\n"
+		line := pingRequest
+		if proto == ProtocolRelay {
+			line = prefix + strconv.Itoa(i+1) + "|" + probeTarget + "|\n"
+		}
 		if _, err := io.WriteString(nc, line); err != nil {
 			errs.add(err)
 			continue
@@ -202,14 +215,24 @@ func probeAll(conns []net.Conn, prefix string, timeout time.Duration, errs *erro
 			errs.add(err)
 			continue
 		}
-		txid, _, _, ok := ParseAnswer(line)
-		if !ok || string(txid) != prefix+strconv.Itoa(i+1) {
+		if !probeAnswered(proto, line, prefix+strconv.Itoa(i+1)) {
 			errs.add(fmt.Errorf("unexpected answer %q", line))
 			continue
 		}
 		answered++
 	}
 	return answered
+}
+
+// probeAnswered reports whether line answers the probe line with TXID
+// txid, or for ProtocolRedisPing the PING.
+func probeAnswered(proto Protocol, line []byte, txid string) bool {
+	if proto == ProtocolRedisPing {
+		code, ok := parseRedisReply(line)
+		return ok && line[0] == '+' && string(code) == "PONG"
+	}
+	got, _, _, ok := ParseAnswer(line)
+	return ok && string(got) == txid
 }
 
 // errorSamples keeps up to maxErrorSamples distinct error messages. Owned
@@ -242,7 +265,7 @@ func (s IdleSummary) WriteText(w io.Writer) error {
 	if s.Warm {
 		mode = "warm (one line each first)"
 	}
-	fmt.Fprintf(tw, "target\t%s, %d conns, %s\n", s.Addr, s.Conns, mode)
+	fmt.Fprintf(tw, "target\t%s (%s), %d conns, %s\n", s.Addr, s.Protocol, s.Conns, mode)
 	fmt.Fprintf(tw, "connections\topened %d, dial errors %d, held %.1fs, answered the probe %d, lost %d\n",
 		s.Opened, s.DialErrors, s.HoldSeconds, s.Answered, s.Lost)
 	if s.ServerPID > 0 {

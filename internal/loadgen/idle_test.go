@@ -128,3 +128,41 @@ func TestIdleSummaryProblems(t *testing.T) {
 	assert.Equal(t, "1 connections not opened, 2 lost during the hold",
 		IdleSummary{DialErrors: 1, Opened: 2, Lost: 2}.Problems())
 }
+
+func TestRunIdleRedisPing(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(t *testing.T) {
+			f := newFakeRedis(t)
+
+			sum, err := runIdle(t, IdleConfig{Addr: f.ln.Addr().String(), Conns: 10, Hold: time.Millisecond, Warm: warm,
+				Timeout: 5 * time.Second, Protocol: ProtocolRedisPing})
+
+			require.NoError(t, err)
+			assert.Equal(t, "redis-ping", sum.Protocol)
+			assert.Equal(t, 10, sum.Answered)
+			assert.Zero(t, sum.Lost)
+			want := int64(10)
+			if warm {
+				want = 20
+			}
+			assert.Equal(t, want, f.pings.Load(), "one PING per connection, and one more when warm")
+		})
+	}
+}
+
+func TestRunIdleRedisPingCountsWrongAnswersLost(t *testing.T) {
+	// A hub answers a PING line with an E900, not +PONG.
+	f := fakerelay.New(t, fakerelay.Config{})
+
+	sum, err := runIdle(t, IdleConfig{Addr: f.Addr, Conns: 3, Timeout: 5 * time.Second, Protocol: ProtocolRedisPing})
+
+	require.NoError(t, err)
+	assert.Zero(t, sum.Answered)
+	assert.Equal(t, 3, sum.Lost)
+}
+
+func TestNewIdleProbeRefusesHTTP(t *testing.T) {
+	_, err := NewIdleProbe(IdleConfig{Conns: 1, Protocol: ProtocolHTTP})
+
+	assert.ErrorContains(t, err, "Protocol http")
+}
