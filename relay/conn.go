@@ -56,8 +56,8 @@ type conn struct {
 
 	// Owned by the read loop.
 	rc         syscall.RawConn       // nc's descriptor, to wait for input without a buffer; nil when unsupported
-	rawRead    func(fd uintptr) bool // c.readRaw, bound once so that a read does not allocate
-	onReadable func(fd uintptr) bool // c.serveReadable, bound once likewise
+	rawRead    func(fd uintptr) bool // c.readRaw, bound once (readCallback) so that a read does not allocate
+	onReadable func(fd uintptr) bool // c.serveReadable, bound once likewise (serveCallback)
 	fd         uintptr               // nc's descriptor while serveReadable runs
 	rbuf       *[]byte               // the read buffer; nil while no input is held
 	r, w       int                   // the input not yet used is (*rbuf)[r:w]
@@ -76,7 +76,7 @@ type conn struct {
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
 	// A socket's answers are written through rc (writeRaw).
-	rawWrite func(fd uintptr) bool // c.writeRaw, bound once so that a write does not allocate
+	rawWrite func(fd uintptr) bool // guarded by wmu: c.writeRaw, bound once (writeCallback) so that a write does not allocate
 	woutErr  error                 // guarded by wmu: why writeRaw stopped short
 
 	writes atomic.Uint32 // writes of answers so far: a run (see run) ends at each
@@ -183,12 +183,35 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if sc, ok := nc.(syscall.Conn); ok && rawReads {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
-			c.rawRead = c.readRaw
-			c.onReadable = c.serveReadable
-			c.rawWrite = c.writeRaw
 		}
 	}
 	return c
+}
+
+// readCallback, serveCallback and writeCallback return the connection's
+// RawConn callbacks, bound the first time each is needed, not by newConn: a
+// bound method is an allocation, and a connection that never sends a line
+// (an idle one) needs none of them (docs/BENCHMARKS.md, "Idle memory").
+// The first two are the read loop's; writeCallback is called under wmu.
+func (c *conn) readCallback() func(fd uintptr) bool {
+	if c.rawRead == nil {
+		c.rawRead = c.readRaw
+	}
+	return c.rawRead
+}
+
+func (c *conn) serveCallback() func(fd uintptr) bool {
+	if c.onReadable == nil {
+		c.onReadable = c.serveReadable
+	}
+	return c.onReadable
+}
+
+func (c *conn) writeCallback() func(fd uintptr) bool {
+	if c.rawWrite == nil {
+		c.rawWrite = c.writeRaw
+	}
+	return c.rawWrite
 }
 
 // readEnd says why a connection's read loop stopped.
@@ -345,7 +368,7 @@ func (c *conn) readLoop() readEnd {
 		return end
 	}
 	for {
-		err := c.rc.Read(c.onReadable)
+		err := c.rc.Read(c.serveCallback())
 		if err == nil {
 			if !c.seat.leftFor() {
 				return c.end
@@ -557,7 +580,7 @@ func (c *conn) fill() (wait bool) {
 		return c.fillSession()
 	}
 	if c.rc != nil {
-		if err := c.rc.Read(c.rawRead); err != nil {
+		if err := c.rc.Read(c.readCallback()); err != nil {
 			c.rerr = err // the wait ended: deadline passed, or connection closed
 		}
 		return false
@@ -1023,7 +1046,7 @@ func (c *conn) writeOutLocked(now time.Time) error {
 		if c.rc != nil {
 			// writeRaw shortens *c.wbuf as it writes; b keeps the buffer
 			// whole, for the pool.
-			if err = c.rc.Write(c.rawWrite); err == nil {
+			if err = c.rc.Write(c.writeCallback()); err == nil {
 				err = c.woutErr
 			}
 			c.woutErr = nil

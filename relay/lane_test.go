@@ -453,7 +453,7 @@ func TestRefusalHeavyLineInASessionDoesNotAllocate(t *testing.T) {
 	c.armReadDeadline(time.Now())
 	assert.Zero(t, laneAllocsPerLine(t, srv, c, client, func() (inTurn bool, err error) {
 		for range 2 { // the wait for the turn, then its end
-			if err := c.rc.Read(c.onReadable); err != nil {
+			if err := c.rc.Read(c.serveCallback()); err != nil {
 				return false, err
 			}
 			if !c.seat.leftFor() {
