@@ -1,11 +1,9 @@
 package relay
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,24 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/internal/logtest"
 	"github.com/relayhub/relayhub/relay/indoubt"
 )
-
-// journalLines returns the in-doubt journal's lines, decoded.
-func journalLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestACallInDoubtIsJournalledBeforeItsAnswer: a call that times out after
 // its request went out is in the journal, in the recent list, in /status's
@@ -69,7 +52,7 @@ func TestACallInDoubtIsJournalledBeforeItsAnswer(t *testing.T) {
 	assert.Equal(t, "T1|E901|no answer within target timeout; outcome unknown", c.RoundTrip("T1|CORE|XFER 1001 1002 2500"))
 
 	// then the journal already holds its line,
-	lines := journalLines(t, path)
+	lines := logtest.FileLines(t, path)
 	require.Len(t, lines, 1)
 	l := lines[0]
 	assert.Equal(t, "hub-test", l["hub"])
@@ -96,7 +79,7 @@ func TestACallInDoubtIsJournalledBeforeItsAnswer(t *testing.T) {
 	assert.Equal(t, "T2|E902|target unreachable: connection refused; not sent", c.RoundTrip("T2|CLAIM|SUBMIT P1 100"))
 
 	// then nothing is in doubt there.
-	assert.Len(t, journalLines(t, path), 1)
+	assert.Len(t, logtest.FileLines(t, path), 1)
 	assert.Len(t, srv.InDoubt(time.Time{}), 1)
 	assert.Zero(t, status(t, srv, "CLAIM").InDoubt)
 	assert.Zero(t, hubtest.MetricValue(t, reg, "relay_in_doubt_total", "target", "CLAIM"))

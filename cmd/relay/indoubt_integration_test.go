@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/logtest"
 	"github.com/relayhub/relayhub/internal/proctest"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
@@ -26,24 +26,6 @@ import (
 // docs/PROTOCOL.md, "In-doubt journal": a call that may have reached its
 // target without an answer is journalled, fsynced, before its client reads
 // the answer; one that never left the hub is not, and is tried once more.
-
-// inDoubtLines reads the in-doubt journal at path, one decoded object per
-// line.
-func inDoubtLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
-		out = append(out, m)
-	}
-	require.NoError(t, sc.Err())
-	return out
-}
 
 func TestInDoubtCallIsJournalledBeforeItsAnswerAndSurvivesKill9(t *testing.T) {
 	// Given CORE slower than the relay's target timeout, and a journal,
@@ -76,7 +58,7 @@ func TestInDoubtCallIsJournalledBeforeItsAnswerAndSurvivesKill9(t *testing.T) {
 	require.Equal(t, "XF-2|E901|no answer within target timeout; outcome unknown", a.String())
 
 	// then both lines are in the journal, whole, in the documented format.
-	lines := inDoubtLines(t, journal)
+	lines := logtest.FileLines(t, journal)
 	require.Len(t, lines, 2)
 	for i, want := range []struct{ txid, payload string }{{"XF-1", "XFER 1001 1002 2500"}, {"XF-2", "XFER 1001 1003 700"}} {
 		l := lines[i]
@@ -112,7 +94,7 @@ func TestFailureBeforeSendIsNotInDoubtAndIsTriedOnceMore(t *testing.T) {
 	assert.Equal(t, 0.0, m[`relay_in_doubt_total{target="CORE"}`])
 	assert.Zero(t, statusOf(t, h.status(t), "CORE").InDoubt)
 	assert.Equal(t, `{"in_doubt":[]}`+"\n", h.mustGet(t, "/in-doubt"))
-	assert.Empty(t, inDoubtLines(t, journal))
+	assert.Empty(t, logtest.FileLines(t, journal))
 }
 
 // TestLateBookingsAreReconciledAppliedOnce: a CORE that books at once but
@@ -352,7 +334,7 @@ func TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn(t *testing.T) {
 	// whole, and each file has some.
 	inFile := map[string]string{} // txid → file
 	for _, path := range []string{rotated, journal} {
-		lines := inDoubtLines(t, path)
+		lines := logtest.FileLines(t, path)
 		assert.NotEmpty(t, lines, path)
 		for _, l := range lines {
 			txid, _ := l["txid"].(string)

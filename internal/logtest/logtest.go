@@ -1,4 +1,5 @@
-// Package logtest captures JSON log lines in tests.
+// Package logtest captures JSON log lines in tests, and reads those a
+// process wrote to a file (an access log, an in-doubt journal).
 //
 // Typical use:
 //
@@ -11,6 +12,7 @@ package logtest
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +46,23 @@ func (b *Buffer) String() string {
 // line that is not JSON fails the test.
 func (b *Buffer) Lines(t testing.TB) []map[string]any {
 	t.Helper()
+	return decodeLines(t, b.String())
+}
+
+// FileLines returns the file at path, one JSON object per non-empty line;
+// a line that is not JSON, or a file that cannot be read, fails the test.
+func FileLines(t testing.TB, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return decodeLines(t, string(b))
+}
+
+// decodeLines decodes s, one JSON object per non-empty line.
+func decodeLines(t testing.TB, s string) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(b.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(s), "\n") {
 		if line == "" {
 			continue
 		}

@@ -1,7 +1,6 @@
 package indoubt
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/logtest"
 )
 
 func testEntry(txid string) Entry {
@@ -63,29 +64,12 @@ func openTest(t *testing.T, cfg Config) *Journal {
 	return j
 }
 
-// readLines returns the lines of the file at path, each decoded.
-func readLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
-		out = append(out, m)
-	}
-	require.NoError(t, sc.Err())
-	return out
-}
-
 func TestAppendIsInTheFileWhenItReturns(t *testing.T) {
 	j := openTest(t, Config{})
 	for _, txid := range []string{"T1", "T2"} {
 		e := testEntry(txid)
 		require.NoError(t, j.Append(&e))
-		lines := readLines(t, j.Path())
+		lines := logtest.FileLines(t, j.Path())
 		require.NotEmpty(t, lines)
 		assert.Equal(t, txid, lines[len(lines)-1]["txid"], "the line is written before Append returns")
 	}
@@ -98,7 +82,7 @@ func TestAppendAppendsToAnExistingFile(t *testing.T) {
 	j := openTest(t, Config{Path: path})
 	e := testEntry("NEW")
 	require.NoError(t, j.Append(&e))
-	lines := readLines(t, path)
+	lines := logtest.FileLines(t, path)
 	require.Len(t, lines, 2)
 	assert.Equal(t, "OLD", lines[0]["txid"])
 	assert.Equal(t, "NEW", lines[1]["txid"])
@@ -146,7 +130,7 @@ func TestConcurrentAppendsShareAnFsync(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, int64(2), j.syncs.Load(), "one fsync for the first line, one for the ten queued behind it")
-	assert.Len(t, readLines(t, j.Path()), 11)
+	assert.Len(t, logtest.FileLines(t, j.Path()), 11)
 }
 
 func TestAppendUnderConcurrency(t *testing.T) {
@@ -164,7 +148,7 @@ func TestAppendUnderConcurrency(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	lines := readLines(t, j.Path())
+	lines := logtest.FileLines(t, j.Path())
 	require.Len(t, lines, callers*each, "every line whole, none lost or split")
 	seen := make(map[any]bool)
 	for _, l := range lines {
@@ -367,7 +351,7 @@ func TestReopenUnderConcurrentAppends(t *testing.T) {
 	seen := make(map[string]string) // txid → file
 	files := []string{j.Path() + ".0", j.Path() + ".1", j.Path()}
 	for _, path := range files {
-		for _, l := range readLines(t, path) {
+		for _, l := range logtest.FileLines(t, path) {
 			txid := l["txid"].(string)
 			if prev, ok := seen[txid]; ok {
 				t.Errorf("%s in %s and in %s", txid, prev, path)
@@ -396,7 +380,7 @@ func TestReopen(t *testing.T) {
 		require.NoError(t, j.Reopen())
 		e = testEntry("T2")
 		require.NoError(t, j.Append(&e))
-		assert.Len(t, readLines(t, j.Path()), 2)
+		assert.Len(t, logtest.FileLines(t, j.Path()), 2)
 		_, err := Open(Config{Path: j.Path()})
 		assert.ErrorIs(t, err, ErrLocked, "still held")
 	})
@@ -411,7 +395,7 @@ func TestReopen(t *testing.T) {
 		assert.ErrorContains(t, err, j.Path())
 		e := testEntry("T1")
 		require.NoError(t, j.Append(&e))
-		assert.Len(t, readLines(t, j.Path()+".1"), 1, "the journal goes on in the file it had")
+		assert.Len(t, logtest.FileLines(t, j.Path()+".1"), 1, "the journal goes on in the file it had")
 	})
 	t.Run("after close", func(t *testing.T) {
 		j := openTest(t, Config{})
