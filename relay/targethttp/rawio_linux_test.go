@@ -41,36 +41,6 @@ func threadSyscalls(t *testing.T) (reads, writes int) {
 	return reads, writes
 }
 
-// slowAnswerTarget serves a raw keep-alive HTTP target that answers each
-// request a little after it arrived, as a real target does: by the time
-// the answer comes, the hub is waiting for it. Each request arrives in one
-// write of the hub's.
-func slowAnswerTarget(t *testing.T, delay time.Duration) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"code\":\"0000\"}")
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 4096)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				return
-			}
-			time.Sleep(delay)
-			if _, err := c.Write(answer); err != nil {
-				return
-			}
-		}
-	}()
-	return "http://" + ln.Addr().String()
-}
-
 // TestTargetCallReadsOnceAndWritesOncePerCall counts the read and write
 // syscalls of calls on a kept-alive connection: one write of the request
 // and one read of its answer each. Written from Write, the request would
@@ -78,7 +48,7 @@ func slowAnswerTarget(t *testing.T, delay time.Duration) string {
 // two reads per call.
 func TestTargetCallReadsOnceAndWritesOncePerCall(t *testing.T) {
 	const calls = 40
-	tg := testTarget(t, slowAnswerTarget(t, time.Millisecond), 5*time.Second)
+	tg := testTarget(t, rawAnswerTarget(t, time.Millisecond), 5*time.Second)
 	txid, payload := []byte("TX1"), []byte("BAL 1")
 	// The call's syscalls are made by the calling goroutine, on its
 	// thread once locked to it.
