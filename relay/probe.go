@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,35 +54,19 @@ const (
 // own error code from E000 to E899 but E500 (a failure is never healthy).
 // The hub's own codes (E900 and above) never come from a target.
 func ParseProbeCode(s string) (string, error) {
-	code := []byte(s)
-	if len(code) == 4 && (code[0] == 'b' || code[0] == 'e') {
-		code[0] -= 'a' - 'A'
+	c := s
+	if len(c) == 4 && (c[0] == 'b' || c[0] == 'e') {
+		c = string(c[0]-('a'-'A')) + c[1:]
 	}
-	c := string(code)
-	digits := len(c) == 4 && isDigits(c[1:])
 	switch {
-	case c == protocol.CodeOK:
-		return c, nil
-	case digits && c[0] == 'B':
-		return c, nil
+	case !protocol.ValidTargetCode(c):
+		return "", fmt.Errorf("probe code %q: want 0000, Bnnn or a target's own Ennn below E900", s)
 	case c == protocol.CodeTargetFailed:
 		return "", fmt.Errorf("probe code %s: a failure is never healthy", c)
-	case digits && c[0] == 'E' && c[1] < '9':
-		return c, nil
-	case digits && c[0] == 'E':
+	case c[0] == 'E' && c[1] == '9':
 		return "", fmt.Errorf("probe code %s: E900 and above are the hub's own, never a target's answer", c)
 	}
-	return "", fmt.Errorf("probe code %q: want 0000, Bnnn or a target's own Ennn below E900", s)
-}
-
-// isDigits reports whether s is all ASCII digits.
-func isDigits(s string) bool {
-	for i := range len(s) {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return c, nil
 }
 
 // parseProbeExpect checks codes with ParseProbeCode and returns them in
@@ -104,10 +89,8 @@ func parseProbeExpect(in []string) ([]string, error) {
 // checkProbePayload refuses a probe payload that cannot be a line's
 // payload: one with a line break.
 func checkProbePayload(p string) error {
-	for i := range len(p) {
-		if p[i] == '\n' || p[i] == '\r' {
-			return errors.New("ProbePayload must not hold a line break")
-		}
+	if strings.ContainsAny(p, "\r\n") {
+		return errors.New("ProbePayload must not hold a line break")
 	}
 	return nil
 }
