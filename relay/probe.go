@@ -155,9 +155,7 @@ func (s *Server) runProber(rt *route) {
 		select {
 		case <-s.stopping:
 			t.Stop()
-			rt.prober.mu.Lock()
-			rt.prober.on = false
-			rt.prober.mu.Unlock()
+			rt.prober.end()
 			return
 		case <-t.C:
 		}
@@ -174,9 +172,7 @@ func (s *Server) probeLoop(rt *route) {
 	for {
 		select {
 		case <-s.stopping:
-			rt.prober.mu.Lock()
-			rt.prober.on = false
-			rt.prober.mu.Unlock()
+			rt.prober.end()
 			return
 		case <-rt.prober.wake:
 		case <-timer.C:
@@ -186,6 +182,14 @@ func (s *Server) probeLoop(rt *route) {
 		}
 		timer.Reset(s.probeOnce(rt, rt.conf.Load()))
 	}
+}
+
+// end marks the prober's goroutine ended, so that the next start runs one
+// again.
+func (p *prober) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.on = false
 }
 
 // endProber reports whether rt's prober must end, because rt has no probe
