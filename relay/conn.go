@@ -347,14 +347,12 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // it, so that a read which took all the input there was can be followed by
 // a wait rather than by a read that finds nothing (see fillSession).
 //
-// A refusal-heavy connection serves the lines it has read in its turn in
-// the refusal lane while the lane is in force (see refusalLane): the lines
-// of one read, every one answered, then the turn ends after the flush,
-// before the loop reads again. Neither the wait for a turn nor the pause
-// that ends one happens inside serveReadable, which holds the socket's
-// read lock (a Close from another goroutine, Server.Close's say, would
-// wait for the turn): serveInput leaves the callback for them, laneStep
-// takes them, and the loop starts a new RawConn.Read.
+// A refusal-heavy connection reads in its turn in the refusal lane while
+// the lane is in force (see refusalLane): once its socket is readable it
+// leaves the callback to wait for a turn (laneRead), reads once in the
+// turn and answers every line of that read, and leaves the callback again
+// after the flush to end the turn (serveInput); laneStep takes both steps,
+// and the loop starts a new RawConn.Read.
 func (c *conn) readLoop() readEnd {
 	defer c.releaseReadBuf()
 	defer c.leaveLane()
@@ -397,8 +395,7 @@ func (c *conn) readLoop() readEnd {
 // input until it must wait for more, reporting false so that the runtime
 // parks the loop until the socket is readable, or until the connection's
 // end, reporting true with the end in c.end, or until the lane needs a
-// step outside the callback, reporting true with the seat's toLane set. Each call
-// begins with a read, or with the line held for a turn.
+// step outside the callback, reporting true with the seat's toLane set.
 func (c *conn) serveReadable(fd uintptr) bool {
 	c.fd, c.inSession = fd, true
 	end, done := c.serveInput()
@@ -408,21 +405,14 @@ func (c *conn) serveReadable(fd uintptr) bool {
 }
 
 // serveInput reads and handles lines until the connection ends (done, with
-// why), or, inside serveReadable only, until the loop must wait for input,
-// or until it leaves the callback for the refusal lane (done, with toLane
-// set: see readLoop).
+// why), or, inside serveReadable only (where alone turns are taken), until
+// the loop must wait for input, or until it leaves the callback for the
+// refusal lane (done, with toLane set: see readLoop).
 func (c *conn) serveInput() (end readEnd, done bool) {
 	for {
-		line, tooLong, err := c.nextLine()
+		line, tooLong, err := c.readLine()
 		if err == errWait {
-			return 0, false
-		}
-		if (tooLong || len(line) > 0) && c.turnDue() {
-			if c.inSession {
-				c.holdLine(line, tooLong, err)
-				return 0, true
-			}
-			c.awaitTurn()
+			return 0, c.seat.leftFor()
 		}
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
@@ -449,12 +439,11 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 			c.flushAt(now)
 			c.armReadDeadline(now)
 			c.run = time.Time{} // the loop may wait before its next line
-			if c.seat.batchDone() {
-				if c.inSession {
-					c.seat.toLane = true
-					return 0, true
-				}
-				c.endTurn()
+			if c.seat.hasTurn() {
+				// The lines of the turn's read are answered: the turn
+				// ends, outside the callback (laneStep).
+				c.seat.toLane = true
+				return 0, true
 			}
 		}
 	}
@@ -624,16 +613,32 @@ func (c *conn) fill() (wait bool) {
 // passes, readLoop starts a new RawConn.Read, which reads again and finds
 // the end if it came. A wait after a read that found nothing needs only
 // the idle deadline: nothing, not even an end, was waiting unread.
+//
+// A refusal-heavy connection reads only in its turn in the refusal lane
+// (laneRead): it reports wait, with the seat's toLane set, when the loop
+// is to leave serveReadable for a step in the lane instead.
 func (c *conn) fillSession() (wait bool) {
+	if c.turnSpent() {
+		return true
+	}
 	if c.waitNext || c.halt.Load() {
 		c.waitNext = false
 		c.parkReadBuf()
 		c.armEndCheckDeadline()
 		return true
 	}
+	if c.laneRead() {
+		return true
+	}
 	c.holdReadBuf()
 	w, room := c.w, len(*c.rbuf)-c.w
 	if !c.readRaw(c.fd) {
+		if c.seat.hasTurn() {
+			// Nothing to read after all: a turn is not held through a
+			// wait for the client.
+			c.seat.toLane = true
+			return true
+		}
 		c.armIdleDeadline()
 		return true
 	}
@@ -829,10 +834,9 @@ func handOffAfter(idleTimeout time.Duration) time.Duration {
 }
 
 // mayHandOff reports whether the read loop may hand the connection off
-// while it waits: serve allowed it (a socket), and no input is held, nor
-// a line waiting for a turn in the refusal lane.
+// while it waits: serve allowed it (a socket), and no input is held.
 func (c *conn) mayHandOff() bool {
-	return c.handOff && c.rbuf == nil && !c.seat.holdsLine()
+	return c.handOff && c.rbuf == nil
 }
 
 // endCheckAfter bounds a wait that may have an end of input unseen before

@@ -17,17 +17,23 @@ import (
 //
 // So, while the hub has calls in flight, or has had within
 // laneCallsRecent, a connection whose last laneAfter lines were all refused
-// is refusal-heavy, and serves the lines it reads in turn with the other
-// refusal-heavy connections: it waits for a turn in the lane, which has
-// room for laneTurns connections at a time; in its turn it answers every
-// complete line it has read (one read's worth), writes the answers, and
+// is refusal-heavy, and reads its socket only in its turn, taken with the
+// other refusal-heavy connections: the lane has room for laneTurns
+// connections at a time. Such a connection waits until its socket is
+// readable, without reading, then waits for a turn; in its turn it reads
+// once, answers every complete line of that read, writes the answers, and
 // pauses for lanePause before it gives the turn on, so that the calls'
-// goroutines and the network poller get the CPU between two turns. Lines
-// are read before the wait and answered as soon as the turn comes; lines
-// not yet read wait in the socket. A connection leaves the lane with its
-// first admitted line. Connections that are not refusal-heavy never wait
-// for the lane, and with no call to make room for, neither do
-// refusal-heavy ones: a hub that only refuses answers as fast as it can.
+// goroutines and the network poller get the CPU between two turns. Every
+// line read is answered at once, in the turn that read it; lines not yet
+// read wait in the socket. A connection leaves the lane with its first
+// admitted line. Connections that are not refusal-heavy never wait for the
+// lane, and with no call to make room for, neither do refusal-heavy ones:
+// a hub that only refuses answers as fast as it can.
+//
+// Only a connection whose socket the read loop reads itself
+// (syscall.RawConn) takes turns: one read through TLS may bring lines that
+// the socket no longer shows, and a turn must not be held through a read
+// that waits for the client.
 const (
 	// laneAfter is how many refused lines in a row make a connection
 	// refusal-heavy.
@@ -45,10 +51,9 @@ const (
 	// the lane stays in force.
 	laneCallsRecent = time.Second
 	// laneStuck is how long a connection waits for a turn while no turn
-	// ends before it serves its lines without one: a connection blocked
-	// in its turn writing to a client that does not read (for up to
-	// WriteTimeout) must not hold every other refusal-heavy connection
-	// back with it.
+	// ends before it reads without one: a connection blocked in its turn
+	// writing to a client that does not read (for up to WriteTimeout)
+	// must not hold every other refusal-heavy connection back with it.
 	laneStuck = 100 * time.Millisecond
 )
 
@@ -58,6 +63,7 @@ type refusalLane struct {
 	turn    chan struct{} // a token per connection in its turn; capacity laneTurns
 	ended   atomic.Uint64 // turns ended, so that a waiter tells a stuck lane from a busy one
 	waiting atomic.Int64  // connections waiting for a turn now
+	owed    atomic.Int64  // connections that found input and have not read it yet: Shutdown lets them read it before reading stops
 	callsAt atomic.Int64  // when a refusal-heavy connection last found calls in flight, in Unix nanoseconds
 	stuck   time.Duration // laneStuck; tests lengthen it
 }
@@ -80,32 +86,19 @@ func (c *conn) noteRefused() {
 // the read loop. Its methods take a nil seat as one that holds nothing.
 type laneSeat struct {
 	inTurn   bool        // the connection has its turn in the refusal lane
-	asked    bool        // turnDue has asked the lane since the loop last waited: it asks again once the loop has waited
-	toLane   bool        // serveInput left serveReadable for laneStep: to wait for a turn (holding), else to end one
-	holding  bool        // held is a line read and not yet served, waiting for a turn
-	held     heldLine    // see holding
+	turnRead bool        // it has read in its turn: the turn ends before another read
+	toLane   bool        // the read loop left serveReadable for laneStep: to wait for a turn, or to end one
+	owes     bool        // counted in the lane's owed: the socket was readable, the read waits for a turn
+	passed   bool        // the wait for a turn gave up (a stuck lane, or shutdown): the next read goes ahead without one
 	turnWait *time.Timer // times a wait for a turn (awaitTurn); nil until the first wait
 }
 
-// leftFor reports whether serveInput left serveReadable for a step in the
-// lane (laneStep).
+// leftFor reports whether the read loop left serveReadable for a step in
+// the lane (laneStep).
 func (s *laneSeat) leftFor() bool { return s != nil && s.toLane }
 
 // hasTurn reports whether the connection has its turn in the lane.
 func (s *laneSeat) hasTurn() bool { return s != nil && s.inTurn }
-
-// holdsLine reports whether a line read waits for a turn.
-func (s *laneSeat) holdsLine() bool { return s != nil && s.holding }
-
-// batchDone notes that the read loop has served every complete line it
-// read, and reports whether that ends the connection's turn.
-func (s *laneSeat) batchDone() bool {
-	if s == nil {
-		return false
-	}
-	s.asked = false
-	return s.inTurn
-}
 
 // takeSeat returns the connection's place in the lane, taking one the first
 // time.
@@ -116,67 +109,92 @@ func (c *conn) takeSeat() *laneSeat {
 	return c.seat
 }
 
-// heldLine is a line the read loop has read and not yet served (readLine's
-// results): it waits for the connection's turn in the lane, outside
-// serveReadable. Its bytes stay where readLine left them, in the read
-// buffer or in txid, since nothing reads between the hold and the serve.
-type heldLine struct {
-	line    []byte
-	tooLong bool
-	err     error
+// laneDue reports whether the read loop is to wait for a turn before it
+// reads: the connection is refusal-heavy, not in its turn, the hub is not
+// shutting down (then nothing is held back: every line gets E906 at once)
+// and the lane is in force.
+func (c *conn) laneDue() bool {
+	return c.refusals >= laneAfter && !c.seat.hasTurn() && !c.srv.inShutdown.Load() && c.srv.laneInForce()
 }
 
-// turnDue reports whether the connection is to wait for a turn in the lane
-// before it serves the line it has read: it is refusal-heavy, not in its
-// turn, and the lane is in force. It asks the lane once per batch of lines
-// (those served between two waits of the read loop), so that a hub that
-// only refuses pays for the question once per read at most.
-func (c *conn) turnDue() bool {
-	if c.refusals < laneAfter {
+// turnSpent reports, inside serveReadable, whether the connection has read
+// once in its turn, and if so leaves the callback to end the turn
+// (laneStep) instead of reading again: a turn is one read, and is never
+// held through a wait for the client.
+func (c *conn) turnSpent() bool {
+	s := c.seat
+	if !s.hasTurn() || !s.turnRead {
 		return false
 	}
-	s := c.takeSeat()
-	if s.inTurn || s.asked {
-		return false
-	}
-	s.asked = true
-	return c.srv.laneInForce()
+	s.toLane = true
+	return true
 }
 
-// holdLine keeps a line read inside serveReadable while the read loop
-// leaves the callback to wait for a turn (see laneStep); nextLine returns
-// it first.
-func (c *conn) holdLine(line []byte, tooLong bool, err error) {
-	s := c.takeSeat()
-	s.held = heldLine{line: line, tooLong: tooLong, err: err}
-	s.holding, s.toLane = true, true
+// laneRead decides, inside serveReadable, whether fillSession reads now,
+// reporting true when it does not: a connection due for a turn waits in
+// the callback until its socket is readable (awaitReadable), then leaves
+// it to wait for the turn (laneStep). Neither the wait for a turn nor the
+// pause that ends one happens inside serveReadable, which holds the
+// socket's read lock: a Close from another goroutine, Server.Close's say,
+// would wait for the turn.
+func (c *conn) laneRead() (wait bool) {
+	s := c.seat
+	switch {
+	case s.hasTurn():
+		s.turnRead = true
+	case s != nil && s.passed:
+		s.passed = false
+	case c.laneDue():
+		return c.awaitReadable()
+	}
+	s.payOwed(&c.srv.lane)
+	return false
 }
 
-// nextLine returns the line held for a turn, if there is one, else the
-// next line readLine reads.
-func (c *conn) nextLine() (line []byte, tooLong bool, err error) {
-	if !c.seat.holdsLine() {
-		return c.readLine()
+// awaitReadable is laneRead's wait, inside serveReadable, until the socket
+// is readable: it reports true, with nothing read, both to wait in the
+// callback and, once there is input, to leave it for the wait for a turn.
+// The input found is owed a read: Shutdown waits for it (see refusalLane's
+// owed).
+func (c *conn) awaitReadable() bool {
+	c.parkReadBuf()
+	if !waitReadable(c.fd) {
+		c.armIdleDeadline()
+		return true
 	}
-	h := c.seat.held
-	c.seat.held, c.seat.holding = heldLine{}, false
-	return h.line, h.tooLong, h.err
+	s := c.takeSeat()
+	s.toLane = true
+	if !s.owes {
+		s.owes = true
+		c.srv.lane.owed.Add(1)
+	}
+	return true
+}
+
+// payOwed notes that the connection reads the input it waited for a turn
+// to read, or will never read it.
+func (s *laneSeat) payOwed(l *refusalLane) {
+	if s != nil && s.owes {
+		s.owes = false
+		l.owed.Add(-1)
+	}
 }
 
 // laneStep takes, between two RawConn.Reads of the read loop, the step in
-// the lane that serveInput left serveReadable for: the wait for a turn,
-// before the held line is served, or else the end of the turn. The next
-// RawConn.Read starts with a read, since readiness raised before it began
-// is forgotten (see fillSession), and after a wait for a turn, with the
-// idle deadline moved on: the wait is not idle time, and a read deadline
-// that passed during it would end the next RawConn.Read at once.
+// the lane that laneRead or serveInput left serveReadable for: the end of
+// the connection's turn, or the wait for one. The next RawConn.Read starts
+// with a read, since readiness raised before it began is forgotten (see
+// fillSession), and after a wait for a turn, with the idle deadline moved
+// on: the wait is not idle time, and a read deadline that passed during it
+// would end the next RawConn.Read at once.
 func (c *conn) laneStep() {
 	c.seat.toLane, c.waitNext = false, false
-	if !c.seat.holding {
+	if c.seat.inTurn {
 		c.endTurn()
 		return
 	}
 	c.awaitTurn()
+	c.seat.passed = !c.seat.inTurn
 	c.armReadDeadline(time.Now())
 }
 
@@ -229,19 +247,25 @@ func (c *conn) endTurn() {
 	c.leaveLane()
 }
 
-// leaveLane gives the connection's turn back, if it has one.
+// leaveLane gives the connection's turn back, if it has one, and what it
+// owes the lane: the read loop ends with it.
 func (c *conn) leaveLane() {
-	if !c.seat.hasTurn() {
+	s := c.seat
+	if s == nil {
 		return
 	}
-	c.seat.inTurn = false
+	s.payOwed(&c.srv.lane)
+	if !s.inTurn {
+		return
+	}
+	s.inTurn, s.turnRead = false, false
 	c.srv.lane.ended.Add(1)
 	<-c.srv.lane.turn
 }
 
 // laneInForce reports whether refusal-heavy connections take turns now:
 // the hub has calls in flight, or had within laneCallsRecent. A
-// refusal-heavy connection asks before each batch of lines; the time of
+// refusal-heavy connection asks before each read; the time of
 // the calls it finds is shared at most once a millisecond, so that the
 // connections asking do not all write one word.
 func (s *Server) laneInForce() bool {

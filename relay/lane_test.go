@@ -109,8 +109,8 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 	makeRefusalHeavy(t, heavy, "R")
 	giveBack := holdLane(t, srv)
 
-	// When it sends two more lines, they are read and wait for a turn:
-	// unanswered, and counted as waiting.
+	// When it sends two more lines, they wait, unread, for its turn:
+	// unanswered, and the connection counted as waiting.
 	heavy.Send("H1|CORE|BAL 1", "H2|CORE|BAL 2")
 	waitersBecome(t, srv, 1)
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricLaneWaiting))
@@ -123,7 +123,7 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 	assert.Equal(t, "F1|E904|circuit open; retry after 3600s", fresh.RoundTrip("F1|CORE|BAL 1"))
 	expectNoAnswerYet(t, heavy)
 
-	// When a turn is given back, both lines are answered in it.
+	// When a turn is given back, both lines are read and answered in it.
 	giveBack()
 	assert.Equal(t, map[string]string{
 		"H1": "H1|E904|circuit open; retry after 3600s",
@@ -444,9 +444,9 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 
 // TestRefusalHeavyLineInASessionDoesNotAllocate is
 // TestRefusalHeavyLineDoesNotAllocate through the read loop's own steps on
-// a socket: serveReadable leaves its RawConn.Read to wait for the turn
-// (laneStep), serves the line it held in the next, and leaves it again to
-// end the turn.
+// a socket: serveReadable leaves its RawConn.Read to wait for the turn once
+// the socket is readable (laneStep), reads and serves the line in the
+// next, and leaves it again to end the turn.
 func TestRefusalHeavyLineInASessionDoesNotAllocate(t *testing.T) {
 	srv, c, client := openCoreConn(t)
 	require.NotNil(t, c.rc, "the connection reads through its RawConn")
@@ -503,4 +503,20 @@ func laneAllocsPerLine(t *testing.T, srv *Server, c *conn, client net.Conn, serv
 	assert.Equal(t, 201, turns, "every line served in a turn")
 	assert.Empty(t, srv.lane.turn, "every turn given back")
 	return allocs
+}
+
+func TestRefusalHeavyTLSConnectionIsNotHeldBack(t *testing.T) {
+	// Given a hub serving TLS, every turn of its lane held, and a
+	// connection made refusal-heavy.
+	h := newTLSHub(t, false)
+	srv, addr := laneServer(t, Config{TLS: h.config(0)})
+	heavy := hubtest.DialTLS(t, addr, h.ca.ClientConfig(nil))
+	makeRefusalHeavy(t, heavy, "R")
+	holdLane(t, srv)
+
+	// Then its lines are answered as they are read: one read through TLS
+	// may bring lines the socket no longer shows, and a line read is never
+	// held for a turn.
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
+	assert.Zero(t, srv.lane.waiting.Load())
 }

@@ -907,7 +907,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.inShutdown.Store(true)
 	s.stoppingOnce.Do(func() { close(s.stopping) })
 
-	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
+	// A refusal-heavy connection that found input and waits for a turn to
+	// read it (refusalLane's owed) reads it at once now, and answers it
+	// E906, before reading stops.
+	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 && s.lane.owed.Load() == 0 })
 	if err == nil {
 		for _, c := range s.connsSnapshot() {
 			c.stopReading()
