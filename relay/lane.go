@@ -183,10 +183,11 @@ func (s *laneSeat) payOwed(l *refusalLane) {
 // laneStep takes, between two RawConn.Reads of the read loop, the step in
 // the lane that laneRead or serveInput left serveReadable for: the end of
 // the connection's turn, or the wait for one. The next RawConn.Read starts
-// with a read, since readiness raised before it began is forgotten (see
-// fillSession), and after a wait for a turn, with the idle deadline moved
-// on: the wait is not idle time, and a read deadline that passed during it
-// would end the next RawConn.Read at once.
+// with a read, or a look at the socket (awaitReadable), never a wait,
+// since readiness raised before it began is forgotten (see fillSession);
+// after a wait for a turn, it starts with the idle deadline moved on: the
+// wait is not idle time, and a read deadline that passed during it would
+// end the next RawConn.Read at once.
 func (c *conn) laneStep() {
 	c.seat.toLane, c.waitNext = false, false
 	if c.seat.inTurn {
