@@ -436,7 +436,7 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 		}
 		if !c.completeLineBuffered() {
 			if c.inSession {
-				now := time.Now()
+				now := c.batchNow()
 				c.flushSession()
 				c.armReadDeadline(now)
 			} else {
@@ -453,6 +453,23 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 			}
 		}
 	}
+}
+
+// batchNow returns, inside serveReadable, the clock reading that restarts
+// the idle measure once a batch of lines is answered: the run's reading
+// (see run) when the breakers read the system clock into it and no answer
+// has been written since, else a fresh one. Each read of the loop follows
+// the flush that ends the run before it, so a run's reading is taken after
+// the read that brought its lines: an idle measure armed at it starts after
+// the last complete line, as armReadDeadline requires, and a batch of
+// refusals costs one clock reading, not two. A write since may have waited
+// for the client (see serveLine), and an injected clock (Config.Clock) is
+// not the system's: then the clock is read.
+func (c *conn) batchNow() time.Time {
+	if c.run.IsZero() || c.srv.clock != nil || c.writes.Load() != c.runWrites {
+		return time.Now()
+	}
+	return c.run
 }
 
 // errWait is readLine's answer inside serveReadable when it has no complete
