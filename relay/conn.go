@@ -871,9 +871,11 @@ const endCheckAfter = 20 * time.Millisecond
 
 // armEndCheckDeadline gives a wait inside serveReadable a deadline at most
 // endCheckAfter away, unless the deadline set is that close already, and
-// never later than the idle one.
+// never later than the idle one. It runs before most waits of a busy
+// connection, so it compares by Sub, which for two readings of the
+// monotonic clock is a subtraction, where Add would build a Time.
 func (c *conn) armEndCheckDeadline() {
-	if c.rdl.After(c.armedAt.Add(endCheckAfter)) {
+	if c.rdl.Sub(c.armedAt) > endCheckAfter {
 		c.setReadDeadline(time.Now().Add(min(endCheckAfter, c.srv.idleTimeout)))
 	}
 }
