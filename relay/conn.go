@@ -75,7 +75,8 @@ type conn struct {
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
-	// A socket's answers are written through rc (writeRaw).
+	// A socket's answers are written through rc (writeRaw), or, by the read
+	// loop inside serveReadable, on the descriptor it holds (flushSession).
 	rawWrite func(fd uintptr) bool // guarded by wmu: c.writeRaw, bound once (writeCallback) so that a write does not allocate
 	woutErr  error                 // guarded by wmu: why writeRaw stopped short
 
