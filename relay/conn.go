@@ -75,7 +75,8 @@ type conn struct {
 	werr error     // guarded by wmu: why answers can no longer be written
 	wdl  time.Time // guarded by wmu: the write deadline last set
 
-	// A socket's answers are written through rc (writeRaw).
+	// A socket's answers are written through rc (writeRaw), or, by the read
+	// loop inside serveReadable, on the descriptor it holds (flushSession).
 	rawWrite func(fd uintptr) bool // guarded by wmu: c.writeRaw, bound once (writeCallback) so that a write does not allocate
 	woutErr  error                 // guarded by wmu: why writeRaw stopped short
 
@@ -435,9 +436,15 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 			return c.readEndFor(err), true
 		}
 		if !c.completeLineBuffered() {
-			now := time.Now()
-			c.flushAt(now)
-			c.armReadDeadline(now)
+			if c.inSession {
+				now := c.batchNow()
+				c.flushSession()
+				c.armReadDeadline(now)
+			} else {
+				now := time.Now()
+				c.flushAt(now)
+				c.armReadDeadline(now)
+			}
 			c.run = time.Time{} // the loop may wait before its next line
 			if c.seat.hasTurn() {
 				// The lines of the turn's read are answered: the turn
@@ -447,6 +454,23 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 			}
 		}
 	}
+}
+
+// batchNow returns, inside serveReadable, the clock reading that restarts
+// the idle measure once a batch of lines is answered: the run's reading
+// (see run) when the breakers read the system clock into it and no answer
+// has been written since, else a fresh one. Each read of the loop follows
+// the flush that ends the run before it, so a run's reading is taken after
+// the read that brought its lines: an idle measure armed at it starts after
+// the last complete line, as armReadDeadline requires, and a batch of
+// refusals costs one clock reading, not two. A write since may have waited
+// for the client (see serveLine), and an injected clock (Config.Clock) is
+// not the system's: then the clock is read.
+func (c *conn) batchNow() time.Time {
+	if c.run.IsZero() || c.srv.clock != nil || c.writes.Load() != c.runWrites {
+		return time.Now()
+	}
+	return c.run
 }
 
 // errWait is readLine's answer inside serveReadable when it has no complete
@@ -848,9 +872,11 @@ const endCheckAfter = 20 * time.Millisecond
 
 // armEndCheckDeadline gives a wait inside serveReadable a deadline at most
 // endCheckAfter away, unless the deadline set is that close already, and
-// never later than the idle one.
+// never later than the idle one. It runs before most waits of a busy
+// connection, so it compares by Sub, which for two readings of the
+// monotonic clock is a subtraction, where Add would build a Time.
 func (c *conn) armEndCheckDeadline() {
-	if c.rdl.After(c.armedAt.Add(endCheckAfter)) {
+	if c.rdl.Sub(c.armedAt) > endCheckAfter {
 		c.setReadDeadline(time.Now().Add(min(endCheckAfter, c.srv.idleTimeout)))
 	}
 }
@@ -1031,6 +1057,39 @@ func (c *conn) flushAt(now time.Time) {
 	}
 }
 
+// flushSession is flush for the read loop inside serveReadable, which holds
+// the socket's descriptor, c.fd: it writes the answers with write(2) on
+// that descriptor itself (writeRaw), under wmu like every writer, and only
+// when the socket cannot take them all at once goes through
+// writeOutLocked's RawConn.Write, which sets the write deadline and waits
+// for room. A write that the socket takes whole cannot make the hub wait,
+// so it needs no write deadline (see writeOutLocked), and it spares the
+// RawConn.Write around it (the descriptor's write lock, its poller
+// preparation, the callback) and the clock reading for the deadline.
+//
+// Why the direct write is sound beside RawConn.Write (internal/poll,
+// fd_unix.go and fd_mutex.go): RawConn.Read, which runs serveReadable,
+// holds a reference to the descriptor (its read lock), so the descriptor
+// is not closed, nor its number reused, until the callback returns; a
+// Close meanwhile only marks it closing and waits for that reference. The
+// descriptor's write lock orders writers within the runtime, but every
+// writer of a connection's answers holds wmu first (answer, the calls'
+// goroutines, finish), so wmu alone orders them, and no write of ours ever
+// runs beside another. The write deadline and the poller's readiness
+// concern only a writer that waits, and one that must wait here goes on
+// through RawConn.Write, with the deadline set as before, after the direct
+// write has moved the rest of the answers to the front of *c.wbuf.
+func (c *conn) flushSession() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil || c.wbuf == nil {
+		return
+	}
+	if err := c.writeOutLocked(time.Time{}); err != nil {
+		c.failLocked(err)
+	}
+}
+
 // writeOutLocked writes the buffered answers, at now, and hands the buffer
 // back, whether or not the write succeeds. The write deadline is set only
 // here, when answers reach the network, because only then can the client
@@ -1038,15 +1097,28 @@ func (c *conn) flushAt(now time.Time) {
 // give the write less than WriteTimeout, and then by deadlineSlack more, so
 // a write that the client blocks fails between WriteTimeout and
 // WriteTimeout plus the slack after it began.
+//
+// A zero now is flushSession's: the read loop, inside serveReadable, first
+// writes on its descriptor itself, and sets the write deadline, at a fresh
+// clock reading, only when the socket cannot take every answer at once.
 func (c *conn) writeOutLocked(now time.Time) error {
 	b := *c.wbuf
 	var err error
 	if len(b) > 0 {
+		c.writes.Add(1)
+		if now.IsZero() {
+			if c.writeRaw(c.fd) {
+				err = c.woutErr
+				c.woutErr = nil
+				c.releaseWriteBufLocked(b)
+				return err
+			}
+			now = time.Now()
+		}
 		if wt := c.srv.writeTimeout; c.wdl.Sub(now) < wt {
 			c.wdl = now.Add(wt + deadlineSlack(wt))
 			_ = c.nc.SetWriteDeadline(c.wdl)
 		}
-		c.writes.Add(1)
 		if c.rc != nil {
 			// writeRaw shortens *c.wbuf as it writes; b keeps the buffer
 			// whole, for the pool.
@@ -1062,18 +1134,25 @@ func (c *conn) writeOutLocked(now time.Time) error {
 			}
 		}
 	}
+	c.releaseWriteBufLocked(b)
+	return err
+}
+
+// releaseWriteBufLocked hands back the write buffer, whose whole slice is
+// b, to writeBufs when it came from there.
+func (c *conn) releaseWriteBufLocked(b []byte) {
 	if cap(b) == writeBufSize {
 		*c.wbuf = b[:0]
 		writeBufs.Put(c.wbuf)
 	}
 	c.wbuf = nil
-	return err
 }
 
 // writeRaw is writeOutLocked's syscall.RawConn callback for a socket: it
 // writes what is left of *c.wbuf, reporting false, so that the runtime
 // parks the writer until the socket is writable or the write deadline
-// passes, when the socket's buffer is full.
+// passes, when the socket's buffer is full. flushSession's write calls it
+// directly first, on the descriptor the read loop holds.
 func (c *conn) writeRaw(fd uintptr) bool {
 	for out := *c.wbuf; len(out) > 0; out = *c.wbuf {
 		n, wouldBlock, err := writeFD(fd, out)

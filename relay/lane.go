@@ -64,7 +64,7 @@ type refusalLane struct {
 	ended   atomic.Uint64 // turns ended, so that a waiter tells a stuck lane from a busy one
 	waiting atomic.Int64  // connections waiting for a turn now
 	owed    atomic.Int64  // connections that found input and have not read it yet: Shutdown lets them read it before reading stops
-	callsAt atomic.Int64  // when a refusal-heavy connection last found calls in flight, in Unix nanoseconds
+	callsAt atomic.Int64  // when a refusal-heavy connection last found calls in flight, in Unix nanoseconds; 0 once laneCallsRecent has passed since (laneInForce)
 	stuck   time.Duration // laneStuck; tests lengthen it
 }
 
@@ -268,17 +268,26 @@ func (c *conn) leaveLane() {
 // the hub has calls in flight, or had within laneCallsRecent. A
 // refusal-heavy connection asks before each read; the time of
 // the calls it finds is shared at most once a millisecond, so that the
-// connections asking do not all write one word.
+// connections asking do not all write one word. The first to ask after
+// laneCallsRecent without calls clears that time, so that, until calls
+// come again, asking reads no clock: a hub that only refuses (a target's
+// breaker held open, say) pays for no clock reading per read.
 func (s *Server) laneInForce() bool {
-	now := time.Now().UnixNano()
 	last := s.lane.callsAt.Load()
 	if s.callsInFlight() {
-		if now-last > int64(time.Millisecond) {
+		if now := time.Now().UnixNano(); now-last > int64(time.Millisecond) {
 			s.lane.callsAt.Store(now)
 		}
 		return true
 	}
-	return now-last < int64(laneCallsRecent)
+	if last == 0 {
+		return false
+	}
+	if time.Now().UnixNano()-last < int64(laneCallsRecent) {
+		return true
+	}
+	s.lane.callsAt.CompareAndSwap(last, 0)
+	return false
 }
 
 // callsInFlight reports whether any target has a call in flight.
