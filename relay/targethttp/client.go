@@ -516,9 +516,8 @@ type targetConn struct {
 	addr     connAddr         // LocalAddr's answer, which leads progressOf back here
 	rc       syscall.RawConn  // the socket, for the idle check; nil: no check
 	peek     func(fd uintptr) // c.peekIdle, bound once so that a check does not allocate
-	peekBuf  [1]byte
-	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
-	answered bool // a read happened since the last write: the next write starts a request
+	gone     bool             // set by peekIdle: the target closed the connection or sent unasked bytes
+	answered bool             // a read happened since the last write: the next write starts a request
 
 	// A request held by Write for the Read after it to write (exchange),
 	// on plain TCP only.
@@ -743,10 +742,10 @@ func (c *targetConn) exchange(fd uintptr) bool {
 	return true
 }
 
-// opError wraps the errno err of the socket operation op as the net
-// package would.
+// opError wraps err, the *os.SyscallError of the socket operation op, as
+// the net package would.
 func (c *targetConn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.raw.LocalAddr(), Addr: c.raw.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.raw.LocalAddr(), Addr: c.raw.RemoteAddr(), Err: err}
 }
 
 func (c *targetConn) Close() error {
@@ -759,7 +758,7 @@ func (c *targetConn) Close() error {
 // reset, or bytes nobody asked for) means it cannot carry another request.
 // It never waits.
 func (c *targetConn) peekIdle(fd uintptr) {
-	c.gone = peekReadable(fd, c.peekBuf[:])
+	c.gone = peekReadable(fd)
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,
