@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // threadSyscalls returns how many read and write syscalls the calling
@@ -267,4 +268,103 @@ func TestTargetCallSendsARequestLargerThanAHold(t *testing.T) {
 		require.Equal(t, "0000", res.Code, "call %d: the target got %s bytes, not the %d sent", i, res.Msg, len(payload))
 	}
 	assert.Equal(t, int32(1), dials.Load(), "one kept-alive connection")
+}
+
+// goneBeforeTheWrite are the ways a target gives up a kept-alive connection
+// between a request's Write and its Read: each must stop the request from
+// being written.
+var goneBeforeTheWrite = []struct {
+	name string
+	gone func(t *testing.T, srv net.Conn)
+}{
+	{"closed", func(t *testing.T, srv net.Conn) { require.NoError(t, srv.Close()) }},
+	{"reset", func(t *testing.T, srv net.Conn) {
+		require.NoError(t, srv.(*net.TCPConn).SetLinger(0))
+		require.NoError(t, srv.Close())
+	}},
+	{"unasked bytes", func(t *testing.T, srv net.Conn) {
+		_, err := srv.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n"))
+		require.NoError(t, err)
+	}},
+}
+
+// waitGone polls c's socket until what the target did has reached it.
+func waitGone(t *testing.T, c *targetConn) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var readable bool
+		require.NoError(t, c.rc.Control(func(fd uintptr) { readable = peekReadable(fd) }))
+		if readable {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the target's close or bytes did not arrive")
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// assertNothingReached checks, when the target's end is still open, that
+// no byte of a request reached it.
+func assertNothingReached(t *testing.T, srv net.Conn, open bool) {
+	t.Helper()
+	if !open {
+		return
+	}
+	require.NoError(t, srv.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+	_, err := srv.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "nothing reached the target")
+}
+
+// TestHeldRequestIsCheckedByTheReadThatWritesIt has the target give up a
+// kept-alive connection after the HTTP client handed it a request (held)
+// and before the read that writes it: the check is made right before the
+// write, inside that read, so the request is not written, not counted
+// sent, and the read reports the connection stale for the call to try
+// another.
+func TestHeldRequestIsCheckedByTheReadThatWritesIt(t *testing.T) {
+	for _, tt := range goneBeforeTheWrite {
+		t.Run(tt.name, func(t *testing.T) {
+			c, srv := heldConn(t)
+			_, err := c.Write([]byte("POST /tx HTTP/1.1\r\nContent-Length: 5\r\n\r\nBAL 1"))
+			require.NoError(t, err, "held: the check comes with the write")
+			tt.gone(t, srv)
+			waitGone(t, c)
+
+			_, err = c.Read(make([]byte, 64))
+
+			require.ErrorIs(t, err, errStaleConn)
+			assert.Zero(t, c.sent)
+			assert.False(t, c.writeFailed)
+			var resp fasthttp.Response
+			resp.ParseNetConn(c) // as the HTTP client records the connection a try used
+			assert.True(t, foundStale(&resp), "the call tries another connection")
+			stage, sent, writeErr := progressOf(&resp)
+			assert.Equal(t, NotSent, stage)
+			assert.Zero(t, sent)
+			assert.ErrorIs(t, writeErr, errStaleConn)
+			assertNothingReached(t, srv, tt.name == "unasked bytes")
+		})
+	}
+}
+
+// TestHeldRequestInPiecesIsCheckedBeforeItsFirstPiece has the target give
+// up the connection while the HTTP client writes a request larger than a
+// hold: the piece held is checked before it goes out with the next, and
+// neither is written.
+func TestHeldRequestInPiecesIsCheckedBeforeItsFirstPiece(t *testing.T) {
+	for _, tt := range goneBeforeTheWrite {
+		t.Run(tt.name, func(t *testing.T) {
+			c, srv := heldConn(t)
+			_, err := c.Write(bytes.Repeat([]byte("a"), maxHeld))
+			require.NoError(t, err, "the first piece is held")
+			tt.gone(t, srv)
+			waitGone(t, c)
+
+			_, err = c.Write([]byte("the rest"))
+
+			require.ErrorIs(t, err, errStaleConn)
+			assert.Zero(t, c.sent)
+			assertNothingReached(t, srv, tt.name == "unasked bytes")
+		})
+	}
 }
