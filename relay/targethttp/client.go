@@ -569,6 +569,8 @@ type targetConn struct {
 	unchecked bool                  // the held request's connection is still to be checked (exchange or writeHeld)
 	hold      []byte                // the held request's buffer, kept for the next request
 	wdl       time.Time             // the write deadline last set
+	wdlLazy   bool                  // wdl is not yet the socket's: write sets it first
+	rdl       time.Time             // the read deadline last set
 	readBuf   []byte                // exchange: Read's buffer
 	readN     int                   // exchange: bytes read into readBuf
 	readErr   error                 // exchange: why the read failed; io.EOF at the end of the stream
@@ -669,6 +671,14 @@ func (c *targetConn) Write(p []byte) (int, error) {
 
 // write writes p through the connection, counting what went out.
 func (c *targetConn) write(p []byte) (int, error) {
+	if c.wdlLazy {
+		c.wdlLazy = false
+		if err := c.Conn.SetWriteDeadline(c.wdl); err != nil {
+			c.writeFailed = true
+			c.writeErr = err
+			return 0, err
+		}
+	}
 	n, err := c.Conn.Write(p)
 	c.sent += n
 	if err != nil {
@@ -708,13 +718,38 @@ func (c *targetConn) stale() bool {
 }
 
 func (c *targetConn) SetDeadline(t time.Time) error {
-	c.wdl = t
+	c.wdl, c.wdlLazy, c.rdl = t, false, t
 	return c.Conn.SetDeadline(t)
 }
 
+func (c *targetConn) SetReadDeadline(t time.Time) error {
+	c.rdl = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the deadline of the writes through the connection.
+// On a connection that holds requests it is set on the socket only when a
+// write through the connection needs it (write): a held request is written
+// by a write that never waits (exchange), and setting a deadline on the
+// socket moves a runtime timer, on every call.
 func (c *targetConn) SetWriteDeadline(t time.Time) error {
 	c.wdl = t
+	if c.holds {
+		c.wdlLazy = true
+		return nil
+	}
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// writeDeadlinePassed reports whether the write deadline has passed. It
+// reads no clock when the read deadline is set no later (the HTTP client
+// sets both to the call's deadline): the RawConn.Read that would write a
+// held request then fails at once, before writing, as a write would.
+func (c *targetConn) writeDeadlinePassed() bool {
+	if c.wdl.IsZero() || (!c.rdl.IsZero() && !c.rdl.After(c.wdl)) {
+		return false
+	}
+	return !time.Now().Before(c.wdl)
 }
 
 // writeHeldAndRead is Read of the first answer bytes of a held request: it
@@ -723,7 +758,7 @@ func (c *targetConn) SetWriteDeadline(t time.Time) error {
 // what is left of the request goes out with a blocking write, as it would
 // have from Write, and the read follows it.
 func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
-	if !c.wdl.IsZero() && !time.Now().Before(c.wdl) {
+	if c.writeDeadlinePassed() {
 		// The blocking write fails at once with the deadline's error,
 		// nothing sent.
 		if err := c.writeHeld(); err != nil {

@@ -368,3 +368,28 @@ func TestHeldRequestInPiecesIsCheckedBeforeItsFirstPiece(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestTooLargeToHoldIsBoundedByTheWriteDeadline has the target
+// never read while a request too large to hold is written: the write
+// deadline, which a connection that holds requests sets on its socket only
+// when a write needs it, ends the write.
+func TestRequestTooLargeToHoldIsBoundedByTheWriteDeadline(t *testing.T) {
+	c, _ := heldConn(t)
+	fillSendBuffer(t, c)
+	require.NoError(t, c.SetDeadline(time.Time{}), "no deadline on the socket")
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(50*time.Millisecond)))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(bytes.Repeat([]byte("r"), 2*maxHeld))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the write was not bounded by its deadline") // the cleanup's close ends it
+	}
+	assert.True(t, c.writeFailed)
+	assert.Less(t, c.sent, 2*maxHeld, "the request did not go out whole")
+}
