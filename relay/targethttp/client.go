@@ -377,7 +377,7 @@ func (t *Client) do(req *fasthttp.Request, resp *fasthttp.Response, start time.T
 // request: nothing was written (see targetConn.exchange).
 func foundStale(resp *fasthttp.Response) bool {
 	a, ok := resp.LocalAddr().(*connAddr)
-	return ok && a.conn.writeErr == errStaleConn && a.conn.sent == 0
+	return ok && a.conn.staleHeld && a.conn.sent == 0
 }
 
 // connectFailed reports whether a call that failed with err never had a
@@ -539,8 +539,8 @@ func (tc *Conns) forget(c *targetConn) {
 // healthy or not. Control ignores deadlines (the peek never waits, so it
 // needs none). A held request found stale is not written; the read reports
 // errStaleConn, which the HTTP client reports as a close, and Client.do,
-// seeing this connection's count of nothing sent and its errStaleConn,
-// tries the call on another connection as the pool does for a Write.
+// seeing that this connection was found stale (staleHeld) with nothing
+// sent, tries the call on another connection as the pool does for a Write.
 //
 // On a kept-alive plain TCP connection a request is not written by Write
 // but by the Read that waits for its answer (see exchange): Write keeps a
@@ -567,6 +567,7 @@ type targetConn struct {
 	exch      func(fd uintptr) bool // c.exchange, bound once so that a read does not allocate
 	held      []byte                // the request bytes held, not yet written: a part of hold
 	unchecked bool                  // the held request's connection is still to be checked (exchange or writeHeld)
+	staleHeld bool                  // the read that was to write the held request found the connection stale
 	hold      []byte                // the held request's buffer, kept for the next request
 	wdl       time.Time             // the write deadline last set
 	wdlLazy   bool                  // wdl is not yet the socket's: write sets it first
@@ -648,7 +649,8 @@ func (c *targetConn) Read(p []byte) (int, error) {
 func (c *targetConn) Write(p []byte) (int, error) {
 	if c.answered {
 		c.answered = false
-		c.sent, c.recv, c.writeFailed, c.writeErr, c.unchecked = 0, 0, false, nil, false
+		c.sent, c.recv, c.writeFailed, c.writeErr = 0, 0, false, nil
+		c.unchecked, c.staleHeld = false, false
 		if c.holds && len(p) <= maxHeld {
 			// The idle check is made by whatever writes the request:
 			// the read that awaits the answer (exchange), or writeHeld.
@@ -762,6 +764,7 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 		// The blocking write fails at once with the deadline's error,
 		// nothing sent.
 		if err := c.writeHeld(); err != nil {
+			c.staleHeld = err == errStaleConn
 			return 0, err
 		}
 	} else {
@@ -775,6 +778,8 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 			// is dropped) or while awaiting the answer.
 			c.held = nil
 			return 0, err
+		case c.staleHeld:
+			return 0, errStaleConn
 		case c.writeErr != nil:
 			return 0, c.writeErr
 		case c.awaiting:
@@ -793,7 +798,7 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 // exchange is the syscall.RawConn.Read callback that writes a held request
 // and reads the first bytes of its answer into readBuf. Its first call
 // makes the idle check (a peek: found stale, it writes nothing and reports
-// true with writeErr errStaleConn), then writes the request with one
+// true with staleHeld set), then writes the request with one
 // non-blocking write and reports false, so
 // that the runtime parks the call until the socket is readable; its later
 // calls read the answer, reporting false again while there is nothing to
@@ -819,7 +824,7 @@ func (c *targetConn) exchange(fd uintptr) bool {
 				// Stale: nothing is written, and the call tries another
 				// connection (Client.do).
 				c.held = nil
-				c.writeErr = errStaleConn
+				c.staleHeld = true
 				return true
 			}
 		}

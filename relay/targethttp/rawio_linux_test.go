@@ -341,7 +341,7 @@ func TestHeldRequestIsCheckedByTheReadThatWritesIt(t *testing.T) {
 			stage, sent, writeErr := progressOf(&resp)
 			assert.Equal(t, NotSent, stage)
 			assert.Zero(t, sent)
-			assert.ErrorIs(t, writeErr, errStaleConn)
+			assert.NoError(t, writeErr, "no write was made to fail")
 			assertNothingReached(t, srv, tt.name == "unasked bytes")
 		})
 	}
@@ -392,4 +392,26 @@ func TestRequestTooLargeToHoldIsBoundedByTheWriteDeadline(t *testing.T) {
 	}
 	assert.True(t, c.writeFailed)
 	assert.Less(t, c.sent, 2*maxHeld, "the request did not go out whole")
+}
+
+// TestHeldRequestPastItsWriteDeadlineIsCheckedToo has the target close a
+// kept-alive connection and the request's write deadline pass before the
+// read that was to write it: the request is not written, and the call
+// sees the connection found stale, as when the read writes it.
+func TestHeldRequestPastItsWriteDeadlineIsCheckedToo(t *testing.T) {
+	c, srv := heldConn(t)
+	_, err := c.Write([]byte("POST /tx HTTP/1.1\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, srv.Close())
+	waitGone(t, c)
+	require.NoError(t, c.SetWriteDeadline(aLongTimeAgo))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
+
+	_, err = c.Read(make([]byte, 64))
+
+	require.ErrorIs(t, err, errStaleConn)
+	assert.Zero(t, c.sent)
+	var resp fasthttp.Response
+	resp.ParseNetConn(c)
+	assert.True(t, foundStale(&resp))
 }
