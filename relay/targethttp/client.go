@@ -242,7 +242,9 @@ func New(cfg Config) (*Client, error) {
 		MaxResponseBodySize: maxAnswerBytes,
 		// Only a request that was never written is tried again: one
 		// that met a kept-alive connection the target had already
-		// closed (errStaleConn). Each such try discards that
+		// closed (errStaleConn from Write; a held request's read
+		// reports it as a close, and Client.do tries again instead,
+		// within the same bound). Each such try discards that
 		// connection, so a pool of them all stale still ends.
 		MaxIdemponentCallAttempts: maxInflight + 1,
 		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
@@ -263,7 +265,7 @@ func (t *Client) IdleTimeout() time.Duration { return t.idleTimeout }
 // the 5 s keep-alive timeout of common servers (Node.js's), so that the hub
 // usually closes first rather than racing the target's close with a new
 // request. A connection the target closed earlier is caught before reuse
-// (targetConn.Write) and, if never reused, released at this timeout.
+// (targetConn's idle check) and, if never reused, released at this timeout.
 const DefaultIdleTimeout = 4 * time.Second
 
 // dial is the pool's dial function: Conns.dial, and OnDial for each
@@ -297,9 +299,9 @@ var (
 // that may already have reached the target.
 //
 // A request that may have reached the target is never sent again. It is
-// tried again only when no byte of it was written: the pool moves on to
+// tried again only when no byte of it was written: the call moves on to
 // another connection when the one it took was closed by the target while
-// idle (see targetConn.Write), and Call tries once more when the connect
+// idle (see targetConn and do), and Call tries once more when the connect
 // itself was refused or reset, within what is left of the timeout.
 // Redirects are not followed: a 307 would resend the body elsewhere.
 //
@@ -318,12 +320,13 @@ func (t *Client) Call(txid, payload []byte) Result {
 	req.SetBodyRaw(payload)
 
 	start := time.Now()
-	err := t.client.DoTimeout(req, resp, t.timeout)
+	err := t.do(req, resp, start, t.timeout)
 	retried := false
 	if err != nil && connectFailed(resp, err) && t.conns.abort.Err() == nil {
-		if left := t.timeout - time.Since(start); left > 0 {
+		now := time.Now()
+		if left := t.timeout - now.Sub(start); left > 0 {
 			retried = true
-			err = t.client.DoTimeout(req, resp, left)
+			err = t.do(req, resp, now, left)
 		}
 	}
 	if err != nil {
@@ -346,6 +349,35 @@ func (t *Client) Call(txid, payload []byte) Result {
 			BytesSent: len(req.Header.Header()) + len(payload), Retried: retried}
 	}
 	return Result{Code: code, Msg: msg, Stage: Answered, Retried: retried}
+}
+
+// do makes one try of a call (see Call), bounded by timeout from start:
+// the pool's DoTimeout, again on another connection each time
+// the one it took was found stale by the read that was to write the
+// request (targetConn.exchange), which wrote nothing. A stale connection
+// found by Write the pool itself skips (RetryIfErr); one found by a read it
+// would report as closed, the request in doubt, so do tries again, within
+// the same bound on tries as the pool's own and what is left of the
+// timeout; once no time is left, the call has timed out, as the pool's
+// own tries end.
+func (t *Client) do(req *fasthttp.Request, resp *fasthttp.Response, start time.Time, timeout time.Duration) error {
+	err := t.client.DoTimeout(req, resp, timeout)
+	for tries := 1; err != nil && foundStale(resp) && tries < t.client.MaxIdemponentCallAttempts; tries++ {
+		left := timeout - time.Since(start)
+		if left <= 0 {
+			return fasthttp.ErrTimeout
+		}
+		err = t.client.DoTimeout(req, resp, left)
+	}
+	return err
+}
+
+// foundStale reports whether the last try of a call, whose answer is resp,
+// took a connection that its idle check found stale before writing the
+// request: nothing was written (see targetConn.exchange).
+func foundStale(resp *fasthttp.Response) bool {
+	a, ok := resp.LocalAddr().(*connAddr)
+	return ok && a.conn.staleHeld && a.conn.sent == 0
 }
 
 // connectFailed reports whether a call that failed with err never had a
@@ -398,9 +430,10 @@ func (t *Client) CloseIdle() {
 	t.client.CloseIdleConnections()
 }
 
-// errStaleConn is what a write on a kept-alive target connection returns
-// when the target closed it while it was idle: nothing was written, so the
-// request may go out on another connection.
+// errStaleConn is what a write on a kept-alive target connection returns,
+// or the read that was to write a held request, when the target closed it
+// while it was idle: nothing was written, so the request may go out on
+// another connection.
 var errStaleConn = errors.New("targethttp: target closed the idle connection")
 
 // DialFunc opens a connection to a target; ctx bounds the dial.
@@ -493,12 +526,21 @@ func (tc *Conns) forget(c *targetConn) {
 // target may have processed it. The counts start again with each request,
 // at its first write after the previous answer was read.
 //
-// The check peeks through syscall.RawConn.Control, not RawConn.Read: Read
-// fails at once, without looking at the socket, when the read deadline has
-// passed, and the pool leaves the last call's deadline on an idle
-// connection, so every connection idle for longer than the call timeout
-// would be given up, healthy or not. Control ignores deadlines (the peek
-// never waits, so it needs none) and costs no more: the one peek syscall.
+// The check is one peek at the socket (a recvfrom with MSG_PEEK that never
+// waits). For a request held (below) it is made by exchange, inside the
+// syscall.RawConn.Read that writes the request, right before the write:
+// by then the HTTP client has set the call's read deadline, and the
+// callback is there anyway, so the check costs the peek alone. Otherwise
+// (TLS, a request too large to hold) Write makes it through
+// syscall.RawConn.Control, not RawConn.Read: Read fails at once, without
+// looking at the socket, when the read deadline has passed, and the pool
+// leaves the last call's deadline on an idle connection, so every
+// connection idle for longer than the call timeout would be given up,
+// healthy or not. Control ignores deadlines (the peek never waits, so it
+// needs none). A held request found stale is not written; the read reports
+// errStaleConn, which the HTTP client reports as a close, and Client.do,
+// seeing that this connection was found stale (staleHeld) with nothing
+// sent, tries the call on another connection as the pool does for a Write.
 //
 // On a kept-alive plain TCP connection a request is not written by Write
 // but by the Read that waits for its answer (see exchange): Write keeps a
@@ -516,21 +558,24 @@ type targetConn struct {
 	addr     connAddr         // LocalAddr's answer, which leads progressOf back here
 	rc       syscall.RawConn  // the socket, for the idle check; nil: no check
 	peek     func(fd uintptr) // c.peekIdle, bound once so that a check does not allocate
-	peekBuf  [1]byte
-	gone     bool // set by peekIdle: the target closed the connection or sent unasked bytes
-	answered bool // a read happened since the last write: the next write starts a request
+	gone     bool             // set by peekIdle: the target closed the connection or sent unasked bytes
+	answered bool             // a read happened since the last write: the next write starts a request
 
 	// A request held by Write for the Read after it to write (exchange),
 	// on plain TCP only.
-	holds    bool                  // requests may be held: raw is a TCP socket carrying no TLS
-	exch     func(fd uintptr) bool // c.exchange, bound once so that a read does not allocate
-	held     []byte                // the request bytes held, not yet written: a part of hold
-	hold     []byte                // the held request's buffer, kept for the next request
-	wdl      time.Time             // the write deadline last set
-	readBuf  []byte                // exchange: Read's buffer
-	readN    int                   // exchange: bytes read into readBuf
-	readErr  error                 // exchange: why the read failed; io.EOF at the end of the stream
-	awaiting bool                  // exchange: the request is written, the answer awaited
+	holds     bool                  // requests may be held: raw is a TCP socket carrying no TLS
+	exch      func(fd uintptr) bool // c.exchange, bound once so that a read does not allocate
+	held      []byte                // the request bytes held, not yet written: a part of hold
+	unchecked bool                  // the held request's connection is still to be checked (exchange or writeHeld)
+	staleHeld bool                  // the read that was to write the held request found the connection stale
+	hold      []byte                // the held request's buffer, kept for the next request
+	wdl       time.Time             // the write deadline last set
+	wdlLazy   bool                  // wdl is not yet the socket's: write sets it first
+	rdl       time.Time             // the read deadline last set
+	readBuf   []byte                // exchange: Read's buffer
+	readN     int                   // exchange: bytes read into readBuf
+	readErr   error                 // exchange: why the read failed; io.EOF at the end of the stream
+	awaiting  bool                  // exchange: the request is written, the answer awaited
 
 	// The current request's progress, read by progressOf once the call
 	// has failed and the connection is closed.
@@ -605,16 +650,16 @@ func (c *targetConn) Write(p []byte) (int, error) {
 	if c.answered {
 		c.answered = false
 		c.sent, c.recv, c.writeFailed, c.writeErr = 0, 0, false, nil
-		if c.rc != nil {
-			c.gone = false
-			if err := c.rc.Control(c.peek); err != nil || c.gone {
-				return 0, errStaleConn
-			}
-		}
+		c.unchecked, c.staleHeld = false, false
 		if c.holds && len(p) <= maxHeld {
+			// The idle check is made by whatever writes the request:
+			// the read that awaits the answer (exchange), or writeHeld.
 			c.hold = append(c.hold[:0], p...)
-			c.held = c.hold
+			c.held, c.unchecked = c.hold, true
 			return len(p), nil
+		}
+		if c.stale() {
+			return 0, errStaleConn
 		}
 	}
 	if len(c.held) > 0 {
@@ -628,6 +673,14 @@ func (c *targetConn) Write(p []byte) (int, error) {
 
 // write writes p through the connection, counting what went out.
 func (c *targetConn) write(p []byte) (int, error) {
+	if c.wdlLazy {
+		c.wdlLazy = false
+		if err := c.Conn.SetWriteDeadline(c.wdl); err != nil {
+			c.writeFailed = true
+			c.writeErr = err
+			return 0, err
+		}
+	}
 	n, err := c.Conn.Write(p)
 	c.sent += n
 	if err != nil {
@@ -638,22 +691,67 @@ func (c *targetConn) write(p []byte) (int, error) {
 }
 
 // writeHeld writes what is held of the request through the connection: a
-// blocking write, bounded by the write deadline.
+// blocking write, bounded by the write deadline. A request not yet checked
+// (the HTTP client writes it in more pieces than the one held) is checked
+// first, and not written on a stale connection.
 func (c *targetConn) writeHeld() error {
 	held := c.held
 	c.held = nil
+	if c.unchecked {
+		c.unchecked = false
+		if c.stale() {
+			return errStaleConn
+		}
+	}
 	_, err := c.write(held)
 	return err
 }
 
+// stale makes the idle check of a connection about to carry a request,
+// when it has a socket: it reports whether the target closed the
+// connection while it was idle, or sent bytes nobody asked for.
+func (c *targetConn) stale() bool {
+	if c.rc == nil {
+		return false
+	}
+	c.gone = false
+	err := c.rc.Control(c.peek)
+	return err != nil || c.gone
+}
+
 func (c *targetConn) SetDeadline(t time.Time) error {
-	c.wdl = t
+	c.wdl, c.wdlLazy, c.rdl = t, false, t
 	return c.Conn.SetDeadline(t)
 }
 
+func (c *targetConn) SetReadDeadline(t time.Time) error {
+	c.rdl = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the deadline of the writes through the connection.
+// On a connection that holds requests it is set on the socket only when a
+// write through the connection needs it (write): a held request is written
+// by a write that never waits (exchange), and setting a deadline on the
+// socket moves a runtime timer, on every call.
 func (c *targetConn) SetWriteDeadline(t time.Time) error {
 	c.wdl = t
+	if c.holds {
+		c.wdlLazy = true
+		return nil
+	}
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// writeDeadlinePassed reports whether the write deadline has passed. It
+// reads no clock when the read deadline is set no later (the HTTP client
+// sets both to the call's deadline): the RawConn.Read that would write a
+// held request then fails at once, before writing, as a write would.
+func (c *targetConn) writeDeadlinePassed() bool {
+	if c.wdl.IsZero() || (!c.rdl.IsZero() && !c.rdl.After(c.wdl)) {
+		return false
+	}
+	return !time.Now().Before(c.wdl)
 }
 
 // writeHeldAndRead is Read of the first answer bytes of a held request: it
@@ -662,10 +760,11 @@ func (c *targetConn) SetWriteDeadline(t time.Time) error {
 // what is left of the request goes out with a blocking write, as it would
 // have from Write, and the read follows it.
 func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
-	if !c.wdl.IsZero() && !time.Now().Before(c.wdl) {
+	if c.writeDeadlinePassed() {
 		// The blocking write fails at once with the deadline's error,
 		// nothing sent.
 		if err := c.writeHeld(); err != nil {
+			c.staleHeld = err == errStaleConn
 			return 0, err
 		}
 	} else {
@@ -679,6 +778,8 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 			// is dropped) or while awaiting the answer.
 			c.held = nil
 			return 0, err
+		case c.staleHeld:
+			return 0, errStaleConn
 		case c.writeErr != nil:
 			return 0, c.writeErr
 		case c.awaiting:
@@ -696,7 +797,9 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 
 // exchange is the syscall.RawConn.Read callback that writes a held request
 // and reads the first bytes of its answer into readBuf. Its first call
-// writes the request with one non-blocking write and reports false, so
+// makes the idle check (a peek: found stale, it writes nothing and reports
+// true with staleHeld set), then writes the request with one
+// non-blocking write and reports false, so
 // that the runtime parks the call until the socket is readable; its later
 // calls read the answer, reporting false again while there is nothing to
 // read. A write that moves less than the whole request (the send buffer
@@ -715,6 +818,16 @@ func (c *targetConn) writeHeldAndRead(p []byte) (int, error) {
 // nothing and waits again.
 func (c *targetConn) exchange(fd uintptr) bool {
 	if !c.awaiting {
+		if c.unchecked {
+			c.unchecked = false
+			if peekReadable(fd) {
+				// Stale: nothing is written, and the call tries another
+				// connection (Client.do).
+				c.held = nil
+				c.staleHeld = true
+				return true
+			}
+		}
 		n, wouldBlock, err := writeFD(fd, c.held)
 		c.sent += n
 		c.held = c.held[n:]
@@ -743,10 +856,10 @@ func (c *targetConn) exchange(fd uintptr) bool {
 	return true
 }
 
-// opError wraps the errno err of the socket operation op as the net
-// package would.
+// opError wraps err, the *os.SyscallError of the socket operation op, as
+// the net package would.
 func (c *targetConn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.raw.LocalAddr(), Addr: c.raw.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.raw.LocalAddr(), Addr: c.raw.RemoteAddr(), Err: err}
 }
 
 func (c *targetConn) Close() error {
@@ -759,7 +872,7 @@ func (c *targetConn) Close() error {
 // reset, or bytes nobody asked for) means it cannot carry another request.
 // It never waits.
 func (c *targetConn) peekIdle(fd uintptr) {
-	c.gone = peekReadable(fd, c.peekBuf[:])
+	c.gone = peekReadable(fd)
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,

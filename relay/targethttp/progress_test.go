@@ -242,7 +242,7 @@ func TestTargetCallDoesNotAllocate(t *testing.T) {
 // request 0000, delay after it arrived (with a delay, as a real target
 // does: by the time the answer comes, the hub is waiting for it), and
 // returns its URL. Each request arrives in one write of the hub's.
-func rawAnswerTarget(t *testing.T, delay time.Duration) string {
+func rawAnswerTarget(t testing.TB, delay time.Duration) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

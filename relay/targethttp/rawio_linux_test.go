@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // threadSyscalls returns how many read and write syscalls the calling
@@ -267,4 +268,150 @@ func TestTargetCallSendsARequestLargerThanAHold(t *testing.T) {
 		require.Equal(t, "0000", res.Code, "call %d: the target got %s bytes, not the %d sent", i, res.Msg, len(payload))
 	}
 	assert.Equal(t, int32(1), dials.Load(), "one kept-alive connection")
+}
+
+// goneBeforeTheWrite are the ways a target gives up a kept-alive connection
+// between a request's Write and its Read: each must stop the request from
+// being written.
+var goneBeforeTheWrite = []struct {
+	name string
+	gone func(t *testing.T, srv net.Conn)
+}{
+	{"closed", func(t *testing.T, srv net.Conn) { require.NoError(t, srv.Close()) }},
+	{"reset", func(t *testing.T, srv net.Conn) {
+		require.NoError(t, srv.(*net.TCPConn).SetLinger(0))
+		require.NoError(t, srv.Close())
+	}},
+	{"unasked bytes", func(t *testing.T, srv net.Conn) {
+		_, err := srv.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n"))
+		require.NoError(t, err)
+	}},
+}
+
+// waitGone polls c's socket until what the target did has reached it.
+func waitGone(t *testing.T, c *targetConn) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var readable bool
+		require.NoError(t, c.rc.Control(func(fd uintptr) { readable = peekReadable(fd) }))
+		if readable {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the target's close or bytes did not arrive")
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// assertNothingReached checks, when the target's end is still open, that
+// no byte of a request reached it.
+func assertNothingReached(t *testing.T, srv net.Conn, open bool) {
+	t.Helper()
+	if !open {
+		return
+	}
+	require.NoError(t, srv.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+	_, err := srv.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "nothing reached the target")
+}
+
+// TestHeldRequestIsCheckedByTheReadThatWritesIt has the target give up a
+// kept-alive connection after the HTTP client handed it a request (held)
+// and before the read that writes it: the check is made right before the
+// write, inside that read, so the request is not written, not counted
+// sent, and the read reports the connection stale for the call to try
+// another.
+func TestHeldRequestIsCheckedByTheReadThatWritesIt(t *testing.T) {
+	for _, tt := range goneBeforeTheWrite {
+		t.Run(tt.name, func(t *testing.T) {
+			c, srv := heldConn(t)
+			_, err := c.Write([]byte("POST /tx HTTP/1.1\r\nContent-Length: 5\r\n\r\nBAL 1"))
+			require.NoError(t, err, "held: the check comes with the write")
+			tt.gone(t, srv)
+			waitGone(t, c)
+
+			_, err = c.Read(make([]byte, 64))
+
+			require.ErrorIs(t, err, errStaleConn)
+			assert.Zero(t, c.sent)
+			assert.False(t, c.writeFailed)
+			var resp fasthttp.Response
+			resp.ParseNetConn(c) // as the HTTP client records the connection a try used
+			assert.True(t, foundStale(&resp), "the call tries another connection")
+			stage, sent, writeErr := progressOf(&resp)
+			assert.Equal(t, NotSent, stage)
+			assert.Zero(t, sent)
+			assert.NoError(t, writeErr, "no write was made to fail")
+			assertNothingReached(t, srv, tt.name == "unasked bytes")
+		})
+	}
+}
+
+// TestHeldRequestInPiecesIsCheckedBeforeItsFirstPiece has the target give
+// up the connection while the HTTP client writes a request larger than a
+// hold: the piece held is checked before it goes out with the next, and
+// neither is written.
+func TestHeldRequestInPiecesIsCheckedBeforeItsFirstPiece(t *testing.T) {
+	for _, tt := range goneBeforeTheWrite {
+		t.Run(tt.name, func(t *testing.T) {
+			c, srv := heldConn(t)
+			_, err := c.Write(bytes.Repeat([]byte("a"), maxHeld))
+			require.NoError(t, err, "the first piece is held")
+			tt.gone(t, srv)
+			waitGone(t, c)
+
+			_, err = c.Write([]byte("the rest"))
+
+			require.ErrorIs(t, err, errStaleConn)
+			assert.Zero(t, c.sent)
+			assertNothingReached(t, srv, tt.name == "unasked bytes")
+		})
+	}
+}
+
+// TestRequestTooLargeToHoldIsBoundedByTheWriteDeadline has the target
+// never read while a request too large to hold is written: the write
+// deadline, which a connection that holds requests sets on its socket only
+// when a write needs it, ends the write.
+func TestRequestTooLargeToHoldIsBoundedByTheWriteDeadline(t *testing.T) {
+	c, _ := heldConn(t)
+	fillSendBuffer(t, c)
+	require.NoError(t, c.SetDeadline(time.Time{}), "no deadline on the socket")
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(50*time.Millisecond)))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(bytes.Repeat([]byte("r"), 2*maxHeld))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the write was not bounded by its deadline") // the cleanup's close ends it
+	}
+	assert.True(t, c.writeFailed)
+	assert.Less(t, c.sent, 2*maxHeld, "the request did not go out whole")
+}
+
+// TestHeldRequestPastItsWriteDeadlineIsCheckedToo has the target close a
+// kept-alive connection and the request's write deadline pass before the
+// read that was to write it: the request is not written, and the call
+// sees the connection found stale, as when the read writes it.
+func TestHeldRequestPastItsWriteDeadlineIsCheckedToo(t *testing.T) {
+	c, srv := heldConn(t)
+	_, err := c.Write([]byte("POST /tx HTTP/1.1\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, srv.Close())
+	waitGone(t, c)
+	require.NoError(t, c.SetWriteDeadline(aLongTimeAgo))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
+
+	_, err = c.Read(make([]byte, 64))
+
+	require.ErrorIs(t, err, errStaleConn)
+	assert.Zero(t, c.sent)
+	var resp fasthttp.Response
+	resp.ParseNetConn(c)
+	assert.True(t, foundStale(&resp))
 }

@@ -8,7 +8,7 @@ const canPeek = false
 
 // These are never called where canPeek is false.
 
-func peekReadable(uintptr, []byte) bool { return false }
+func peekReadable(uintptr) bool { return false }
 
 func writeFD(uintptr, []byte) (int, bool, error) { return 0, false, nil }
 

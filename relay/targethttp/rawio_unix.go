@@ -2,7 +2,7 @@
 
 package targethttp
 
-import "syscall"
+import "github.com/relayhub/relayhub/internal/sockio"
 
 // canPeek reports that peekReadable, writeFD and readFD work here, so idle
 // target connections are checked before reuse and a request on plain TCP
@@ -11,40 +11,15 @@ const canPeek = true
 
 // peekReadable reports whether the non-blocking socket fd has anything to
 // read: bytes, the end of the stream, or an error such as a reset. It
-// consumes nothing: buf (one byte is enough) receives a peeked copy.
-func peekReadable(fd uintptr, buf []byte) bool {
-	for {
-		_, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if err != syscall.EINTR {
-			return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
-		}
-	}
-}
+// consumes nothing.
+func peekReadable(fd uintptr) bool { return sockio.Readable(fd) }
 
-// sockIO makes one read or write (op: syscall.Read or syscall.Write) of p,
-// which is not empty, on the non-blocking socket fd: n bytes moved (a
-// write may move fewer than len(p) when the send buffer fills; a read of 0
-// bytes with a nil err is the end of the stream); wouldBlock reports that
-// nothing could move yet.
-func sockIO(op func(int, []byte) (int, error), fd uintptr, p []byte) (n int, wouldBlock bool, err error) {
-	for {
-		n, err = op(int(fd), p)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	switch {
-	case err == nil:
-		return n, false, nil
-	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-		return 0, true, nil
-	default:
-		return 0, false, err
-	}
-}
+// writeFD writes p, which is not empty, to the non-blocking socket fd with
+// one write: n bytes moved (fewer than len(p) when the send buffer fills);
+// wouldBlock reports that nothing could move yet.
+func writeFD(fd uintptr, p []byte) (n int, wouldBlock bool, err error) { return sockio.Write(fd, p) }
 
-// writeFD writes p to the socket fd with one write (see sockIO).
-func writeFD(fd uintptr, p []byte) (int, bool, error) { return sockIO(syscall.Write, fd, p) }
-
-// readFD reads the socket fd into p with one read (see sockIO).
-func readFD(fd uintptr, p []byte) (int, bool, error) { return sockIO(syscall.Read, fd, p) }
+// readFD reads the non-blocking socket fd into p, which is not empty, with
+// one read: a read of 0 bytes with a nil err is the end of the stream;
+// wouldBlock reports that there is nothing to read yet.
+func readFD(fd uintptr, p []byte) (n int, wouldBlock bool, err error) { return sockio.Read(fd, p) }

@@ -1,0 +1,36 @@
+package targethttp
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkTargetCall measures one call on a kept-alive loopback
+// connection to a raw target that answers at once: the request built,
+// the idle check, the write, the wait and read of the answer, its
+// decoding. The target runs in the same process, so its share is in the
+// figures too.
+func BenchmarkTargetCall(b *testing.B) {
+	tg := newBenchTarget(b)
+	txid, payload := []byte("TX1"), []byte("BAL 1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := tg.Call(txid, payload); res.Code != "0000" {
+			b.Fatalf("%s %s", res.Code, res.Msg)
+		}
+	}
+}
+
+// newBenchTarget returns a Client for a raw answering target, its one
+// connection opened.
+func newBenchTarget(b *testing.B) *Client {
+	b.Helper()
+	tg, err := New(Config{URL: rawAnswerTarget(b, 0), Timeout: 5 * time.Second, MaxInflight: 1, Conns: NewConns(nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res := tg.Call([]byte("TX0"), nil); res.Code != "0000" {
+		b.Fatalf("%s %s", res.Code, res.Msg)
+	}
+	return tg
+}
