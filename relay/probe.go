@@ -253,15 +253,17 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	healthy := slices.Contains(conf.probeExpect, res.Code)
 	slow := conf.settings.SlowCall > 0 && took > conf.settings.SlowCall
 	end := s.access.now()
+	// Recorded before the breaker hears of it, so that whoever sees the
+	// breaker change finds the probe that changed it.
+	r := &ProbeResult{TxID: string(txid), At: start.Add(took), Healthy: healthy && !slow, Code: res.Code, Duration: took}
+	rt.prober.last.Store(r)
+	rt.metrics.observeProbe(r)
 	reported = true
 	rt.breaker.DoneAfter(ticket, !healthy, took)
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
 
-	r := &ProbeResult{TxID: string(txid), At: start.Add(took), Healthy: healthy && !slow, Code: res.Code, Duration: took}
-	rt.prober.last.Store(r)
-	rt.metrics.observeProbe(r)
 	s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: res.Code, took: took, size: len(conf.probePayload),
 		breaker: breakerNote{use: breakerAdmitted, probe: true, synthetic: true, start: asked, end: end}})
 	ev := rt.log.Info()
