@@ -75,7 +75,7 @@ func limitBits(limit int, what string) uint64 {
 	case limit < 0:
 		panic(fmt.Sprintf("bulkhead: negative %s %d", what, limit))
 	}
-	return uint64(min(limit, maxLimit)) << limitShift
+	return min(uint64(limit), maxLimit) << limitShift
 }
 
 // TryAcquire takes a slot and reports true, or reports false at once when

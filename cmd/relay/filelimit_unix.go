@@ -24,8 +24,9 @@ func checkFileLimit(srv *relay.Server, maxConns int, logger zerolog.Logger) {
 	for _, t := range srv.Targets() {
 		bulkheads = append(bulkheads, t.MaxInFlight)
 	}
-	if need := filesNeeded(maxConns, bulkheads); lim.Cur < need {
-		logger.Warn().Uint64("open_files_limit", lim.Cur).Uint64("open_files_needed", need).Int("max_conns", maxConns).
+	cur := uint64(lim.Cur) // int64 on some systems (the BSDs), never negative
+	if need := filesNeeded(maxConns, bulkheads); cur < need {
+		logger.Warn().Uint64("open_files_limit", cur).Uint64("open_files_needed", need).Int("max_conns", maxConns).
 			Msg("the open file limit is below what --max-conns and the bulkheads need; raise it (LimitNOFILE under systemd) or lower --max-conns")
 	}
 }
