@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/relayhub/relayhub/internal/sockio"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -181,7 +182,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc:       nc,
 		readDone: make(chan struct{}),
 	}
-	if sc, ok := nc.(syscall.Conn); ok && rawReads {
+	if sc, ok := nc.(syscall.Conn); ok && sockio.Supported {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
 		}
@@ -285,7 +286,7 @@ func (c *conn) resume() {
 // idle deadline, Shutdown's, a failed write's or a close ends the
 // connection at once.
 func (c *conn) readWhenReadable() {
-	if err := c.rc.Read(waitReadable); err != nil {
+	if err := c.rc.Read(sockio.Readable); err != nil {
 		c.ended(c.readEndFor(err))
 		return
 	}
@@ -657,10 +658,8 @@ func (c *conn) fillSession() (wait bool) {
 	c.holdReadBuf()
 	w, room := c.w, len(*c.rbuf)-c.w
 	if !c.readRaw(c.fd) {
-		if c.seat.hasTurn() {
-			// Nothing to read after all: a turn is not held through a
-			// wait for the client.
-			c.seat.toLane = true
+		if c.turnSpent() {
+			// Nothing to read after all: the turn ends rather than waits.
 			return true
 		}
 		c.armIdleDeadline()
@@ -713,7 +712,7 @@ func (c *conn) makeRoom() {
 // keeps one RawConn.Read across its waits, need not: see fillSession.)
 func (c *conn) readRaw(fd uintptr) bool {
 	c.holdReadBuf()
-	n, wouldBlock, err := readFD(fd, (*c.rbuf)[c.w:])
+	n, wouldBlock, err := sockio.Read(fd, (*c.rbuf)[c.w:])
 	switch {
 	case wouldBlock:
 		c.parkReadBuf()
@@ -1155,7 +1154,7 @@ func (c *conn) releaseWriteBufLocked(b []byte) {
 // directly first, on the descriptor the read loop holds.
 func (c *conn) writeRaw(fd uintptr) bool {
 	for out := *c.wbuf; len(out) > 0; out = *c.wbuf {
-		n, wouldBlock, err := writeFD(fd, out)
+		n, wouldBlock, err := sockio.Write(fd, out)
 		switch {
 		case wouldBlock:
 			return false

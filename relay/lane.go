@@ -3,6 +3,8 @@ package relay
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/relayhub/relayhub/internal/sockio"
 )
 
 // Fair reading: the refusal lane.
@@ -158,7 +160,7 @@ func (c *conn) laneRead() (wait bool) {
 // owed).
 func (c *conn) awaitReadable() bool {
 	c.parkReadBuf()
-	if !waitReadable(c.fd) {
+	if !sockio.Readable(c.fd) {
 		c.armIdleDeadline()
 		return true
 	}

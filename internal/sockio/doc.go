@@ -11,9 +11,8 @@
 // and telling it (entersyscall and exitsyscall, as syscall.Read does) costs
 // CPU on every call and keeps the runtime's monitor waking on a busy hub
 // (docs/BENCHMARKS.md, "Fast-fail against redis"). On other Unix systems
-// they go through the syscall package. Where there is no Unix the package
-// is empty: callers keep a switch of their own (relay's rawReads,
-// targethttp's canPeek) and use net.Conn there.
+// they go through the syscall package. Where there is no Unix, Supported
+// is false and callers use net.Conn instead.
 //
 // Typical use:
 //

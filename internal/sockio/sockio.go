@@ -7,6 +7,9 @@ import (
 	"syscall"
 )
 
+// Supported reports that the functions below work here.
+const Supported = true
+
 // Read reads the non-blocking socket fd into p, which is not empty, with
 // one read(2). wouldBlock reports that there is nothing to read yet; n is 0
 // with a nil err at the end of the stream. An err is an *os.SyscallError.

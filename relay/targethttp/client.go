@@ -41,6 +41,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/relayhub/relayhub/internal/sockio"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -603,7 +604,7 @@ type connAddr struct {
 // the holding of requests when it is a TCP socket (startTLS turns that
 // off).
 func (c *targetConn) watchIdle() {
-	if !canPeek {
+	if !sockio.Supported {
 		return
 	}
 	if sc, ok := c.raw.(syscall.Conn); ok {
@@ -820,7 +821,7 @@ func (c *targetConn) exchange(fd uintptr) bool {
 	if !c.awaiting {
 		if c.unchecked {
 			c.unchecked = false
-			if peekReadable(fd) {
+			if sockio.Readable(fd) {
 				// Stale: nothing is written, and the call tries another
 				// connection (Client.do).
 				c.held = nil
@@ -828,7 +829,7 @@ func (c *targetConn) exchange(fd uintptr) bool {
 				return true
 			}
 		}
-		n, wouldBlock, err := writeFD(fd, c.held)
+		n, wouldBlock, err := sockio.Write(fd, c.held)
 		c.sent += n
 		c.held = c.held[n:]
 		switch {
@@ -843,7 +844,7 @@ func (c *targetConn) exchange(fd uintptr) bool {
 		c.awaiting = true
 		return false
 	}
-	n, wouldBlock, err := readFD(fd, c.readBuf)
+	n, wouldBlock, err := sockio.Read(fd, c.readBuf)
 	switch {
 	case wouldBlock:
 		return false
@@ -872,7 +873,7 @@ func (c *targetConn) Close() error {
 // reset, or bytes nobody asked for) means it cannot carry another request.
 // It never waits.
 func (c *targetConn) peekIdle(fd uintptr) {
-	c.gone = peekReadable(fd)
+	c.gone = sockio.Readable(fd)
 }
 
 // classifyCallError maps a failed HTTP exchange to E901 (no answer in time,

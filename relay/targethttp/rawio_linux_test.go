@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/relayhub/relayhub/internal/sockio"
 )
 
 // threadSyscalls returns how many read and write syscalls the calling
@@ -139,7 +141,7 @@ func fillSendBuffer(t *testing.T, c *targetConn) int {
 	total := 0
 	require.NoError(t, c.rc.Control(func(fd uintptr) {
 		for {
-			n, wouldBlock, err := writeFD(fd, junk)
+			n, wouldBlock, err := sockio.Write(fd, junk)
 			total += n
 			if wouldBlock || err != nil {
 				require.NoError(t, err)
@@ -294,7 +296,7 @@ func waitGone(t *testing.T, c *targetConn) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var readable bool
-		require.NoError(t, c.rc.Control(func(fd uintptr) { readable = peekReadable(fd) }))
+		require.NoError(t, c.rc.Control(func(fd uintptr) { readable = sockio.Readable(fd) }))
 		if readable {
 			return
 		}
