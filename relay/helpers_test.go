@@ -41,3 +41,6 @@ func status(t *testing.T, srv *Server, name string) TargetSnapshot {
 	t.Fatalf("no target %s", name)
 	return TargetSnapshot{}
 }
+
+// readLine reads c's next line as its read loop does.
+func (c *conn) readLine() ([]byte, bool, error) { return c.in.readLine(c.nc) }

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"bytes"
-	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -102,86 +100,6 @@ func memAfterGC() runtime.MemStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms
-}
-
-// TestIdleConnectionOutlivesItsHandOff checks that a connection that
-// waits past the hand-off, with nothing sent yet, after a line, or in the
-// middle of one, is served when its input comes, and is still closed by
-// its idle timeout, never before.
-func TestIdleConnectionOutlivesItsHandOff(t *testing.T) {
-	const idle = 800 * time.Millisecond
-	wait := 3 * handOffAfter(idle) // past the hand-off, which comes within twice handOffAfter
-	require.Less(t, wait, idle/2)
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	cfg.IdleTimeout = idle
-	_, addr := startServer(t, cfg)
-	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget }
-
-	t.Run("cold, then after a line", func(t *testing.T) {
-		c := hubtest.Dial(t, addr)
-		time.Sleep(wait) // a wait for the hand-off's deadline to pass: nothing to poll
-		assert.Equal(t, unknown("A"), c.RoundTrip("A|NONE|x"))
-		time.Sleep(wait)
-		assert.Equal(t, unknown("B"), c.RoundTrip("B|NONE|x"))
-		last := time.Now()
-		c.ExpectEOF()
-		assert.GreaterOrEqual(t, time.Since(last), idle)
-	})
-
-	t.Run("in the middle of a line", func(t *testing.T) {
-		c := hubtest.Dial(t, addr)
-		assert.Equal(t, unknown("A"), c.RoundTrip("A|NONE|x"))
-		_, err := io.WriteString(c.Conn(), "P|NO")
-		require.NoError(t, err)
-		time.Sleep(wait)
-		assert.Equal(t, unknown("P"), c.RoundTrip("NE|x"))
-	})
-
-	t.Run("cold, closed by the idle timeout", func(t *testing.T) {
-		start := time.Now()
-		c := hubtest.Dial(t, addr)
-		c.ExpectEOF()
-		assert.GreaterOrEqual(t, time.Since(start), idle)
-	})
-}
-
-// TestBusyConnectionKeepsItsGoroutine checks that the hand-off is for
-// quiet connections only: a connection whose lines come more often than
-// handOffAfter stays on the goroutine that serves it, and one that goes
-// quiet is handed to resume, which serves its next line.
-func TestBusyConnectionKeepsItsGoroutine(t *testing.T) {
-	const idle = 8 * time.Second
-	h := handOffAfter(idle)
-	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
-	cfg.IdleTimeout = idle
-	_, addr := startServer(t, cfg)
-	unknown := func(txid string) string { return txid + "|E903|" + protocol.MsgUnknownTarget }
-	c := hubtest.Dial(t, addr)
-
-	// Given a connection that sends a line every tenth of handOffAfter,
-	// for twice handOffAfter,
-	for i := range 20 {
-		txid := fmt.Sprintf("B%d", i)
-		require.Equal(t, unknown(txid), c.RoundTrip(txid+"|NONE|x"))
-		// Then it is never handed off.
-		require.False(t, resumed(), "handed off while busy, after %d lines", i+1)
-		time.Sleep(h / 10) // the client's pace
-	}
-
-	// When it goes quiet, then resume takes it within twice handOffAfter,
-	// and serves its next line.
-	for deadline := time.Now().Add(2*h + hubtest.IOTimeout); !resumed(); time.Sleep(10 * time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "a quiet connection was not handed off")
-	}
-	assert.Equal(t, unknown("Q"), c.RoundTrip("Q|NONE|x"))
-}
-
-// resumed reports whether a goroutine serves a connection that a read loop
-// handed off.
-func resumed() bool {
-	buf := make([]byte, 1<<20)
-	n := runtime.Stack(buf, true)
-	return bytes.Contains(buf[:n], []byte("relay.(*conn).resume("))
 }
 
 // TestConnFitsItsSizeClass keeps conn within the allocator's 384-byte

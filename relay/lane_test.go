@@ -430,38 +430,12 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		if c.srv.laneInForce() {
-			c.awaitTurn()
-		}
-		inTurn = c.seat.hasTurn()
+		c.awaitTurn()
+		inTurn = c.inTurn
 		c.serveLine(line)
 		c.noteRefused()
 		c.flush()
 		c.endTurn()
-		return inTurn, nil
-	}))
-}
-
-// TestRefusalHeavyLineInASessionDoesNotAllocate is
-// TestRefusalHeavyLineDoesNotAllocate through the read loop's own steps on
-// a socket: serveReadable leaves its RawConn.Read to wait for the turn once
-// the socket is readable (laneStep), reads and serves the line in the
-// next, and leaves it again to end the turn.
-func TestRefusalHeavyLineInASessionDoesNotAllocate(t *testing.T) {
-	srv, c, client := openCoreConn(t)
-	require.NotNil(t, c.rc, "the connection reads through its RawConn")
-	c.armReadDeadline(time.Now())
-	assert.Zero(t, laneAllocsPerLine(t, srv, c, client, func() (inTurn bool, err error) {
-		for range 2 { // the wait for the turn, then its end
-			if err := c.rc.Read(c.serveCallback()); err != nil {
-				return false, err
-			}
-			if !c.seat.leftFor() {
-				return false, errors.New("the read loop did not leave RawConn.Read for the lane")
-			}
-			inTurn = c.seat.hasTurn()
-			c.laneStep()
-		}
 		return inTurn, nil
 	}))
 }
@@ -505,18 +479,23 @@ func laneAllocsPerLine(t *testing.T, srv *Server, c *conn, client net.Conn, serv
 	return allocs
 }
 
-func TestRefusalHeavyTLSConnectionIsNotHeldBack(t *testing.T) {
+func TestRefusalHeavyTLSConnectionWaitsForItsTurnLikeAnyOther(t *testing.T) {
 	// Given a hub serving TLS, every turn of its lane held, and a
 	// connection made refusal-heavy.
 	h := newTLSHub(t, false)
 	srv, addr := laneServer(t, Config{TLS: h.config(0)})
 	heavy := hubtest.DialTLS(t, addr, h.ca.ClientConfig(nil))
 	makeRefusalHeavy(t, heavy, "R")
-	holdLane(t, srv)
+	giveBack := holdLane(t, srv)
 
-	// Then its lines are answered as they are read: one read through TLS
-	// may bring lines the socket no longer shows, and a line read is never
-	// held for a turn.
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
-	assert.Zero(t, srv.lane.waiting.Load())
+	// When it sends a line, the line is read and waits for a turn, as on
+	// a plain socket: a turn is taken after the read, so TLS needs no
+	// exception.
+	heavy.Send("H1|CORE|BAL 1")
+	waitersBecome(t, srv, 1)
+	expectNoAnswerYet(t, heavy)
+
+	// Then its turn come, it is answered.
+	giveBack()
+	assert.Equal(t, map[string]string{"H1": "H1|E904|circuit open; retry after 3600s"}, heavy.ReadByTxID(1))
 }

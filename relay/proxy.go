@@ -159,10 +159,9 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 // closed unserved: refused by the PROXY rules (and logged), or gone before
 // it said anything.
 //
-// The header is read through a small pooled buffer on the plain Read path;
-// everything after it goes through syscall.RawConn like any connection's
-// input. Over TLS the header is read from the socket beneath, in the
-// clear, and what follows it is the TLS handshake's (proxiedSocket).
+// The header is read through a small pooled buffer. Over TLS it is read
+// from the socket beneath, in the clear, and what follows it is the TLS
+// handshake's (proxiedSocket).
 func (c *conn) begin() bool {
 	s := c.srv
 	peer := addrPortOf(c.nc.RemoteAddr())
@@ -202,9 +201,8 @@ func (c *conn) begin() bool {
 	case input && ps != nil:
 		ps.keep(br)
 	case input:
-		c.holdReadBuf()
 		b, _ := br.Peek(br.Buffered())
-		c.w = copy(*c.rbuf, b)
+		c.in.preload(b)
 	}
 	switch {
 	case hdr != nil && trusted:
@@ -265,14 +263,6 @@ func readProxyHeader(br *bufio.Reader) (*proxyproto.Header, error) {
 // in time.
 func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
-}
-
-// stoppedReading reports whether Shutdown has stopped the connection's
-// reads.
-func (c *conn) stoppedReading() bool {
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
-	return c.stopped
 }
 
 // refuseProxy logs a connection refused by the PROXY rules, from peer, for

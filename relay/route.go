@@ -259,13 +259,13 @@ func (c *conn) dispatch(req protocol.Request) (started bool) {
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()
-	if ticket, retryAfter, err = rt.breaker.AdmitIn(&c.run); err != nil {
+	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
 		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		if ticket, _, err = fb.breaker.AdmitIn(&c.run); err != nil {
+		if ticket, _, err = fb.breaker.Admit(); err != nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
@@ -342,27 +342,12 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // holds it, else its retry hint.
 func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
 	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	// The hint changes once a second at most: a connection answering a run
-	// of E904s builds the answer after the TXID once.
-	if c.hint == nil {
-		c.hint = new(retryHint)
+	if errors.Is(err, breaker.ErrHeld) {
+		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
+		return
 	}
-	// A refusal is mostly ErrOpen itself, which is not ErrHeld: the
-	// comparison spares errors.Is its reflection on every E904.
-	secs := int64(-1)
-	if err == breaker.ErrOpen || !errors.Is(err, breaker.ErrHeld) {
-		secs = retryHintSeconds(retryAfter)
-	}
-	if secs != c.hint.secs {
-		if secs < 0 {
-			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.MsgHeldOpen)
-		} else {
-			var hint [len("circuit open; retry after 9223372036854775807s")]byte
-			c.hint.tail = protocol.AppendResponseTail(c.hint.tail[:0], protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], secs))
-		}
-		c.hint.secs = secs
-	}
-	c.answerTail(req.TxID, c.hint.tail)
+	var hint [len("circuit open; retry after 9223372036854775807s")]byte
+	answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], retryHintSeconds(retryAfter)), false)
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the

@@ -825,9 +825,7 @@ func (s *Server) startConn(nc net.Conn) bool {
 	c := newConn(s, nc)
 	s.conns[nc] = c
 	s.served++
-	// Not goCatching: serve catches its own panics (endOnPanic), and the
-	// frames of goCatching would stay under every idle connection's wait
-	// (conn.serve, "Stack").
+	// Not goCatching: serve catches its own panics (endOnPanic).
 	s.wg.Go(c.serve)
 	return true
 }
@@ -907,10 +905,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.inShutdown.Store(true)
 	s.stoppingOnce.Do(func() { close(s.stopping) })
 
-	// A refusal-heavy connection that found input and waits for a turn to
-	// read it (refusalLane's owed) reads it at once now, and answers it
-	// E906, before reading stops.
-	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 && s.lane.owed.Load() == 0 })
+	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
 	if err == nil {
 		for _, c := range s.connsSnapshot() {
 			c.stopReading()

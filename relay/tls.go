@@ -304,7 +304,6 @@ func (c *conn) handshake() bool {
 		}
 		return false
 	}
-	c.tlsIdle = true
 	cs := tc.ConnectionState()
 	t.metrics.countHandshake(cs.DidResume)
 	if len(cs.PeerCertificates) > 0 {
@@ -316,28 +315,6 @@ func (c *conn) handshake() bool {
 	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
-}
-
-// readFirstByte waits for input on a TLS connection that holds no read
-// buffer, reading one byte into c.first, then moves it to a read buffer.
-// crypto/tls keeps the rest of the record it decrypted, so the read that
-// follows, into that buffer, takes it at once: an idle TLS connection thus
-// holds no read buffer, as an idle socket read through syscall.RawConn
-// does not. It records why the input ended in rerr, as fill does.
-func (c *conn) readFirstByte() {
-	for range maxEmptyReads {
-		n, err := c.nc.Read(c.first[:])
-		if n > 0 {
-			c.holdReadBuf()
-			(*c.rbuf)[0] = c.first[0]
-			c.w = 1
-		}
-		if n > 0 || err != nil {
-			c.rerr = err
-			return
-		}
-	}
-	c.rerr = io.ErrNoProgress
 }
 
 // handshakeTurnedAway runs the TLS handshake of a connection turned away

@@ -410,7 +410,6 @@ func TestIdleTLSConnectionHoldsNoReadBuffer(t *testing.T) {
 	srv.tls = &tlsServer{timeout: hubtest.IOTimeout}
 	require.True(t, c.handshake())
 	require.NoError(t, <-handshook)
-	require.True(t, c.tlsIdle)
 
 	// Lines are read whole, the first byte of each burst included,
 	_, err := io.WriteString(client, "A|CORE|1\nB|CORE|2\nC|CO")
@@ -421,7 +420,7 @@ func TestIdleTLSConnectionHoldsNoReadBuffer(t *testing.T) {
 	assert.Equal(t, []string{"C|CORE|3"}, readLines(t, c, 1), "a partial line waits in a buffer for its end")
 	// and a connection waiting with nothing begun holds no buffer.
 	waitForInput(t, c)
-	assert.Nil(t, c.rbuf)
+	assert.Nil(t, c.in.buf)
 	_, err = io.WriteString(client, "D|CORE|4\n")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"D|CORE|4"}, readLines(t, c, 1))
