@@ -94,12 +94,12 @@ const (
 	endIdle                   // no complete line within IdleTimeout
 	endStopped                // Shutdown stopped reading
 	endError                  // the connection failed or was closed
-	endRefused                // the PROXY rules or the TLS handshake refused it: the loop never ran
+	endTLS                    // the TLS handshake failed: the loop never ran
 	endHandOff                // quiet with no input held: a fresh goroutine waits on (see afterDeadline)
 )
 
 func (e readEnd) String() string {
-	return [...]string{"eof", "idle timeout", "shutdown", "error", "refused", "handed off"}[e]
+	return [...]string{"eof", "idle timeout", "shutdown", "error", "tls handshake failed", "handed off"}[e]
 }
 
 // serve runs the connection: the PROXY header when the Server takes one,
@@ -107,8 +107,14 @@ func (e readEnd) String() string {
 // wait for its calls in flight to answer, the final flush and the close.
 func (c *conn) serve() {
 	defer c.endOnPanic()
-	end := endRefused
-	if c.begin() && c.handshake() {
+	if !c.begin() {
+		// Refused by the PROXY rules (and logged), or gone before a byte.
+		c.nc.Close()
+		c.srv.untrack(c.nc)
+		return
+	}
+	end := endTLS
+	if c.handshake() {
 		end = c.readLoop()
 	}
 	c.ended(end)

@@ -188,7 +188,7 @@ func lineStreams(maxLine int) map[string][]byte {
 // TestReadLineKeepsLineSemantics checks that the pooled read buffers split
 // every input into the same lines, over-long refusals and TXIDs as a
 // bufio.Reader of MaxLineBytes+2 did, whether the bytes come from a socket
-// (read through syscall.RawConn) or from a connection without a descriptor,
+// (a loopback TCP connection) or from a connection without a descriptor,
 // in chunks of every size.
 func TestReadLineKeepsLineSemantics(t *testing.T) {
 	for _, maxLine := range []int{32, readBufSize - 3, readBufSize - 2, readBufSize - 1, DefaultMaxLineBytes} {
@@ -424,8 +424,8 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 }
 
 // TestFastFailThroughTheConnectionDoesNotAllocate checks that an E904 line
-// costs no allocation from the socket to the answer on the socket: the read
-// through syscall.RawConn, the lent read and write buffers, the breaker's
+// costs no allocation from the socket to the answer on the socket: the read,
+// the lent read and write buffers, the breaker's
 // refusal and the deadlines.
 func TestFastFailThroughTheConnectionDoesNotAllocate(t *testing.T) {
 	_, c, client := openCoreConn(t)
