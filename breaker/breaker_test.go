@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 )
 
 var start = time.Date(2026, 11, 30, 5, 31, 19, 123_000_000, time.UTC)

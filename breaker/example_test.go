@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 )
 
 func Example() {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 )
 
 // newPolicyBreaker builds a breaker named CORE from s on a fake clock that

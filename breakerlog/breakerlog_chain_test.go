@@ -15,7 +15,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/breakerlog"
-	"github.com/relayhub/relayhub/internal/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 )
 
 // TestRealBreakersChain feeds the log from two real breakers hammered by

@@ -7,8 +7,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/fakeclock"
-	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 )
 
 // testConfig returns a Config for the given targets with a fake clock and a

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/hubtest"
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
 // panicOn is a zerolog hook that panics when a line with the message msg

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/fakeclock"
-	"github.com/relayhub/relayhub/internal/hubtest"
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
 // settings returns per-target settings with the given bulkhead size,

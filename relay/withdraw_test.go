@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 )
 
 func TestWithdrawReportsDrainingAndGoesOnServing(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/logtest"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 // These tests install the relay as docs/OPERATING.md says, with make

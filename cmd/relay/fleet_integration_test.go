@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/proctest"
-	"github.com/relayhub/relayhub/internal/redistest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/fleet"
 )

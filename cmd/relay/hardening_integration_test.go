@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 // These tests play hostile clients against the real relay binary (docs/PROTOCOL.md,

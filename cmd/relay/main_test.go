@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
 // parse parses args (and env, as KEY=VALUE pairs) into a cli as main does.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/relay"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breakerlog"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 // These tests start the real relay and fixture binaries and hold them to

@@ -22,7 +22,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/breakerlog"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 // These tests start the real relay and fixture binaries on ephemeral

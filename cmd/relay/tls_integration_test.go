@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/certtest"
-	"github.com/relayhub/relayhub/internal/hubtest"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/certtest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 // These tests run the real relay, fixture and relayctl binaries with TLS

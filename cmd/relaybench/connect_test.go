@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 )
 
 func TestConnectCommandEndToEnd(t *testing.T) {

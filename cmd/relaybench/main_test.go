@@ -19,8 +19,8 @@ import (
 
 	"github.com/relayhub/relayhub/fixtures"
 	"github.com/relayhub/relayhub/internal/cmdline"
-	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 )
 
 // parse runs the command line through kong as main does, without exiting.

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/cmdline"
-	"github.com/relayhub/relayhub/internal/fakerelay"
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 )
 
 // parse runs the command line through kong as main does, without exiting.

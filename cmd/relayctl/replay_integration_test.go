@@ -18,7 +18,7 @@ import (
 
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/internal/loadgen"
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }

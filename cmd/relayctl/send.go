@@ -69,13 +69,13 @@ func (c *sendCmd) Run(ctx context.Context, s *streams) error {
 		return cmdline.Exit(2, err)
 	}
 	fmt.Fprintln(s.Out, answer)
-	gotTxID, code, _, ok := loadgen.ParseAnswer([]byte(answer))
+	a, err := protocol.ParseResponse([]byte(answer))
 	switch {
-	case !ok:
+	case err != nil:
 		return cmdline.Exit(1, fmt.Errorf("malformed answer %q", answer))
-	case string(gotTxID) != txid && string(gotTxID) != "-":
-		return cmdline.Exit(1, fmt.Errorf("answer is for TXID %q, not %q", gotTxID, txid))
-	case !loadgen.CodeSucceeded(code):
+	case string(a.TxID) != txid && string(a.TxID) != protocol.NoTxID:
+		return cmdline.Exit(1, fmt.Errorf("answer is for TXID %q, not %q", a.TxID, txid))
+	case !loadgen.CodeSucceeded(a.Code):
 		return cmdline.Exit(1, nil)
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/cmdline"
-	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
-	"github.com/relayhub/relayhub/internal/certtest"
 	"github.com/relayhub/relayhub/internal/cmdline"
-	"github.com/relayhub/relayhub/internal/hubtest"
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/internal/testutil/certtest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/relay"
 )
 

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // ConnectConfig describes a connection-rate run: workers that each, in a
@@ -222,8 +224,7 @@ func (r *connectRun) connectOnce(ctx context.Context, d *net.Dialer, cfg *tls.Co
 		}
 		return false, err
 	}
-	got, _, _, ok := ParseAnswer(answer)
-	if !ok || string(got) != txid {
+	if a, err := protocol.ParseResponse(answer); err != nil || string(a.TxID) != txid {
 		return false, fmt.Errorf("unexpected answer %q", answer)
 	}
 	tc, isTLS := nc.(*tls.Conn)

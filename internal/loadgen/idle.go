@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // probeTarget is the target of the line an IdleProbe sends to check a
@@ -231,8 +233,8 @@ func probeAnswered(proto Protocol, line []byte, txid string) bool {
 		code, ok := parseRedisReply(line)
 		return ok && line[0] == '+' && string(code) == "PONG"
 	}
-	got, _, _, ok := ParseAnswer(line)
-	return ok && string(got) == txid
+	a, err := protocol.ParseResponse(line)
+	return err == nil && string(a.TxID) == txid
 }
 
 // errorSamples keeps up to maxErrorSamples distinct error messages. Owned

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 )
 
 // runIdle runs an IdleProbe for cfg, failing the test when NewIdleProbe

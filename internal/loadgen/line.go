@@ -31,25 +31,6 @@ func ValidPayload(s string) bool {
 	return true
 }
 
-// ParseAnswer splits a response line TXID|CODE|MESSAGE, with or without its
-// line ending, into its fields. The message is everything after the second
-// '|'. The returned slices alias line. ok is false when the line does not
-// have that shape (fewer than two separators, or an empty TXID or CODE).
-func ParseAnswer(line []byte) (txid, code, msg []byte, ok bool) {
-	line = bytes.TrimSuffix(line, []byte{'\n'})
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	i := bytes.IndexByte(line, '|')
-	if i <= 0 {
-		return nil, nil, nil, false
-	}
-	rest := line[i+1:]
-	j := bytes.IndexByte(rest, '|')
-	if j <= 0 {
-		return nil, nil, nil, false
-	}
-	return line[:i], rest[:j], rest[j+1:], true
-}
-
 // CodeSucceeded reports whether an answer code means the target processed
 // the transaction: 0000, or a business rejection Bnnn relayed from a healthy
 // target.

@@ -20,36 +20,6 @@ func TestValidTargetAndPayload(t *testing.T) {
 	assert.False(t, ValidPayload("BAL A\r"))
 }
 
-func TestParseAnswer(t *testing.T) {
-	tests := []struct {
-		name            string
-		line            string
-		txid, code, msg string
-		ok              bool
-	}{
-		{"plain", "T1|0000|balance=99500\n", "T1", "0000", "balance=99500", true},
-		{"crlf", "T1|B201|insufficient funds\r\n", "T1", "B201", "insufficient funds", true},
-		{"no line ending", "T1|E904|circuit open; retry after 7s", "T1", "E904", "circuit open; retry after 7s", true},
-		{"message holds separators", "T1|0000|a|b|c\n", "T1", "0000", "a|b|c", true},
-		{"empty message", "T1|0000|\n", "T1", "0000", "", true},
-		{"unreadable txid", "-|E900|line too long\n", "-", "E900", "line too long", true},
-		{"one separator", "T1|0000\n", "", "", "", false},
-		{"no separator", "garbage\n", "", "", "", false},
-		{"empty txid", "|0000|ok\n", "", "", "", false},
-		{"empty code", "T1||ok\n", "", "", "", false},
-		{"blank", "\n", "", "", "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			txid, code, msg, ok := ParseAnswer([]byte(tt.line))
-			require.Equal(t, tt.ok, ok)
-			assert.Equal(t, tt.txid, string(txid))
-			assert.Equal(t, tt.code, string(code))
-			assert.Equal(t, tt.msg, string(msg))
-		})
-	}
-}
-
 func TestCodeSucceeded(t *testing.T) {
 	tests := []struct {
 		code string
@@ -104,7 +74,7 @@ func TestParseLoadTxIDDoesNotAllocate(t *testing.T) {
 	txid := []byte("L12-345678")
 	allocs := testing.AllocsPerRun(100, func() {
 		_, _, _ = parseLoadTxID(txid)
-		_, _, _, _ = ParseAnswer([]byte("L12-345678|0000|ok\n"))
+		_, _ = protocol.ParseResponse([]byte("L12-345678|0000|ok\n"))
 	})
 	assert.Zero(t, allocs)
 }

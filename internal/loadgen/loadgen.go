@@ -19,6 +19,8 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/sourcegraph/conc"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // Histogram range and precision: 1µs to 60s at 3 significant digits.
@@ -905,18 +907,18 @@ func (c *loadConn) handle(line []byte) bool {
 		}
 		return c.complete(c.nextInOrder(), code)
 	}
-	txid, code, _, ok := ParseAnswer(line)
-	if !ok {
+	a, err := protocol.ParseResponse(line)
+	if err != nil {
 		c.malformed++
 		return false
 	}
-	conn, seq, ok := parseLoadTxID(txid)
+	conn, seq, ok := parseLoadTxID(a.TxID)
 	if !ok || conn != c.id {
 		c.unmatched++
 		r.unmatched.Add(1)
 		return false
 	}
-	return c.complete(seq, code)
+	return c.complete(seq, a.Code)
 }
 
 // complete settles the answer, with code, to request seq of this

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/fakerelay"
+	"github.com/relayhub/relayhub/internal/testutil/fakerelay"
 )
 
 // testLoadConfig returns a small closed-loop run against addr; tests adjust

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/hubtest"
-	"github.com/relayhub/relayhub/internal/redistest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/fleet"
 )

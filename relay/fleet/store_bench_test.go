@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/relayhub/relayhub/internal/redistest"
+	"github.com/relayhub/relayhub/internal/testutil/redistest"
 )
 
 // BenchmarkStoreRead runs the read script, the fleet's most frequent

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
 func testEntry(txid string) Entry {

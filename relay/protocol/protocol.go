@@ -1,7 +1,8 @@
 // Package protocol is the hub's client line protocol as pure functions on
 // byte slices: request lines parsed (ParseRequest), response lines written
-// (AppendResponse), and the response codes and the hub's own answer
-// messages that both the hub and its target client speak. Nothing here
+// (AppendResponse) and read back by clients (ParseResponse), and the
+// response codes and the hub's own answer messages that both the hub and
+// its target client speak. Nothing here
 // touches a connection, so the fuzzers hit it directly. The wire format is
 // in docs/PROTOCOL.md, "Client protocol" and "Response codes".
 //
@@ -17,6 +18,7 @@ package protocol
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -252,6 +254,48 @@ func truncateUTF8[B ~string | ~[]byte](b B, n int) B {
 		cut = n
 	}
 	return b[:cut]
+}
+
+// Response is one parsed response line, TXID|CODE|MESSAGE. Its fields are
+// sub-slices of the line passed to ParseResponse: they are valid only as
+// long as that line's bytes are, and a Response that must outlive them has
+// to be copied. Like the line it points into, it may be read from many
+// goroutines but not changed.
+type Response struct {
+	// TxID is the TXID the answer is for, as written: the request's, or "-"
+	// when the hub could not read one. Never empty.
+	TxID []byte
+	// Code is the response code, as written. Never empty.
+	Code []byte
+	// Message is everything after the second '|', without the line ending.
+	// It may contain '|' and may be empty.
+	Message []byte
+}
+
+// ErrMalformedResponse is returned by ParseResponse for a line that is not
+// TXID|CODE|MESSAGE: fewer than two '|', or an empty TXID or CODE.
+var ErrMalformedResponse = errors.New("relay: protocol: malformed response line: want TXID|CODE|MESSAGE")
+
+// ParseResponse parses one response line, the client's side of
+// AppendResponse. The line may end in its '\n', or "\r\n", or in neither;
+// the ending is not part of the message. It checks the shape only, not the
+// TXID alphabet or the code set (ValidTxID, ValidTargetCode), so a client
+// can tell a line it cannot read from an answer it did not expect. It does
+// not allocate: the Response's fields are sub-slices of line, and a line it
+// rejects gets ErrMalformedResponse.
+func ParseResponse(line []byte) (Response, error) {
+	line = bytes.TrimSuffix(line, []byte{responseTerminator})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	i := bytes.IndexByte(line, responseSeparator)
+	if i <= 0 {
+		return Response{}, ErrMalformedResponse
+	}
+	rest := line[i+1:]
+	j := bytes.IndexByte(rest, responseSeparator)
+	if j <= 0 {
+		return Response{}, ErrMalformedResponse
+	}
+	return Response{TxID: line[:i], Code: rest[:j], Message: rest[j+1:]}, nil
 }
 
 // ValidTargetCode reports whether code is one a target may send: 0000, Bnnn

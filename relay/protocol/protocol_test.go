@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -214,6 +215,97 @@ func TestAppendResponseDoesNotAllocate(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
+func TestParseResponse(t *testing.T) {
+	tests := []struct {
+		name            string
+		line            string
+		txid, code, msg string
+		wantErr         bool
+	}{
+		{name: "plain", line: "T1|0000|balance=99500\n", txid: "T1", code: "0000", msg: "balance=99500"},
+		{name: "crlf", line: "T1|B201|insufficient funds\r\n", txid: "T1", code: "B201", msg: "insufficient funds"},
+		{name: "no line ending", line: "T1|E904|circuit open; retry after 7s", txid: "T1", code: "E904", msg: "circuit open; retry after 7s"},
+		{name: "message holds separators", line: "T1|0000|a|b|c\n", txid: "T1", code: "0000", msg: "a|b|c"},
+		{name: "message holds empty fields", line: "T1|0000|a||c|\n", txid: "T1", code: "0000", msg: "a||c|"},
+		{name: "empty message", line: "T1|0000|\n", txid: "T1", code: "0000", msg: ""},
+		{name: "unreadable txid", line: "-|E900|line too long\n", txid: "-", code: "E900", msg: "line too long"},
+		{name: "shape only", line: "T X|nope|m\n", txid: "T X", code: "nope", msg: "m"},
+		{name: "only the last ending dropped", line: "T1|0000|x\n\n", txid: "T1", code: "0000", msg: "x\n"},
+		{name: "lone cr dropped", line: "T1|0000|x\r", txid: "T1", code: "0000", msg: "x"},
+
+		{name: "one separator", line: "T1|0000\n", wantErr: true},
+		{name: "no separator", line: "garbage\n", wantErr: true},
+		{name: "empty txid", line: "|0000|ok\n", wantErr: true},
+		{name: "empty code", line: "T1||ok\n", wantErr: true},
+		{name: "only separators", line: "||", wantErr: true},
+		{name: "blank", line: "\n", wantErr: true},
+		{name: "empty", line: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseResponse([]byte(tt.line))
+			if tt.wantErr {
+				require.ErrorIs(t, err, ErrMalformedResponse)
+				assert.Equal(t, Response{}, got)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.txid, string(got.TxID))
+			assert.Equal(t, tt.code, string(got.Code))
+			assert.Equal(t, tt.msg, string(got.Message))
+		})
+	}
+}
+
+func TestParseResponseReadsWhatAppendResponseWrites(t *testing.T) {
+	tests := []struct {
+		name                    string
+		txid, code, msg         string
+		wantTxID, wantCode, out string
+	}{
+		{name: "plain", txid: "TX1", code: CodeOK, msg: "balance=99500", wantTxID: "TX1", wantCode: CodeOK, out: "balance=99500"},
+		{name: "no txid", txid: "", code: CodeMalformed, msg: MsgLineTooLong, wantTxID: NoTxID, wantCode: CodeMalformed, out: MsgLineTooLong},
+		{name: "pipes in message", txid: "T", code: CodeOK, msg: "a|b", wantTxID: "T", wantCode: CodeOK, out: "a|b"},
+		{name: "injected line", txid: "T", code: CodeOK, msg: "ok\r\nT2|0000|forged", wantTxID: "T", wantCode: CodeOK, out: "ok  T2|0000|forged"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseResponse(AppendResponse(nil, tt.txid, tt.code, tt.msg))
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantTxID, string(got.TxID))
+			assert.Equal(t, tt.wantCode, string(got.Code))
+			assert.Equal(t, tt.out, string(got.Message))
+		})
+	}
+}
+
+func TestParseResponseDoesNotAllocate(t *testing.T) {
+	good, bad := []byte("L12-345678|0000|balance=99500\n"), []byte("garbage\n")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := ParseResponse(good); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseResponse(bad); err == nil {
+			t.Fatal("garbage accepted")
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+func ExampleParseResponse() {
+	r, err := ParseResponse([]byte("TX1|B201|insufficient funds\n"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s %s %q\n", r.TxID, r.Code, r.Message)
+	_, err = ParseResponse([]byte("TX1|0000\n"))
+	fmt.Println(errors.Is(err, ErrMalformedResponse))
+	// Output:
+	// TX1 B201 "insufficient funds"
+	// true
+}
+
 // FuzzParseRequest checks that ParseRequest never panics, that what it
 // accepts is a valid TXID, a non-empty target and the exact rest of the line,
 // and that what it refuses carries a readable TXID only when it is valid.
@@ -254,6 +346,72 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
+// FuzzParseResponse checks that ParseResponse never panics, and that what
+// it accepts is a non-empty TXID and CODE without '|' and a message that,
+// joined to them, rebuild the line less its ending.
+func FuzzParseResponse(f *testing.F) {
+	for _, s := range []string{
+		"T1|0000|ok\n", "T1|B201|no\r\n", "T1|0000|a|b|c", "-|E900|line too long\n",
+		"T1|0000\n", "|0000|x", "T1||x", "", "\n", "\r\n", "||", "T|C|\r\r\n", "T|C|\n\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r, err := ParseResponse(line)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedResponse) {
+				t.Fatalf("error %v is not ErrMalformedResponse", err)
+			}
+			return
+		}
+		for _, field := range [][]byte{r.TxID, r.Code} {
+			if len(field) == 0 || bytes.IndexByte(field, '|') >= 0 {
+				t.Fatalf("accepted TXID %q, code %q", r.TxID, r.Code)
+			}
+		}
+		rebuilt := string(r.TxID) + "|" + string(r.Code) + "|" + string(r.Message)
+		body := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
+		if rebuilt != body {
+			t.Fatalf("fields %q do not rebuild line %q", rebuilt, line)
+		}
+	})
+}
+
+// FuzzResponseRoundTrip checks that ParseResponse reads back what
+// AppendResponse writes: the TXID ("-" for none) and code cleaned of
+// control characters, and the message as AppendMessage writes it.
+func FuzzResponseRoundTrip(f *testing.F) {
+	f.Add([]byte("TX1"), "0000", []byte("balance=99500"))
+	f.Add([]byte(""), "E900", []byte("line too long"))
+	f.Add([]byte("T"), "B201", []byte("a|b\r\nT2|0000|forged"))
+	f.Add([]byte("T\n"), "E\r00", []byte("\x00\x7f"))
+	f.Add([]byte("T"), "E500", bytes.Repeat([]byte("€"), MaxMessageBytes))
+	f.Fuzz(func(t *testing.T, txid []byte, code string, msg []byte) {
+		if code == "" || bytes.IndexByte(txid, '|') >= 0 || strings.IndexByte(code, '|') >= 0 {
+			t.Skip("a TXID or CODE holding '|', or an empty CODE, cannot be read back")
+		}
+		out := AppendResponse(nil, txid, code, msg)
+		checkOneLine(t, out)
+		r, err := ParseResponse(out)
+		if err != nil {
+			t.Fatalf("ParseResponse(%q): %v", out, err)
+		}
+		wantTxID := string(appendClean(nil, txid))
+		if len(txid) == 0 {
+			wantTxID = NoTxID
+		}
+		if string(r.TxID) != wantTxID {
+			t.Fatalf("TXID %q, want %q", r.TxID, wantTxID)
+		}
+		if want := string(appendClean(nil, code)); string(r.Code) != want {
+			t.Fatalf("code %q, want %q", r.Code, want)
+		}
+		if want := string(AppendMessage(nil, msg)); string(r.Message) != want {
+			t.Fatalf("message %q, want %q", r.Message, want)
+		}
+	})
+}
+
 // checkOneLine fails unless out is exactly one line: one '\n', at its end,
 // with no '\r' anywhere.
 func checkOneLine(t *testing.T, out []byte) {
@@ -280,5 +438,16 @@ func BenchmarkAppendResponse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = AppendResponse(buf[:0], txid, "0000", msg)
+	}
+}
+
+func BenchmarkParseResponse(b *testing.B) {
+	line := []byte("TX-000123|0000|balance=99500\n")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := ParseResponse(line); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/certtest"
+	"github.com/relayhub/relayhub/internal/testutil/certtest"
 	"github.com/relayhub/relayhub/relay"
 )
 

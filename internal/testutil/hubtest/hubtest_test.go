@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
-	"github.com/relayhub/relayhub/internal/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 )
 
 // post sends payload to ft as the hub sends a transaction, and returns the

@@ -46,7 +46,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayhub/relayhub/internal/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
 // Timeouts of the launcher. They bound every wait so a hung binary fails its

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // ReadTimeout bounds every read of Conn's convenience methods, so a missing
@@ -26,18 +28,20 @@ type Answer struct {
 // String returns a as its response line, without the newline.
 func (a Answer) String() string { return a.TxID + "|" + a.Code + "|" + a.Message }
 
-// ParseAnswer parses a response line, with or without its trailing newline.
-// The message is everything after the second '|', so it may hold '|'.
+// ParseAnswer parses a response line, with or without its trailing newline,
+// as protocol.ParseResponse does, and refuses any other line break: the hub
+// never writes a '\r'. The message is everything after the second '|', so
+// it may hold '|'.
 func ParseAnswer(line string) (Answer, error) {
 	line = strings.TrimSuffix(line, "\n")
-	parts := strings.SplitN(line, "|", 3)
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+	r, err := protocol.ParseResponse([]byte(line))
+	if err != nil {
 		return Answer{}, fmt.Errorf("not a response line (TXID|CODE|MESSAGE): %q", line)
 	}
 	if strings.ContainsAny(line, "\r\n") {
 		return Answer{}, fmt.Errorf("response line holds a line break: %q", line)
 	}
-	return Answer{TxID: parts[0], Code: parts[1], Message: parts[2]}, nil
+	return Answer{TxID: string(r.TxID), Code: string(r.Code), Message: string(r.Message)}, nil
 }
 
 // Conn is a client connection to the relay. Write may be called from any

@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
-const addrlogPkg = "./internal/proctest/testdata/addrlog"
+const addrlogPkg = "./internal/testutil/proctest/testdata/addrlog"
 
 func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
