@@ -220,7 +220,7 @@ func (a *accessLog) writeLoop() {
 	}
 	for e := range a.queue {
 		line.Reset()
-		ts = appendStamp(ts[:0], e.at, 3)
+		ts = e.at.UTC().AppendFormat(ts[:0], TimeFormat)
 		ev := enc.Log().Bytes("time", ts)
 		if e.txidN == 0 {
 			ev = ev.Str("txid", protocol.NoTxID)
@@ -248,10 +248,10 @@ func (a *accessLog) writeLoop() {
 			if b.synthetic {
 				ev = ev.Bool("synthetic", true)
 			}
-			ts = appendStamp(ts[:0], b.start, 9)
+			ts = b.start.UTC().AppendFormat(ts[:0], StampFormat)
 			ev = ev.Bytes("start", ts)
 			if !b.end.IsZero() {
-				ts = appendStamp(ts[:0], b.end, 9)
+				ts = b.end.UTC().AppendFormat(ts[:0], StampFormat)
 				ev = ev.Bytes("end", ts)
 			}
 		}
@@ -266,44 +266,4 @@ func (a *accessLog) writeLoop() {
 		}
 	}
 	flush()
-}
-
-// appendStamp appends t in UTC as TimeFormat (digits 3) or StampFormat
-// (digits 9) would, with the fraction truncated to digits. It is what
-// time.AppendFormat does with those layouts, in a third of the time: the
-// writer formats up to three times a line.
-func appendStamp(b []byte, t time.Time, digits int) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	hour, minute, sec := t.Clock()
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	frac := t.Nanosecond()
-	for range 9 - digits {
-		frac /= 10
-	}
-	b = append(b, '.')
-	b = appendDigits(b, frac, digits)
-	return append(b, 'Z')
-}
-
-// appendDigits appends n, from 0 up, in exactly width decimal digits, at
-// most 9.
-func appendDigits(b []byte, n, width int) []byte {
-	start := len(b)
-	b = append(b, "000000000"[:width]...)
-	for i := len(b) - 1; i >= start && n > 0; i-- {
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return b
 }

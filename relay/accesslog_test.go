@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -242,25 +241,4 @@ func TestAccessLogDurationIsToTheNanosecond(t *testing.T) {
 	ms, ok := lines[0]["duration_ms"].(float64)
 	require.True(t, ok)
 	assert.Equal(t, took, time.Duration(math.Round(ms*float64(time.Millisecond))))
-}
-
-func TestAppendStampIsAppendFormat(t *testing.T) {
-	// The access log's own formatter writes what time.AppendFormat writes
-	// with the two layouts, in any zone and to the truncated digit.
-	rnd := rand.New(rand.NewPCG(1, 2))
-	zone := time.FixedZone("X", 5*3600+1800)
-	times := []time.Time{
-		time.Date(2026, 11, 30, 5, 31, 19, 123456789, time.UTC),
-		time.Date(2000, 2, 29, 23, 59, 59, 999999999, zone),
-		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
-		time.Date(9999, 12, 31, 23, 59, 59, 1, time.UTC),
-		time.Now(),
-	}
-	for range 1000 {
-		times = append(times, time.Unix(0, rnd.Int64N(1<<62)).In(zone))
-	}
-	for _, at := range times {
-		assert.Equal(t, at.UTC().Format(TimeFormat), string(appendStamp(nil, at, 3)))
-		assert.Equal(t, at.UTC().Format(StampFormat), string(appendStamp([]byte("x"), at, 9))[1:])
-	}
 }

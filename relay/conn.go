@@ -37,8 +37,8 @@ type conn struct {
 	in         lineReader
 	rdl        time.Time // the read deadline last set: a check, see afterDeadline
 	quietSince time.Time // when the loop last answered every complete line it held
-	refusals uint8     // lines refused in a row, up to laneAfter (see refusalLane)
-	inTurn   bool      // the connection holds a turn in the refusal lane
+	refusals   uint8     // lines refused in a row, up to laneAfter (see refusalLane)
+	inTurn     bool      // the connection holds a turn in the refusal lane
 
 	wmu  sync.Mutex
 	wbuf *[]byte   // guarded by wmu: answers not yet written; nil when there are none

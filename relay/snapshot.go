@@ -1,0 +1,137 @@
+package relay
+
+import (
+	"slices"
+	"time"
+
+	"github.com/relayhub/relayhub/breaker"
+)
+
+// TargetSnapshot is one target at one instant: its configuration, its
+// breaker and its bulkhead, for status pages. It is a plain value, a copy
+// that no later change touches.
+type TargetSnapshot struct {
+	// Name is the canonical (upper-case) target name.
+	Name string
+	// URL is the target's base URL as configured.
+	URL string
+	// Fallback is the canonical name of the target that takes this one's
+	// requests while its breaker refuses them; empty when none.
+	Fallback string
+	// Snapshot is the breaker's state: CLOSED, OPEN or HALF_OPEN, the
+	// failure count, the retry hint, and whether an operator holds or
+	// disabled it. Embedded, so that its fields read as the target's own
+	// (ts.State).
+	breaker.Snapshot
+	// InFlight is the number of calls holding a bulkhead slot.
+	InFlight int
+	// MaxInFlight is the bulkhead's size.
+	MaxInFlight int
+	// ProbeTimeout is how long a half-open probe may stay silent before
+	// another is admitted: the target timeout plus one second.
+	ProbeTimeout time.Duration
+	// Settings are the settings the target runs with, every default
+	// filled in and every field of a policy that is off zero. MaxInflight
+	// is set only for a target with settings of its own (it is zero
+	// otherwise; the bulkhead size of every target is MaxInFlight).
+	Settings TargetSettings
+	// LastFailure is the target's most recent failed call; its At is zero
+	// when there has been none.
+	LastFailure Failure
+	// InDoubt is how many of the target's calls ended in doubt since the
+	// hub started: the request may have reached the target, the outcome
+	// is unknown.
+	InDoubt int64
+	// LastProbe is the target's latest synthetic probe; its At is zero
+	// when the hub has sent none.
+	LastProbe ProbeResult
+}
+
+// Targets returns a snapshot of every target, in configuration order.
+func (s *Server) Targets() []TargetSnapshot {
+	routes := s.routeList()
+	out := make([]TargetSnapshot, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, s.snapshot(r))
+	}
+	return out
+}
+
+// Breaker returns the breaker of the target named name, matched
+// case-insensitively, or nil when there is none. It is for whoever shares
+// the target's breaker state with other hubs (AdoptOpen, AdoptClose,
+// PermitProbe); the relay's own requests go through it as before. Every
+// change made through it reaches Config.OnTransition and the metrics at
+// once, like any other, and the relay's log with the target's next call.
+func (s *Server) Breaker(name string) *breaker.Breaker {
+	r := s.lookup([]byte(name))
+	if r == nil {
+		return nil
+	}
+	return r.breaker
+}
+
+// Target returns a snapshot of the target named name, matched
+// case-insensitively; false when there is none.
+func (s *Server) Target(name string) (TargetSnapshot, bool) {
+	r := s.lookup([]byte(name))
+	if r == nil {
+		return TargetSnapshot{}, false
+	}
+	return s.snapshot(r), true
+}
+
+// snapshot returns r's state now.
+func (s *Server) snapshot(r *route) TargetSnapshot {
+	rc := r.conf.Load()
+	bs := r.breaker.Settings()
+	settings := TargetSettings{
+		TargetTimeout:     rc.client.Timeout(),
+		TargetIdleTimeout: rc.client.IdleTimeout(),
+		FailureCodes:      append([]string(nil), rc.failureCodes...),
+		Policy:            bs.Policy,
+	}
+	if rc.own {
+		settings.MaxInflight = r.bulkhead.Limit()
+	}
+	if rc.probePayload != nil {
+		settings.ProbePayload = string(rc.probePayload)
+		settings.ProbeExpect = slices.Clone(rc.probeExpect)
+	}
+	return TargetSnapshot{
+		Name:         r.name,
+		URL:          rc.url,
+		Fallback:     rc.fallbackName,
+		Snapshot:     r.breaker.Snapshot(),
+		InFlight:     r.bulkhead.InFlight(),
+		MaxInFlight:  r.bulkhead.Limit(),
+		ProbeTimeout: bs.ProbeTimeout,
+		Settings:     settings,
+		LastFailure:  r.lastFailure.load(),
+		InDoubt:      r.inDoubt.Load(),
+		LastProbe:    r.lastProbe(),
+	}
+}
+
+// lastProbe returns r's latest synthetic probe; zero At when none.
+func (r *route) lastProbe() ProbeResult {
+	if p := r.prober.last.Load(); p != nil {
+		return *p
+	}
+	return ProbeResult{}
+}
+
+// Draining reports whether the Server is leaving service: Withdraw has
+// been called (it still serves), or Shutdown or Close has begun (it no
+// longer accepts connections and answers new lines E906).
+func (s *Server) Draining() bool {
+	return s.withdrawn.Load() || s.inShutdown.Load()
+}
+
+// ConnectionsOpen returns the number of client connections being served,
+// not counting those turned away over MaxConns.
+func (s *Server) ConnectionsOpen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
+}
