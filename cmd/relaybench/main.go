@@ -1,8 +1,7 @@
 // Command relaybench is the benchmark harness of the relay hub: it drives
 // the hub, or a reference server, with the load generator of `relayctl
 // load`, measures the CPU time the servers spend per answer, and measures
-// what idle connections cost the hub in memory. scripts/bench.sh runs it
-// for the performance record in docs/BENCHMARKS.md.
+// what idle connections cost the hub in memory. scripts/bench.sh runs it.
 //
 // Typical use:
 //
