@@ -166,39 +166,50 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 	return ev
 }
 
-// readLoop reads and handles request lines until the connection ends.
-// With no input held it waits for more right here, in a shallow frame, so
-// that the stack of an idle connection can shrink to the runtime's
-// smallest (docs/DESIGN.md, "Memory").
+// readLoop reads and handles request lines until the connection ends or
+// hands off. A connection that holds no buffer, new or handed off, waits
+// for its first input right here, in a shallow frame, so that its stack
+// stays the runtime's smallest while it is idle (docs/DESIGN.md,
+// "Memory").
 func (c *conn) readLoop() readEnd {
 	defer c.leaveLane()
 	if c.quietSince.IsZero() {
 		c.armReadDeadline(time.Now())
 	}
-	for {
-		if c.in.empty() {
-			c.in.release()
-			c.in.waitForInput(c.nc)
-		}
-		if end, done := c.serveInput(); done {
-			return end
-		}
+	if c.in.buf == nil {
+		c.in.waitForInput(c.nc)
 	}
+	return c.serveInput()
 }
 
-// serveInput handles lines until the connection ends (done, with why) or
-// no input is held. It answers an over-long line E900 "line too long" and
-// goes on with the next line; it ignores blank lines. Its answers are
-// buffered and flushed once no complete line is held, so pipelined
-// requests share a write and no answer waits in the buffer while the loop
-// waits for input. The idle deadline is re-armed at each flush: it
-// measures time without a complete line.
-func (c *conn) serveInput() (end readEnd, done bool) {
+// serveInput handles lines until the connection ends or hands off. It
+// answers an over-long line E900 "line too long" and goes on with the next
+// line; it ignores blank lines. Its answers are buffered and flushed once
+// no complete line is held, so pipelined requests share a write and no
+// answer waits in the buffer while the loop waits for input. The idle
+// measure restarts at each flush: it counts time without a complete line.
+// A refusal-heavy connection takes its turn in the lane after each read
+// (awaitTurn) and gives it back after the flush.
+func (c *conn) serveInput() readEnd {
+	batch := true // the next line is the first of a read
 	for {
 		line, tooLong, err := c.in.readLine(c.nc)
-		if c.awaitTurn() {
-			// The wait for a turn is not idle time.
-			c.armReadDeadline(time.Now())
+		if isTimeout(err) {
+			end, stop := c.afterDeadline()
+			if !stop {
+				continue
+			}
+			if end == endHandOff {
+				c.in.release()
+				return end
+			}
+		}
+		if batch {
+			batch = false
+			if c.awaitTurn() {
+				// The wait for a turn is not idle time.
+				c.armReadDeadline(time.Now())
+			}
 		}
 		switch {
 		case tooLong && c.srv.inShutdown.Load():
@@ -216,29 +227,17 @@ func (c *conn) serveInput() (end readEnd, done bool) {
 				c.noteRefused()
 			}
 		}
-		if isTimeout(err) {
-			end, stop := c.afterDeadline()
-			if !stop {
-				continue
-			}
-			if end == endHandOff {
-				c.in.release()
-				return end, true
-			}
-		}
 		if err != nil {
 			c.in.release()
 			c.flush()
-			return c.readEndFor(err), true
+			return c.readEndFor(err)
 		}
 		if !c.in.lineHeld() {
 			now := time.Now()
 			c.flushAt(now)
 			c.endTurn()
 			c.armReadDeadline(now)
-			if c.in.empty() {
-				return 0, false
-			}
+			batch = true
 		}
 	}
 }

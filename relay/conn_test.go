@@ -265,7 +265,7 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"A|CORE|1", "B|CORE|2"}, readLines(t, c, 2))
 		waitForInput(t, c)
-		assert.Nil(t, c.in.buf, "a connection waiting with no partial line must hand its read buffer back")
+		assertHoldsNoInput(t, c)
 	})
 
 	t.Run("the long-line buffer goes back once the long line is used", func(t *testing.T) {
@@ -275,7 +275,7 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"A|CORE|1", long, "B|CORE|2"}, readLines(t, c, 3))
 		waitForInput(t, c)
-		assert.Nil(t, c.in.buf)
+		assertHoldsNoInput(t, c)
 	})
 
 	t.Run("a partial long line keeps the long-line buffer", func(t *testing.T) {
@@ -848,4 +848,18 @@ func TestLinesAfterAPauseAreReadAfterTheEndCheck(t *testing.T) {
 		assert.Equal(t, txid+"|E903|"+protocol.MsgUnknownTarget, c.RoundTrip(txid+"|NONE|x"))
 		time.Sleep(60 * time.Millisecond)
 	}
+}
+
+// assertHoldsNoInput checks that c, waiting with no partial line, holds at
+// most an empty read buffer: a long-line buffer goes back at once, and the
+// read buffer when the connection goes quiet and hands off
+// (TestIdleConnectionsHaveSmallStacksAndNoBuffers).
+func assertHoldsNoInput(t *testing.T, c *conn) {
+	t.Helper()
+	if c.in.buf == nil {
+		return
+	}
+	assert.False(t, c.in.inLong, "a waiting connection must hand a long-line buffer back")
+	assert.Len(t, *c.in.buf, readBufSize)
+	assert.True(t, c.in.empty(), "no input is held")
 }

@@ -158,9 +158,9 @@ func (lr *lineReader) lineHeld() bool {
 }
 
 // fill reads once from rd after the input held, recording in err why the
-// input ends when it does. With no input held it waits for one byte
-// without a buffer (waitForInput): that byte may end a line, so the read
-// of the rest is the next fill's.
+// input ends when it does. Holding no buffer it waits for one byte without
+// one (waitForInput): that byte may end a line, so the read of the rest is
+// the next fill's.
 func (lr *lineReader) fill(rd io.Reader) {
 	lr.makeRoom()
 	if lr.buf == nil {
@@ -178,15 +178,20 @@ func (lr *lineReader) fill(rd io.Reader) {
 	lr.err = io.ErrNoProgress
 }
 
-// makeRoom readies the buffer for a read: a buffer with nothing left goes
-// back, the input left moves to the start, and input that fills a read
-// buffer moves to a long-line buffer; a long-line buffer whose input fits
-// a read buffer goes back too.
+// makeRoom readies the buffer for a read: an empty buffer starts over (a
+// long-line buffer is swapped for a read buffer), the input left moves to
+// the start, and input that fills a read buffer moves to a long-line
+// buffer; a long-line buffer whose input fits a read buffer goes back too.
+// The read buffer is kept while the connection is busy: the loop hands it
+// back when the connection goes quiet (conn.afterDeadline).
 func (lr *lineReader) makeRoom() {
 	switch {
 	case lr.buf == nil:
-	case lr.r == lr.w:
+	case lr.r == lr.w && lr.inLong:
 		lr.release()
+		lr.hold()
+	case lr.r == lr.w:
+		lr.r, lr.w = 0, 0
 	case lr.inLong && lr.w-lr.r < readBufSize:
 		buf := readBufs.Get().(*[]byte)
 		n := copy(*buf, lr.input())

@@ -420,7 +420,7 @@ func TestIdleTLSConnectionHoldsNoReadBuffer(t *testing.T) {
 	assert.Equal(t, []string{"C|CORE|3"}, readLines(t, c, 1), "a partial line waits in a buffer for its end")
 	// and a connection waiting with nothing begun holds no buffer.
 	waitForInput(t, c)
-	assert.Nil(t, c.in.buf)
+	assertHoldsNoInput(t, c)
 	_, err = io.WriteString(client, "D|CORE|4\n")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"D|CORE|4"}, readLines(t, c, 1))
