@@ -103,8 +103,9 @@ func (e readEnd) String() string {
 }
 
 // serve runs the connection: the PROXY header when the Server takes one,
-// the TLS handshake when it is served over TLS, the read loop, then the
-// wait for its calls in flight to answer, the final flush and the close.
+// the TLS handshake when it is served over TLS, the read loop
+// (serveInput), then the wait for its calls in flight to answer, the final
+// flush and the close.
 func (c *conn) serve() {
 	defer c.endOnPanic()
 	if !c.begin() {
@@ -113,18 +114,26 @@ func (c *conn) serve() {
 		c.srv.untrack(c.nc)
 		return
 	}
-	end := endTLS
-	if c.handshake() {
-		end = c.readLoop()
+	if !c.handshake() {
+		c.ended(endTLS)
+		return
 	}
-	c.ended(end)
+	c.armReadDeadline(time.Now())
+	if c.in.buf == nil {
+		// The wait for the first input, in a shallow frame, holding
+		// nothing (docs/DESIGN.md, "Memory").
+		c.in.waitForInput(c.nc)
+	}
+	c.ended(c.serveInput())
 }
 
 // resume serves a connection handed off by a quiet read loop, on a fresh
-// goroutine whose stack starts small.
+// goroutine whose stack starts small; it waits in a shallow frame, holding
+// nothing, so the stack stays small while the connection is idle.
 func (c *conn) resume() {
 	defer c.endOnPanic()
-	c.ended(c.readLoop())
+	c.in.waitForInput(c.nc)
+	c.ended(c.serveInput())
 }
 
 // ended finishes the connection once its read loop has ended: the wait
@@ -166,22 +175,6 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 	return ev
 }
 
-// readLoop reads and handles request lines until the connection ends or
-// hands off. A connection that holds no buffer, new or handed off, waits
-// for its first input right here, in a shallow frame, so that its stack
-// stays the runtime's smallest while it is idle (docs/DESIGN.md,
-// "Memory").
-func (c *conn) readLoop() readEnd {
-	defer c.leaveLane()
-	if c.quietSince.IsZero() {
-		c.armReadDeadline(time.Now())
-	}
-	if c.in.buf == nil {
-		c.in.waitForInput(c.nc)
-	}
-	return c.serveInput()
-}
-
 // serveInput handles lines until the connection ends or hands off. It
 // answers an over-long line E900 "line too long" and goes on with the next
 // line; it ignores blank lines. Its answers are buffered and flushed once
@@ -191,6 +184,7 @@ func (c *conn) readLoop() readEnd {
 // A refusal-heavy connection takes its turn in the lane after each read
 // (awaitTurn) and gives it back after the flush.
 func (c *conn) serveInput() readEnd {
+	defer c.leaveLane()
 	batch := true // the next line is the first of a read
 	for {
 		line, tooLong, err := c.in.readLine(c.nc)
@@ -300,9 +294,13 @@ func (c *conn) afterDeadline() (end readEnd, stop bool) {
 		return endIdle, true
 	}
 	slack := deadlineSlack(c.srv.idleTimeout)
-	if c.in.empty() && now.Sub(c.quietSince) >= slack {
-		c.setReadDeadline(idleDue.Add(slack))
-		return endHandOff, true
+	if handOff := c.quietSince.Add(slack); c.in.empty() {
+		if !now.Before(handOff) {
+			c.setReadDeadline(idleDue.Add(slack))
+			return endHandOff, true
+		}
+		c.setReadDeadline(handOff)
+		return 0, false
 	}
 	next := now.Add(2 * slack)
 	if last := idleDue.Add(slack); next.After(last) {

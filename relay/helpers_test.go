@@ -44,3 +44,13 @@ func status(t *testing.T, srv *Server, name string) TargetSnapshot {
 
 // readLine reads c's next line as its read loop does.
 func (c *conn) readLine() ([]byte, bool, error) { return c.in.readLine(c.nc) }
+
+// readLoop runs c's read loop as serve does after the handshake, and
+// returns why it ended.
+func (c *conn) readLoop() readEnd {
+	c.armReadDeadline(time.Now())
+	if c.in.buf == nil {
+		c.in.waitForInput(c.nc)
+	}
+	return c.serveInput()
+}

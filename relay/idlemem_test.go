@@ -79,7 +79,7 @@ func TestIdleConnectionsHaveSmallStacksAndNoBuffers(t *testing.T) {
 				ms := memAfterGC()
 				stack = float64(ms.StackInuse-before.StackInuse) / conns
 				heap = (float64(ms.HeapInuse) - float64(before.HeapInuse)) / conns
-				if stack <= maxStack || time.Now().After(deadline) {
+				if stack <= maxStack && heap <= maxHeap || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
