@@ -17,20 +17,6 @@ import (
 	"github.com/relayhub/relayhub/relay/fleet"
 )
 
-// validateFleet checks --state-store and --hub-id (docs/FLEET.md); each
-// error names its flag.
-func (c *cli) validateFleet() error {
-	if c.StateStore != "" {
-		if err := fleet.ValidateStoreURL(c.StateStore); err != nil {
-			return fmt.Errorf("--state-store: %w", err)
-		}
-	}
-	if c.HubID != "" && !fleet.ValidName(c.HubID) {
-		return fmt.Errorf("--hub-id %q: want 1 to 64 of A-Z a-z 0-9 . _ : -", c.HubID)
-	}
-	return nil
-}
-
 // startFleet builds and starts the fleet when --state-store is set, and
 // points shared at it; nil without one. It reads the fleet's state before
 // returning, so the hub starts open while the fleet is; a store it cannot

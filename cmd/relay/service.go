@@ -22,26 +22,6 @@ import (
 // client's address through the balancer, and a check that the process may
 // open as many files as --max-conns asks for.
 
-// validateService checks the flags of running behind a load balancer; each
-// error names its flag.
-func (c *cli) validateService() error {
-	if c.ShutdownDelay < 0 {
-		return fmt.Errorf("--shutdown-delay: must not be negative, got %s", time.Duration(c.ShutdownDelay))
-	}
-	mode, err := relay.ParseProxyProtocol(c.ProxyProtocol)
-	if err != nil {
-		return fmt.Errorf("--proxy-protocol: %w", err)
-	}
-	trusted, err := c.proxyTrusted()
-	if err != nil {
-		return err
-	}
-	if mode != relay.ProxyOff && len(trusted) == 0 {
-		return fmt.Errorf("--proxy-trusted: name the load balancers whose PROXY headers to believe (--proxy-protocol %s)", mode)
-	}
-	return nil
-}
-
 // proxyTrusted returns --proxy-trusted as prefixes.
 func (c *cli) proxyTrusted() ([]netip.Prefix, error) {
 	var out []netip.Prefix

@@ -166,3 +166,61 @@ func parseMachineBusy(stat []byte) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / clockTicksPerSecond, nil
 }
+
+// runMeters measures the CPU time of the servers, of the generator itself
+// and of the whole machine over a run. It is owned by Run's goroutine.
+type runMeters struct {
+	servers *cpuMeter // nil without ServerPIDs
+	self    *cpuMeter // nil where /proc cannot be read
+	machine time.Duration
+	hasMach bool
+	start   time.Time
+}
+
+// meterReading is what runMeters measured; a plain value.
+type meterReading struct {
+	servers []ProcessCPU
+	self    time.Duration
+	machine time.Duration
+	wall    time.Duration
+}
+
+// startMeters starts measuring. It fails when a server's CPU time cannot
+// be read, since the operator asked for it; the generator's own is best
+// effort.
+func startMeters(pids []int) (runMeters, error) {
+	var m runMeters
+	if len(pids) > 0 {
+		var err error
+		if m.servers, err = startCPUMeter(pids); err != nil {
+			return runMeters{}, err
+		}
+	}
+	m.self, _ = startCPUMeter([]int{os.Getpid()})
+	if d, err := machineBusy(); err == nil {
+		m.machine, m.hasMach = d, true
+	}
+	m.start = time.Now()
+	return m, nil
+}
+
+// stop returns the CPU time the servers, the generator and the machine
+// used since start. Only a server's is an error to miss.
+func (m runMeters) stop() (meterReading, error) {
+	var r meterReading
+	var err error
+	if m.servers != nil {
+		r.servers, err = m.servers.stop()
+	}
+	if m.self != nil {
+		if s, e := m.self.stop(); e == nil {
+			r.self = s[0].CPU
+		}
+	}
+	if m.hasMach {
+		if d, e := machineBusy(); e == nil {
+			r.machine, r.wall = d-m.machine, time.Since(m.start)
+		}
+	}
+	return r, err
+}

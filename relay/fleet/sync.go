@@ -1,0 +1,400 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay"
+)
+
+// subscribeLoop receives the change messages until ctx is done, and
+// reports (re)subscriptions to the sync loop, which then reads every
+// target's state: subscribe first, then read, so no change falls between.
+// go-redis reconnects and resubscribes on the next Receive after an error.
+// A channel silent for two resync intervals gets a PING, so that a
+// connection cut without a reset (a network partition) fails on the write
+// once the network is back, rather than staying deaf.
+func (f *Fleet) subscribeLoop(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		msg, err := f.pubsub.ReceiveTimeout(ctx, 2*f.resync)
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			_ = f.pubsub.Ping(ctx)
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.firstSubOnce.Do(func() { close(f.firstSub) })
+			if f.subscribed.Swap(false) {
+				f.log.Debug().Err(err).Msg("change subscription lost")
+				f.poke()
+			}
+			backoff = min(max(2*backoff, 50*time.Millisecond), f.resync)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			continue
+		}
+		backoff = 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				f.subscribed.Store(true)
+				f.readAll.Store(true)
+				f.firstSubOnce.Do(func() { close(f.firstSub) })
+				f.poke()
+			}
+		case *redis.Message:
+			f.receive(m.Payload)
+		}
+	}
+}
+
+// sleep waits d or until ctx is done, and reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// receive hands a change message to its target's slot.
+func (f *Fleet) receive(payload string) {
+	m, err := parseMessage(payload)
+	if err != nil {
+		f.metrics.contentIgnored()
+		f.warnLog.Warn().Int("bytes", len(payload)).Msg("message on the change channel is not the fleet's; ignored")
+		return
+	}
+	if m.hub == f.hubID {
+		return
+	}
+	t := f.byName[m.target]
+	if t == nil {
+		// A target of other hubs, not this one's.
+		return
+	}
+	t.slotMu.Lock()
+	if len(t.notes) < maxNotes {
+		t.notes = append(t.notes, m)
+	} else {
+		t.notes[maxNotes-1] = m
+	}
+	t.slotMu.Unlock()
+	f.poke()
+}
+
+// syncLoop runs the fleet's steps until ctx is done: on every wake-up, at
+// every resync interval, and when an open period ends or a probe lease may
+// be free.
+func (f *Fleet) syncLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := f.step(ctx)
+		timer.Reset(max(time.Until(next), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// step does what waits: for each target, write its operator actions and
+// its local change, renew the probe lease of a probe just sent, read its
+// state when a message or the resync asks for it, and give a probe permit
+// when its open period has ended. While the store is down it only tries
+// again once per resync interval, and gives every permit itself. It
+// returns when it wants to run again at the latest.
+func (f *Fleet) step(ctx context.Context) time.Time {
+	now := time.Now()
+	readAll := f.readAll.Swap(false)
+	if !now.Before(f.nextResync) {
+		readAll = true
+		f.nextResync = now.Add(f.resync)
+	}
+	next := f.nextResync
+	ok := f.up.Load() || readAll
+	var failure error
+	if ok {
+		for _, t := range f.targets {
+			if failure = f.syncTarget(ctx, t, readAll); failure != nil {
+				break
+			}
+		}
+	}
+	switch {
+	case failure != nil:
+		f.metrics.commandFailed()
+		f.setUp(false, failure)
+	case ok && f.subscribed.Load():
+		f.setUp(true, nil)
+	case ok:
+		f.setUp(false, errors.New("change channel not subscribed"))
+	}
+	for _, t := range f.targets {
+		if w := f.permit(ctx, t, now); !w.IsZero() && w.Before(next) {
+			next = w
+		}
+		if t.readAgain {
+			next = now
+		}
+	}
+	return next
+}
+
+// setUp records whether the store is up, logging and counting each change.
+func (f *Fleet) setUp(up bool, err error) {
+	if f.up.Swap(up) == up && f.upKnown.Swap(true) {
+		return
+	}
+	f.upKnown.Store(true)
+	f.metrics.setUp(up)
+	if up {
+		f.log.Info().Msg("state store reached: breaker state is shared with the fleet")
+		return
+	}
+	f.log.Warn().Err(err).Msg("state store unreachable: each breaker decides alone until it is back")
+}
+
+// take empties the target's slot.
+func (t *target) take() (controls []relay.BreakerAction, change localChange, notes []message, probeStarted bool) {
+	t.slotMu.Lock()
+	defer t.slotMu.Unlock()
+	controls, change, notes, probeStarted = t.controls, t.change, t.notes, t.probeStarted
+	t.controls, t.change, t.notes, t.probeStarted = nil, localChange{}, nil, false
+	return controls, change, notes, probeStarted
+}
+
+// giveBack returns what a step could not write to the slot, behind
+// anything that arrived meanwhile: a newer change wins over the one given
+// back.
+func (t *target) giveBack(controls []relay.BreakerAction, change localChange, notes []message) {
+	t.slotMu.Lock()
+	defer t.slotMu.Unlock()
+	if len(controls) > 0 {
+		t.controls = append(controls, t.controls...)
+		if n := len(t.controls); n > maxControls {
+			t.controls = t.controls[n-maxControls:]
+		}
+	}
+	if !t.change.pending {
+		t.change = change
+	}
+	if room := maxNotes - len(t.notes); room > 0 {
+		t.notes = append(t.notes, notes[:min(room, len(notes))]...)
+	}
+}
+
+// syncTarget does one target's part of a step; an error is the store's,
+// and what it could not write waits in the slot for the next try.
+func (f *Fleet) syncTarget(ctx context.Context, t *target, readAll bool) error {
+	controls, change, notes, probeStarted := t.take()
+	for i, a := range controls {
+		if err := f.control(ctx, t, a); err != nil {
+			t.giveBack(controls[i:], change, notes)
+			return err
+		}
+	}
+	if change.pending {
+		if err := f.flush(ctx, t, change); err != nil {
+			t.giveBack(nil, change, notes)
+			return err
+		}
+	}
+	if probeStarted && t.permitted == t.known {
+		// The probe is out: the lease must outlive it.
+		st, err := f.runScript(ctx, scriptLease, t, 0, msText(t.lease))
+		if err != nil {
+			t.giveBack(nil, localChange{}, notes)
+			return err
+		}
+		if st.code < 0 {
+			t.readAgain = true
+		}
+	}
+	if !readAll && len(notes) == 0 && !t.readAgain {
+		return nil
+	}
+	st, err := f.runScript(ctx, scriptRead, t, 0)
+	if err != nil {
+		t.giveBack(nil, localChange{}, notes)
+		return err
+	}
+	t.readAgain = false
+	before := t.known
+	f.reconcile(t, st)
+	now := f.now()
+	for _, n := range notes {
+		if before < n.epoch && n.epoch <= t.known {
+			f.metrics.observeLag(now.Sub(time.UnixMicro(n.stamp)))
+		}
+	}
+	return nil
+}
+
+// flush writes a breaker's local change to the store, unless the breaker
+// has moved on since (a later change, or an operator's, is what counts).
+// An open that finds the fleet already open adopts the fleet's period.
+func (f *Fleet) flush(ctx context.Context, t *target, ch localChange) error {
+	snap := t.b.Snapshot()
+	var (
+		st  storeState
+		err error
+	)
+	switch ch.to {
+	case breaker.Open:
+		if snap.State != breaker.Open || snap.Held {
+			return nil
+		}
+		if ch.period > 0 {
+			t.period = ch.period
+		}
+		reopen := "0"
+		if ch.reopen {
+			reopen = "1"
+		}
+		st, err = f.runScript(ctx, scriptOpen, t, ch.stamp, reopen, "results", msText(t.period), msText(snap.RetryAfter))
+	case breaker.Closed:
+		if snap.State != breaker.Closed {
+			return nil
+		}
+		st, err = f.runScript(ctx, scriptClose, t, ch.stamp)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.code != 1 {
+		f.reconcile(t, st)
+		return nil
+	}
+	t.known = st.epoch
+	openedBy := ""
+	if ch.to == breaker.Open {
+		openedBy = f.hubID
+	}
+	t.setView(st.epoch, openedBy, SourceLocal)
+	f.log.Info().Str("target", t.name).Int64("epoch", st.epoch).Stringer("to", ch.to).
+		Dur("remaining", snap.RetryAfter).Msg("breaker change shared with the fleet")
+	return nil
+}
+
+// control writes an operator's action to the store.
+func (f *Fleet) control(ctx context.Context, t *target, a relay.BreakerAction) error {
+	snap := t.b.Snapshot()
+	remaining := snap.RetryAfter
+	if remaining <= 0 {
+		remaining = t.reset
+	}
+	st, err := f.runScript(ctx, scriptControl, t, f.now().UnixMicro(), string(a), msText(t.reset), msText(remaining))
+	if err != nil {
+		return err
+	}
+	t.known = st.epoch
+	openedBy := ""
+	if st.open {
+		openedBy = st.openedBy
+	}
+	t.setView(st.epoch, openedBy, SourceLocal)
+	f.log.Info().Str("target", t.name).Int64("epoch", st.epoch).Str("action", string(a)).Msg("operator action shared with the fleet")
+	return nil
+}
+
+// reconcile brings the breaker to the state the store holds, when the
+// store's epoch is newer than the one this hub knows. A store that lost
+// its memory (an epoch older than the one known: a restart, a flush) gets
+// this hub's open breaker written again, with its remaining time.
+func (f *Fleet) reconcile(t *target, st storeState) {
+	if st.bad != "" {
+		f.metrics.contentIgnored()
+		f.warnLog.Warn().Str("target", t.name).Strs("keys", splitBad(st.bad)).
+			Msg("state store content is not the fleet's; ignored (the next change overwrites it)")
+	}
+	if st.epoch < t.known {
+		f.log.Warn().Str("target", t.name).Int64("store_epoch", st.epoch).Int64("known_epoch", t.known).
+			Msg("state store lost the target's state; writing this hub's again")
+		t.known = 0
+		if st.epoch == 0 {
+			f.republish(t)
+			return
+		}
+	}
+	if st.epoch == t.known {
+		return
+	}
+	t.known = st.epoch
+	f.apply(t, st)
+	openedBy := ""
+	if st.open {
+		openedBy = st.openedBy
+	}
+	t.setView(st.epoch, openedBy, SourceRemote)
+	f.metrics.changeApplied()
+	f.log.Info().Str("target", t.name).Int64("epoch", st.epoch).Bool("open", st.open).Str("opened_by", openedBy).
+		Dur("remaining", st.remaining).Bool("held", st.held).Bool("disabled", st.disabled).
+		Msg("fleet's breaker change applied")
+}
+
+// republish queues this hub's breaker state to be written again to a store
+// that lost it.
+func (f *Fleet) republish(t *target) {
+	snap := t.b.Snapshot()
+	t.slotMu.Lock()
+	defer t.slotMu.Unlock()
+	switch {
+	case snap.Held:
+		t.controls = append(t.controls, relay.ActionOpen)
+	case snap.Disabled:
+		t.controls = append(t.controls, relay.ActionDisable)
+	case snap.State == breaker.Open && !t.change.pending:
+		t.change = localChange{pending: true, to: breaker.Open, period: t.period, stamp: f.now().UnixMicro()}
+	}
+	t.readAgain = true
+}
+
+// apply makes the breaker what the store says the fleet's is. Manual
+// control comes first: a disabled or held state is applied as the
+// operator's action; otherwise an operator's hold or disable is ended and
+// the fleet's open period or close is adopted.
+func (f *Fleet) apply(t *target, st storeState) {
+	b := t.b
+	snap := b.Snapshot()
+	switch {
+	case st.disabled:
+		if !snap.Disabled {
+			b.Disable()
+		}
+	case st.open && st.held:
+		if !snap.Held {
+			b.HoldOpen()
+		}
+	case st.open:
+		if snap.Held || snap.Disabled {
+			b.Enable()
+		}
+		b.AdoptOpen(st.remaining, st.period)
+	case snap.Held:
+		b.ForceClose()
+	default:
+		if snap.Disabled {
+			b.Enable()
+		}
+		b.AdoptClose()
+	}
+}
