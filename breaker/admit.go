@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Ticket is the admission handed out by Allow. The caller gives it back
-// exactly once, to Done or DoneAfter with the call's result or to Cancel
+// Ticket is the admission handed out by Allow and AllowProbe. The caller
+// gives it back exactly once, to Done with the call's result or to Cancel
 // when the call was never made. A ticket from an earlier generation
 // (admitted before the breaker last changed state, or a probe replaced
 // after ProbeTimeout) is stale: its result is ignored.
@@ -22,83 +22,43 @@ func (t Ticket) Probe() bool { return t.probe }
 // it is open and its open period has not passed, it is held open (then the
 // error is ErrHeld, which wraps ErrOpen), it is half-open with its probe
 // out or not yet due, or it takes only synthetic probes
-// (Policy.SyntheticProbes) and is not closed. Otherwise the returned ticket
-// must be given back to Done, DoneAfter or Cancel.
-func (b *Breaker) Allow() (Ticket, error) {
-	t, _, err := b.Admit()
-	return t, err
-}
-
-// Admit is Allow that, when it refuses, also returns how long until a probe
-// may be admitted, as RetryAfter would, read from the same clock reading.
-// An open breaker refuses without taking the lock.
-func (b *Breaker) Admit() (t Ticket, retryAfter time.Duration, err error) {
+// (Policy.SyntheticProbes) and is not closed. A refusal also returns how
+// long until a probe may be admitted, as RetryAfter would, from the same
+// clock reading, so the caller can say when to retry without asking again.
+// Otherwise the returned ticket must be given back to Done or Cancel.
+//
+// A closed breaker admits without the lock or the clock, and an open one
+// refuses without the lock.
+func (b *Breaker) Allow() (t Ticket, retryAfter time.Duration, err error) {
 	w := b.word.Load()
 	if stateOf(w) == Closed {
 		return Ticket{generation: generationOf(w)}, 0, nil
 	}
 	now := b.clock.Now()
-	if retryAfter, err := b.refuseOpen(w, now); err != nil {
-		return Ticket{}, retryAfter, err
+	if stateOf(w) == Open {
+		switch after := b.probeAfter.Load(); after {
+		case heldOpen:
+			return Ticket{}, 0, ErrHeld
+		case awaitPermit:
+			return Ticket{}, 0, ErrOpen
+		default:
+			if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
+				return Ticket{}, wait, ErrOpen
+			}
+		}
 	}
 	return b.admitSlow(now, false)
 }
 
-// AdmitIn is Admit for a caller that answers a run of requests at once (a
-// batch of pipelined lines, say): run is the run's reading of the breaker's
-// clock (Settings.Clock), zero until a breaker of the run needs the time,
-// which then reads its clock into it. An open breaker whose period has not
-// passed refuses at that reading, so a run of refusals costs one clock
-// reading; anything else (a probe, a change of state) reads the clock
-// afresh, so every transition is stamped as by Admit. A run is to be short
-// (no waiting within it) and shared only by breakers of one clock.
-func (b *Breaker) AdmitIn(run *time.Time) (t Ticket, retryAfter time.Duration, err error) {
-	w := b.word.Load()
-	if stateOf(w) == Closed {
-		return Ticket{generation: generationOf(w)}, 0, nil
-	}
-	fresh := run.IsZero()
-	if fresh {
-		*run = b.clock.Now()
-	}
-	if retryAfter, err := b.refuseOpen(w, *run); err != nil {
-		return Ticket{}, retryAfter, err
-	}
-	if fresh {
-		return b.admitSlow(*run, false)
-	}
-	return b.admitSlow(b.clock.Now(), false)
-}
-
-// refuseOpen is the lock-free refusal of a breaker whose word was w: the
-// error and wait Admit returns when it refuses at now without the lock, a
-// nil error when the lock must decide.
-func (b *Breaker) refuseOpen(w uint64, now time.Time) (retryAfter time.Duration, err error) {
-	if stateOf(w) == Open {
-		after := b.probeAfter.Load()
-		switch after {
-		case heldOpen:
-			return 0, ErrHeld
-		case awaitPermit:
-			return 0, ErrOpen
-		}
-		if wait := time.Duration(after) - now.Sub(b.epoch); wait > 0 {
-			return wait, ErrOpen
-		}
-	}
-	return 0, nil
-}
-
-// AdmitProbe asks to send a probe of the caller's own, as a hub does with
-// Policy.SyntheticProbes: it admits one when a call would be admitted as
-// the probe, that is once the open period has passed (and, with
-// Settings.ProbePermits, a permit came) or, in HALF_OPEN, once no probe is
-// out and the next one is due. The ticket goes back to Done, DoneAfter or
-// Cancel like any other. It returns ErrClosed when the breaker is closed
-// (disabled included: no probe is needed), ErrHeld when it is held open,
-// and ErrOpen, with how long until a probe is due (zero when it waits for
-// a permit or for the probe out), otherwise.
-func (b *Breaker) AdmitProbe() (t Ticket, retryAfter time.Duration, err error) {
+// AllowProbe asks to send a probe of the caller's own, as the hub's prober
+// does under Policy.SyntheticProbes. Unlike Allow it never admits an
+// ordinary call: a closed breaker, disabled included, refuses it with
+// ErrClosed, as no probe is needed. It admits the probe when one is due (the
+// open period has passed and, with Settings.ProbePermits, a permit came; or,
+// in HALF_OPEN, no probe is out and the next is due), and otherwise refuses
+// with ErrHeld, or with ErrOpen and the wait until a probe is due (zero
+// while it waits for a permit or for the probe out).
+func (b *Breaker) AllowProbe() (t Ticket, retryAfter time.Duration, err error) {
 	return b.admitSlow(b.clock.Now(), true)
 }
 
@@ -160,18 +120,11 @@ func (b *Breaker) admitSlow(now time.Time, own bool) (Ticket, time.Duration, err
 	return Ticket{generation: generationOf(w), probe: true}, 0, nil
 }
 
-// Done records the result of a call admitted with t. failed says whether the
-// call counts as a failure. A stale ticket is ignored. Done(t, failed) is
-// DoneAfter(t, failed, 0): the call is never slow.
-func (b *Breaker) Done(t Ticket, failed bool) {
-	b.DoneAfter(t, failed, 0)
-}
-
-// DoneAfter records the result of a call admitted with t that took took.
-// failed says whether the call failed; with SlowCall set, a success that
-// took longer than SlowCall counts as a failure too. A stale ticket is
-// ignored.
-func (b *Breaker) DoneAfter(t Ticket, failed bool, took time.Duration) {
+// Done records the result of a call admitted with t. failed says whether
+// the call failed; took is how long it took, for Policy.SlowCall: a success
+// that took longer than SlowCall counts as a failure too. A took of zero
+// means unknown, and is never slow. A stale ticket is ignored.
+func (b *Breaker) Done(t Ticket, failed bool, took time.Duration) {
 	p := b.pol.Load()
 	if p.slowCall > 0 && took > p.slowCall {
 		failed = true

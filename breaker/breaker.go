@@ -14,7 +14,7 @@
 // failures, an open period that backs off after failed probes and is
 // lengthened by random jitter, a probe that is replaced when it never
 // reports, several healthy probes in a row to close, probes of the
-// caller's own (Policy.SyntheticProbes and AdmitProbe) in place of a
+// caller's own (Policy.SyntheticProbes and AllowProbe) in place of a
 // customer's call, and manual control for an operator (HoldOpen,
 // ForceClose, Disable, Enable).
 //
@@ -31,13 +31,13 @@
 //		ResetTimeout:  10 * time.Second,
 //		SlowCall:      2 * time.Second, // a success slower than this counts as a failure
 //	})
-//	ticket, err := b.Allow()
+//	ticket, retryAfter, err := b.Allow()
 //	if errors.Is(err, breaker.ErrOpen) {
-//		return fmt.Sprintf("circuit open; retry after %s", b.RetryAfter())
+//		return fmt.Sprintf("circuit open; retry after %s", retryAfter)
 //	}
 //	began := time.Now()
 //	failed := call() != nil
-//	b.DoneAfter(ticket, failed, time.Since(began))
+//	b.Done(ticket, failed, time.Since(began))
 package breaker
 
 import (

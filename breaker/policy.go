@@ -60,7 +60,7 @@ type Policy struct {
 	MinSamples int
 
 	// SlowCall, when above zero, makes a call that succeeded but took
-	// longer than SlowCall (as given to DoneAfter) count as a failure for
+	// longer than SlowCall (as given to Done) count as a failure for
 	// the breaker: for the consecutive count, the failure rate and a probe's
 	// outcome alike. Zero or negative means off.
 	SlowCall time.Duration
@@ -98,9 +98,9 @@ type Policy struct {
 	// is due ResetTimeout after a healthy one.
 	ProbeInterval time.Duration
 	// SyntheticProbes makes the probes the caller's own: no call admitted
-	// by Allow or Admit is ever the probe. Once the open period has passed
-	// and while the breaker is half-open they refuse every call, and only
-	// AdmitProbe admits the probe. False means the first call after the
+	// by Allow is ever the probe. Once the open period has passed and while
+	// the breaker is half-open Allow refuses every call, and only
+	// AllowProbe admits the probe. False means the first call after the
 	// open period is the probe.
 	SyntheticProbes bool
 }

@@ -43,12 +43,12 @@ func (s State) String() string {
 // or half-open with its probe already out.
 var ErrOpen = errors.New("breaker: open")
 
-// ErrClosed is returned by AdmitProbe when the breaker is closed, disabled
+// ErrClosed is returned by AllowProbe when the breaker is closed, disabled
 // included: no probe is needed.
 var ErrClosed = errors.New("breaker: closed")
 
-// ErrHeld is returned by Allow and Admit when the breaker refuses because
-// HoldOpen keeps it open: no probe will be admitted until Enable or
+// ErrHeld is returned by Allow and AllowProbe when the breaker refuses
+// because HoldOpen keeps it open: no probe will be admitted until Enable or
 // ForceClose. It wraps ErrOpen.
 var ErrHeld = fmt.Errorf("%w: held open", ErrOpen)
 
@@ -204,7 +204,7 @@ func (b *Breaker) startOpenPeriodLocked(now time.Time, openFor time.Duration) {
 }
 
 // storeProbeAfterLocked publishes the end of the current open period to the
-// lock-free path of Admit. b.mu must be held.
+// lock-free path of Allow. b.mu must be held.
 func (b *Breaker) storeProbeAfterLocked() {
 	b.probeAfter.Store(int64(min(addSaturating(b.openedAt.Sub(b.epoch), b.openFor), awaitPermit-1)))
 }
