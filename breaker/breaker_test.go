@@ -70,9 +70,9 @@ func newBreaker(t *testing.T, threshold int, reset time.Duration) (*breaker.Brea
 
 func call(t *testing.T, b *breaker.Breaker, failed bool) {
 	t.Helper()
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
-	b.Done(tk, failed)
+	b.Done(tk, failed, 0)
 }
 
 func trip(t *testing.T, b *breaker.Breaker, threshold int) {
@@ -105,10 +105,10 @@ func TestDefaults(t *testing.T) {
 
 	// Then it refuses for ten seconds and admits a probe after that
 	clk.Advance(10*time.Second - time.Millisecond)
-	_, err := b.Allow()
+	_, _, err := b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 	clk.Advance(time.Millisecond)
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
 	assert.True(t, tk.Probe())
 }
@@ -149,7 +149,7 @@ func TestTransitions(t *testing.T) {
 		b, clk, _ := newBreaker(t, 1, 7*time.Second)
 		trip(t, b, 1)
 		clk.Advance(2 * time.Second)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, 5*time.Second, b.RetryAfter())
 	})
@@ -158,11 +158,11 @@ func TestTransitions(t *testing.T) {
 		b, clk, rec := newBreaker(t, 2, time.Second)
 		trip(t, b, 2)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
 		require.True(t, probe.Probe())
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-		b.Done(probe, false)
+		b.Done(probe, false, 0)
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed}, b.Snapshot())
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 	})
@@ -171,14 +171,14 @@ func TestTransitions(t *testing.T) {
 		b, clk, rec := newBreaker(t, 2, 10*time.Second)
 		trip(t, b, 2)
 		clk.Advance(15 * time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
 		clk.Advance(2 * time.Second)
-		b.Done(probe, true)
+		b.Done(probe, true, 0)
 		assert.Equal(t, breaker.Open, b.Snapshot().State)
 		assert.Equal(t, 10*time.Second, b.RetryAfter(), "the timeout counts from the failed probe")
 		clk.Advance(9 * time.Second)
-		_, err = b.Allow()
+		_, _, err = b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN"}, rec.chain())
 	})
@@ -187,10 +187,10 @@ func TestTransitions(t *testing.T) {
 		b, clk, _ := newBreaker(t, 1, time.Second)
 		trip(t, b, 1)
 		clk.Advance(time.Second)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		require.NoError(t, err)
 		for range 5 {
-			_, err := b.Allow()
+			_, _, err := b.Allow()
 			assert.ErrorIs(t, err, breaker.ErrOpen)
 		}
 		assert.Zero(t, b.RetryAfter())
@@ -212,48 +212,48 @@ func TestStaleResults(t *testing.T) {
 	t.Run("a failure admitted before the trip does not decide the probe", func(t *testing.T) {
 		// Given a call admitted while closed, and a trip by other calls
 		b, clk, _ := newBreaker(t, 2, time.Second)
-		slow, err := b.Allow()
+		slow, _, err := b.Allow()
 		require.NoError(t, err)
 		trip(t, b, 2)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
 
 		// When the old call reports a failure during half-open
-		b.Done(slow, true)
+		b.Done(slow, true, 0)
 
 		// Then the breaker still waits for its probe
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-		b.Done(probe, false)
+		b.Done(probe, false, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 	})
 
 	t.Run("a success admitted before the trip does not close it", func(t *testing.T) {
 		b, clk, _ := newBreaker(t, 2, time.Second)
-		slow, err := b.Allow()
+		slow, _, err := b.Allow()
 		require.NoError(t, err)
 		trip(t, b, 2)
-		b.Done(slow, false)
+		b.Done(slow, false, 0)
 		assert.Equal(t, breaker.Open, b.Snapshot().State)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
-		b.Done(slow, false)
+		b.Done(slow, false, 0)
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-		b.Done(probe, true)
+		b.Done(probe, true, 0)
 		assert.Equal(t, breaker.Open, b.Snapshot().State)
 	})
 
 	t.Run("a failure from before the last close does not count", func(t *testing.T) {
 		b, clk, _ := newBreaker(t, 1, time.Second)
-		old, err := b.Allow()
+		old, _, err := b.Allow()
 		require.NoError(t, err)
 		trip(t, b, 1)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
-		b.Done(probe, false)
-		b.Done(old, true)
+		b.Done(probe, false, 0)
+		b.Done(old, true, 0)
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed}, b.Snapshot())
 	})
 
@@ -261,10 +261,10 @@ func TestStaleResults(t *testing.T) {
 		b, clk, rec := newBreaker(t, 1, time.Second)
 		trip(t, b, 1)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
-		b.Done(probe, false)
-		b.Done(probe, true)
+		b.Done(probe, false, 0)
+		b.Done(probe, true, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 		assert.Len(t, rec.chain(), 3)
 	})
@@ -276,19 +276,19 @@ func TestCancel(t *testing.T) {
 		b, clk, rec := newBreaker(t, 1, time.Second)
 		trip(t, b, 1)
 		clk.Advance(time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
 		b.Cancel(probe)
 
 		// When the next request comes
-		next, err := b.Allow()
+		next, _, err := b.Allow()
 
 		// Then it is the new probe, and the old ticket cannot decide
 		require.NoError(t, err)
 		assert.True(t, next.Probe())
-		b.Done(probe, true)
+		b.Done(probe, true, 0)
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-		b.Done(next, false)
+		b.Done(next, false, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 	})
@@ -296,7 +296,7 @@ func TestCancel(t *testing.T) {
 	t.Run("a handed-back closed ticket is neither success nor failure", func(t *testing.T) {
 		b, _, _ := newBreaker(t, 3, time.Second)
 		call(t, b, true)
-		tk, err := b.Allow()
+		tk, _, err := b.Allow()
 		require.NoError(t, err)
 		b.Cancel(tk)
 		assert.Equal(t, 1, b.Snapshot().ConsecutiveFailures)
@@ -318,7 +318,7 @@ func TestSingleProbeUnderRace(t *testing.T) {
 		wg.Go(func() {
 			ready.Done()
 			<-gate
-			tk, err := b.Allow()
+			tk, _, err := b.Allow()
 			if err == nil {
 				admitted.Add(1)
 				if tk.Probe() {
@@ -345,7 +345,7 @@ func TestHammerChain(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 3000 {
-				tk, err := b.Allow()
+				tk, _, err := b.Allow()
 				if err != nil {
 					continue
 				}
@@ -353,9 +353,9 @@ func TestHammerChain(t *testing.T) {
 				case 0:
 					b.Cancel(tk)
 				case 1:
-					b.Done(tk, false)
+					b.Done(tk, false, 0)
 				default:
-					b.Done(tk, true)
+					b.Done(tk, true, 0)
 				}
 			}
 		})
@@ -468,7 +468,7 @@ func TestAgainstModel(t *testing.T) {
 				now := clk.Now()
 				switch ev := rng.IntN(10); {
 				case ev < 4:
-					tk, err := b.Allow()
+					tk, _, err := b.Allow()
 					mt, ok := m.allow(now)
 					require.Equal(t, ok, err == nil, "step %d: admission", step)
 					if ok {
@@ -480,7 +480,7 @@ func TestAgainstModel(t *testing.T) {
 					p := out[i]
 					out = append(out[:i], out[i+1:]...)
 					failed := rng.IntN(2) == 0
-					b.Done(p.real, failed)
+					b.Done(p.real, failed, 0)
 					m.done(p.model, failed, now)
 				case ev == 8 && len(out) > 0:
 					i := rng.IntN(len(out))
@@ -501,8 +501,8 @@ func TestAgainstModel(t *testing.T) {
 func TestClosedPathDoesNotAllocate(t *testing.T) {
 	b := breaker.New(breaker.Settings{})
 	allocs := testing.AllocsPerRun(1000, func() {
-		tk, _ := b.Allow()
-		b.Done(tk, false)
+		tk, _, _ := b.Allow()
+		b.Done(tk, false, 0)
 	})
 	assert.Zero(t, allocs)
 }
@@ -511,8 +511,8 @@ func BenchmarkClosedAllowSuccess(b *testing.B) {
 	br := breaker.New(breaker.Settings{})
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _ := br.Allow()
-		br.Done(tk, false)
+		tk, _, _ := br.Allow()
+		br.Done(tk, false, 0)
 	}
 }
 
@@ -521,19 +521,19 @@ func BenchmarkClosedAllowSuccessParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, _ := br.Allow()
-			br.Done(tk, false)
+			tk, _, _ := br.Allow()
+			br.Done(tk, false, 0)
 		}
 	})
 }
 
 func BenchmarkOpenRefuse(b *testing.B) {
 	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
-	tk, _ := br.Allow()
-	br.Done(tk, true)
+	tk, _, _ := br.Allow()
+	br.Done(tk, true, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := br.Allow(); err == nil {
+		if _, _, err := br.Allow(); err == nil {
 			b.Fatal("admitted while open")
 		}
 	}
@@ -541,24 +541,24 @@ func BenchmarkOpenRefuse(b *testing.B) {
 
 func BenchmarkOpenRefuseParallel(b *testing.B) {
 	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
-	tk, _ := br.Allow()
-	br.Done(tk, true)
+	tk, _, _ := br.Allow()
+	br.Done(tk, true, 0)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			_, _ = br.Allow()
+			_, _, _ = br.Allow()
 		}
 	})
 }
 
-func TestAdmitTellsTheWait(t *testing.T) {
+func TestAllowTellsTheWait(t *testing.T) {
 	// Given a breaker that opened 3 s ago with a 10 s reset timeout
 	b, clk, _ := newBreaker(t, 1, 10*time.Second)
 	trip(t, b, 1)
 	clk.Advance(3 * time.Second)
 
 	// When a request is refused, it learns the same wait RetryAfter reports
-	_, wait, err := b.Admit()
+	_, wait, err := b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 	assert.NotErrorIs(t, err, breaker.ErrHeld)
 	assert.Equal(t, 7*time.Second, wait)
@@ -566,13 +566,13 @@ func TestAdmitTellsTheWait(t *testing.T) {
 
 	// Then once the wait is over the next request is the probe
 	clk.Advance(wait)
-	tk, wait, err := b.Admit()
+	tk, wait, err := b.Allow()
 	require.NoError(t, err)
 	assert.True(t, tk.Probe())
 	assert.Zero(t, wait)
 }
 
-func TestAdmitWhileHeld(t *testing.T) {
+func TestAllowWhileHeld(t *testing.T) {
 	// Given a breaker an operator holds open, long past its reset timeout
 	b, clk, _ := newBreaker(t, 1, time.Second)
 	trip(t, b, 1)
@@ -580,77 +580,14 @@ func TestAdmitWhileHeld(t *testing.T) {
 	clk.Advance(time.Hour)
 
 	// When a request comes, it is refused as held, with no wait to offer
-	_, wait, err := b.Admit()
+	_, wait, err := b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrHeld)
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 	assert.Zero(t, wait)
 
 	// Then Enable starts a normal open period from now
 	b.Enable()
-	_, wait, err = b.Admit()
+	_, wait, err = b.Allow()
 	assert.NotErrorIs(t, err, breaker.ErrHeld)
 	assert.Equal(t, time.Second, wait)
-}
-
-func TestAdmitInRefusesARunAtItsReadingAndStampsChangesAfresh(t *testing.T) {
-	// Given a breaker that opened with a 10 s reset timeout
-	b, clk, rec := newBreaker(t, 1, 10*time.Second)
-	trip(t, b, 1)
-
-	// When a run of requests begins 3 s later, its first refusal reads the
-	// clock into the run, and the run's later requests refuse at that
-	// reading even as the clock moves on
-	clk.Advance(3 * time.Second)
-	var run time.Time
-	_, wait, err := b.AdmitIn(&run)
-	assert.ErrorIs(t, err, breaker.ErrOpen)
-	assert.Equal(t, 7*time.Second, wait)
-	assert.Equal(t, clk.Now(), run)
-	clk.Advance(8 * time.Second)
-	_, wait, err = b.AdmitIn(&run)
-	assert.ErrorIs(t, err, breaker.ErrOpen)
-	assert.Equal(t, 7*time.Second, wait, "refused at the run's reading")
-
-	// Then a run that began after the period admits the probe, and the
-	// change is stamped with the clock's time, not the run's
-	run = clk.Now()
-	clk.Advance(time.Second)
-	tk, _, err := b.AdmitIn(&run)
-	require.NoError(t, err)
-	assert.True(t, tk.Probe())
-	last := rec.list()[rec.len()-1]
-	assert.Equal(t, breaker.HalfOpen, last.To)
-	assert.Equal(t, clk.Now(), last.At)
-
-	// And a closed breaker admits without reading the clock into the run
-	b.Done(tk, false)
-	var untouched time.Time
-	_, _, err = b.AdmitIn(&untouched)
-	require.NoError(t, err)
-	assert.True(t, untouched.IsZero())
-}
-
-func TestAdmitInOfAHeldBreakerRefusesWithErrHeld(t *testing.T) {
-	b, _, _ := newBreaker(t, 1, 10*time.Second)
-	b.HoldOpen()
-	var run time.Time
-	_, _, err := b.AdmitIn(&run)
-	assert.ErrorIs(t, err, breaker.ErrHeld)
-}
-
-func BenchmarkOpenRefuseInRun(b *testing.B) {
-	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}})
-	tk, _ := br.Allow()
-	br.Done(tk, true)
-	b.ReportAllocs()
-	var run time.Time
-	i := 0
-	for b.Loop() {
-		if i++; i%16 == 0 {
-			run = time.Time{} // a run of 16 pipelined lines
-		}
-		if _, _, err := br.AdmitIn(&run); err == nil {
-			b.Fatal("admitted while open")
-		}
-	}
 }

@@ -28,7 +28,7 @@ func TestHoldOpen(t *testing.T) {
 		assert.Equal(t, breaker.Snapshot{State: breaker.Open, ConsecutiveFailures: 2, Held: true}, b.Snapshot())
 		for range 10 {
 			clk.Advance(100 * time.Hour)
-			_, err := b.Allow()
+			_, _, err := b.Allow()
 			assert.ErrorIs(t, err, breaker.ErrOpen)
 		}
 		assert.Equal(t, breaker.Open, b.Snapshot().State)
@@ -43,7 +43,7 @@ func TestHoldOpen(t *testing.T) {
 
 		// When an operator holds it open and the probe then succeeds
 		b.HoldOpen()
-		b.Done(p, false)
+		b.Done(p, false, 0)
 
 		// Then the probe's result changes nothing
 		assert.Equal(t, breaker.Snapshot{State: breaker.Open, ConsecutiveFailures: 1, Held: true}, b.Snapshot())
@@ -56,7 +56,7 @@ func TestHoldOpen(t *testing.T) {
 		b.HoldOpen()
 		b.HoldOpen()
 		clk.Advance(time.Hour)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, []string{"CLOSED->OPEN"}, rec.chain())
 	})
@@ -75,8 +75,8 @@ func TestEnable(t *testing.T) {
 		// Given a breaker backed off to 40 s, then held open for an hour
 		b, clk, rec := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: 10 * time.Second, MaxResetTimeout: time.Minute}})
 		trip(t, b, 1)
-		b.Done(probe(t, b, clk), true)
-		b.Done(probe(t, b, clk), true)
+		b.Done(probe(t, b, clk), true, 0)
+		b.Done(probe(t, b, clk), true, 0)
 		require.Equal(t, 40*time.Second, b.RetryAfter())
 		b.HoldOpen()
 		clk.Advance(time.Hour)
@@ -87,10 +87,10 @@ func TestEnable(t *testing.T) {
 		// Then it stays open for the reset timeout from now, then probes
 		assert.Equal(t, breaker.Snapshot{State: breaker.Open, ConsecutiveFailures: 3, RetryAfter: 10 * time.Second}, b.Snapshot())
 		clk.Advance(10*time.Second - time.Nanosecond)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		require.ErrorIs(t, err, breaker.ErrOpen)
 		clk.Advance(time.Nanosecond)
-		tk, err := b.Allow()
+		tk, _, err := b.Allow()
 		require.NoError(t, err)
 		assert.True(t, tk.Probe())
 		assert.Equal(t, []string{
@@ -224,10 +224,10 @@ func TestForceClose(t *testing.T) {
 	t.Run("a call in flight on a closed breaker still reports", func(t *testing.T) {
 		b, _, _ := newBreaker(t, 2, time.Second)
 		call(t, b, true)
-		tk, err := b.Allow()
+		tk, _, err := b.Allow()
 		require.NoError(t, err)
 		b.ForceClose()
-		b.Done(tk, true)
+		b.Done(tk, true, 0)
 		assert.Equal(t, 1, b.Snapshot().ConsecutiveFailures)
 	})
 }
@@ -288,7 +288,7 @@ func TestDisable(t *testing.T) {
 		trip(t, b, 1)
 		p := probe(t, b, clk)
 		b.Disable()
-		b.Done(p, true)
+		b.Done(p, true, 0)
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed, Disabled: true}, b.Snapshot())
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 	})
@@ -387,7 +387,7 @@ func TestHammerChainPolicies(t *testing.T) {
 // often) a failure that took up to 7 ms. It reports whether the call was
 // admitted.
 func hammerCall(b *breaker.Breaker, rng *rand.Rand) bool {
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	if err != nil {
 		return false
 	}
@@ -396,9 +396,9 @@ func hammerCall(b *breaker.Breaker, rng *rand.Rand) bool {
 	case 0:
 		b.Cancel(tk)
 	case 1, 2:
-		b.DoneAfter(tk, false, took)
+		b.Done(tk, false, took)
 	default:
-		b.DoneAfter(tk, true, took)
+		b.Done(tk, true, took)
 	}
 	return true
 }
@@ -437,9 +437,9 @@ func TestHeldNeverHalfOpens(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				if tk, err := b.Allow(); err == nil {
+				if tk, _, err := b.Allow(); err == nil {
 					admitted.Add(1)
-					b.Done(tk, false)
+					b.Done(tk, false, 0)
 				}
 			}
 		})

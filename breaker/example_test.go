@@ -25,16 +25,16 @@ func Example() {
 	})
 
 	for range 2 {
-		ticket, _ := b.Allow()
-		b.Done(ticket, true) // the target failed
+		ticket, _, _ := b.Allow()
+		b.Done(ticket, true, 0) // the target failed
 	}
-	if _, err := b.Allow(); errors.Is(err, breaker.ErrOpen) {
-		fmt.Println("refused; retry after", b.RetryAfter())
+	if _, retryAfter, err := b.Allow(); errors.Is(err, breaker.ErrOpen) {
+		fmt.Println("refused; retry after", retryAfter)
 	}
 
 	clk.Advance(10 * time.Second)
-	probe, _ := b.Allow()
-	b.Done(probe, false) // the target answered
+	probe, _, _ := b.Allow()
+	b.Done(probe, false, 0) // the target answered
 	// Output:
 	// CORE CLOSED->OPEN
 	// refused; retry after 10s

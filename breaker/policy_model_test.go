@@ -264,7 +264,7 @@ func TestAgainstPolicyModel(t *testing.T) {
 				now := clk.Now()
 				switch ev := rng.IntN(100); {
 				case ev < 38:
-					tk, err := b.Allow()
+					tk, _, err := b.Allow()
 					mt, ok := m.allow(now)
 					require.Equal(t, ok, err == nil, "step %d: admission", step)
 					if ok {
@@ -275,7 +275,7 @@ func TestAgainstPolicyModel(t *testing.T) {
 					p := take()
 					failed := rng.IntN(3) == 0
 					took := time.Duration(rng.IntN(700)) * time.Millisecond
-					b.DoneAfter(p.real, failed, took)
+					b.Done(p.real, failed, took)
 					m.done(p.model, failed, took, now)
 				case ev < 84 && len(out) > 0:
 					p := take()

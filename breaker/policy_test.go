@@ -27,16 +27,16 @@ func newPolicyBreaker(t *testing.T, s breaker.Settings) (*breaker.Breaker, *fake
 // callAfter makes one admitted call that took took.
 func callAfter(t *testing.T, b *breaker.Breaker, failed bool, took time.Duration) {
 	t.Helper()
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
-	b.DoneAfter(tk, failed, took)
+	b.Done(tk, failed, took)
 }
 
 // probe moves an open breaker to HALF_OPEN and returns the probe's ticket.
 func probe(t *testing.T, b *breaker.Breaker, clk *fakeclock.Clock) breaker.Ticket {
 	t.Helper()
 	clk.Advance(b.RetryAfter())
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
 	require.True(t, tk.Probe())
 	return tk
@@ -238,7 +238,7 @@ func TestFailureRate(t *testing.T) {
 		require.Equal(t, breaker.Open, b.Snapshot().State)
 
 		// When a probe closes it
-		b.Done(probe(t, b, clk), false)
+		b.Done(probe(t, b, clk), false, 0)
 
 		// Then it starts from an empty window: three failures are below the minimum
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed}, b.Snapshot())
@@ -267,14 +267,14 @@ func TestFailureRate(t *testing.T) {
 	t.Run("a stale result is not counted", func(t *testing.T) {
 		// Given a call admitted before the breaker opened and closed again
 		b, clk, _ := newPolicyBreaker(t, breaker.Settings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second, FailureRate: 0.5, Window: time.Minute, MinSamples: 1}})
-		old, err := b.Allow()
+		old, _, err := b.Allow()
 		require.NoError(t, err)
 		callAfter(t, b, true, 0)
-		b.Done(probe(t, b, clk), false)
+		b.Done(probe(t, b, clk), false, 0)
 		require.Equal(t, breaker.Closed, b.Snapshot().State)
 
 		// When it reports a failure
-		b.Done(old, true)
+		b.Done(old, true, 0)
 
 		// Then neither the window nor the count saw it
 		assert.Equal(t, breaker.Snapshot{State: breaker.Closed}, b.Snapshot())
@@ -283,8 +283,8 @@ func TestFailureRate(t *testing.T) {
 	t.Run("the closed path does not allocate", func(t *testing.T) {
 		b := breaker.New(breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5}})
 		allocs := testing.AllocsPerRun(1000, func() {
-			tk, _ := b.Allow()
-			b.Done(tk, false)
+			tk, _, _ := b.Allow()
+			b.Done(tk, false, 0)
 		})
 		assert.Zero(t, allocs)
 	})
@@ -361,7 +361,7 @@ func TestSlowCalls(t *testing.T) {
 		p := probe(t, b, clk)
 
 		// When the probe succeeds, but slowly
-		b.DoneAfter(p, false, 3*time.Second)
+		b.Done(p, false, 3*time.Second)
 
 		// Then the breaker opens again for a full reset timeout
 		assert.Equal(t, breaker.Snapshot{State: breaker.Open, ConsecutiveFailures: 2, RetryAfter: time.Second}, b.Snapshot())
@@ -374,7 +374,7 @@ func TestBackoff(t *testing.T) {
 	// new open period.
 	failProbe := func(t *testing.T, b *breaker.Breaker, clk *fakeclock.Clock) time.Duration {
 		t.Helper()
-		b.Done(probe(t, b, clk), true)
+		b.Done(probe(t, b, clk), true, 0)
 		require.Equal(t, breaker.Open, b.Snapshot().State)
 		return b.RetryAfter()
 	}
@@ -393,7 +393,7 @@ func TestBackoff(t *testing.T) {
 
 		// And the breaker refuses for exactly that long
 		clk.Advance(35*time.Second - time.Nanosecond)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 	})
 
@@ -405,7 +405,7 @@ func TestBackoff(t *testing.T) {
 		require.Equal(t, 40*time.Second, failProbe(t, b, clk))
 
 		// When a probe succeeds and the breaker opens again
-		b.Done(probe(t, b, clk), false)
+		b.Done(probe(t, b, clk), false, 0)
 		trip(t, b, 1)
 
 		// Then the period is the reset timeout again
@@ -456,11 +456,11 @@ func TestJitter(t *testing.T) {
 		// Then the period is 10 s × (1 + 0.25 × 0.5), reported and enforced
 		assert.Equal(t, 11250*time.Millisecond, b.RetryAfter())
 		clk.Advance(11250*time.Millisecond - time.Nanosecond)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		require.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, time.Nanosecond, b.RetryAfter())
 		clk.Advance(time.Nanosecond)
-		tk, err := b.Allow()
+		tk, _, err := b.Allow()
 		require.NoError(t, err)
 		assert.True(t, tk.Probe())
 	})
@@ -487,7 +487,7 @@ func TestJitter(t *testing.T) {
 			assert.Equal(t, w, got, "period %d", i)
 			assert.GreaterOrEqual(t, got, 10*time.Second)
 			assert.LessOrEqual(t, got, 12*time.Second)
-			b.Done(probe(t, b, clk), true)
+			b.Done(probe(t, b, clk), true, 0)
 		}
 		assert.Equal(t, 1+len(want)+1, *calls, "one draw per open period, plus the one ahead")
 	})
@@ -504,7 +504,7 @@ func TestJitter(t *testing.T) {
 		})
 		trip(t, b, 1)
 		assert.Equal(t, 12500*time.Millisecond, b.RetryAfter())
-		b.Done(probe(t, b, clk), true)
+		b.Done(probe(t, b, clk), true, 0)
 		assert.Equal(t, 25*time.Second, b.RetryAfter())
 	})
 
@@ -515,7 +515,7 @@ func TestJitter(t *testing.T) {
 			got := b.RetryAfter()
 			assert.GreaterOrEqual(t, got, 10*time.Second)
 			assert.LessOrEqual(t, got, 13*time.Second)
-			b.Done(probe(t, b, clk), true)
+			b.Done(probe(t, b, clk), true, 0)
 		}
 	})
 
@@ -550,30 +550,30 @@ func TestProbeTimeout(t *testing.T) {
 
 		// When the timeout has not quite passed, nothing else is admitted
 		clk.Advance(4*time.Second - time.Nanosecond)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		require.ErrorIs(t, err, breaker.ErrOpen)
 
 		// When it has passed
 		clk.Advance(time.Nanosecond)
-		second, err := b.Allow()
+		second, _, err := b.Allow()
 
 		// Then a second probe is admitted, with a timeout of its own, and no state changes
 		require.NoError(t, err)
 		assert.True(t, second.Probe())
-		_, err = b.Allow()
+		_, _, err = b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
 
 		// And the first probe's late result, whatever it is, is ignored
-		b.Done(first, true)
-		b.Done(first, false)
+		b.Done(first, true, 0)
+		b.Done(first, false, 0)
 		b.Cancel(first)
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-		_, err = b.Allow()
+		_, _, err = b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen, "the old ticket cannot free the new probe's slot")
 
 		// And the second probe decides
-		b.Done(second, false)
+		b.Done(second, false, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 	})
@@ -583,9 +583,9 @@ func TestProbeTimeout(t *testing.T) {
 		trip(t, b, 1)
 		first := probe(t, b, clk)
 		clk.Advance(1000 * time.Hour)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
-		b.Done(first, false)
+		b.Done(first, false, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 	})
 
@@ -595,11 +595,11 @@ func TestProbeTimeout(t *testing.T) {
 		trip(t, b, 1)
 		probe(t, b, clk)
 		clk.Advance(time.Second)
-		second, err := b.Allow()
+		second, _, err := b.Allow()
 		require.NoError(t, err)
 
 		// When the replacement fails
-		b.Done(second, true)
+		b.Done(second, true, 0)
 
 		// Then the period doubled once, not twice
 		assert.Equal(t, 20*time.Second, b.RetryAfter())
@@ -610,8 +610,8 @@ func BenchmarkClosedAllowSuccessRateWindow(b *testing.B) {
 	br := breaker.New(breaker.Settings{Policy: breaker.Policy{FailureRate: 0.5, Window: 10 * time.Second, MinSamples: 20}})
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _ := br.Allow()
-		br.Done(tk, false)
+		tk, _, _ := br.Allow()
+		br.Done(tk, false, 0)
 	}
 }
 
@@ -620,8 +620,8 @@ func BenchmarkClosedAllowSuccessRateWindowParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, _ := br.Allow()
-			br.Done(tk, false)
+			tk, _, _ := br.Allow()
+			br.Done(tk, false, 0)
 		}
 	})
 }
@@ -630,7 +630,7 @@ func BenchmarkClosedAllowSuccessSlowCall(b *testing.B) {
 	br := breaker.New(breaker.Settings{Policy: breaker.Policy{SlowCall: time.Second}})
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _ := br.Allow()
-		br.DoneAfter(tk, false, time.Millisecond)
+		tk, _, _ := br.Allow()
+		br.Done(tk, false, time.Millisecond)
 	}
 }

@@ -61,12 +61,12 @@ func TestSetPolicyLetsCallsInFlightReport(t *testing.T) {
 	// Given a call admitted before the change
 	b, _, _ := newBreaker(t, 2, 10*time.Second)
 	call(t, b, true)
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
 
 	// When the policy changes and the call then fails
 	b.SetPolicy(breaker.Policy{FailThreshold: 3, SlowCall: time.Second})
-	b.DoneAfter(tk, false, 2*time.Second)
+	b.Done(tk, false, 2*time.Second)
 
 	// Then its result counts, judged by the new policy: slow, so failed.
 	assert.Equal(t, breaker.Snapshot{State: breaker.Closed, ConsecutiveFailures: 2}, b.Snapshot())
@@ -83,12 +83,12 @@ func TestSetPolicyKeepsTheOpenPeriodInProgress(t *testing.T) {
 
 	// Then the period in progress still ends when it was due,
 	assert.Equal(t, 6*time.Second, b.RetryAfter())
-	_, err := b.Allow()
+	_, _, err := b.Allow()
 	require.ErrorIs(t, err, breaker.ErrOpen)
 
 	// and the next open period is the new one.
 	p := probe(t, b, clk)
-	b.Done(p, true)
+	b.Done(p, true, 0)
 	assert.Equal(t, 2*time.Second, b.RetryAfter())
 	assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN"}, rec.chain())
 }
@@ -100,9 +100,9 @@ func TestSetPolicyBackoff(t *testing.T) {
 		t.Helper()
 		for range n {
 			clk.Advance(b.RetryAfter())
-			tk, err := b.Allow()
+			tk, _, err := b.Allow()
 			require.NoError(t, err)
-			b.Done(tk, true)
+			b.Done(tk, true, 0)
 		}
 	}
 
@@ -213,7 +213,7 @@ func TestSetPolicyTurningJitterOnDrawsAShare(t *testing.T) {
 	trip(t, b, 1)
 	assert.Equal(t, 11*time.Second, b.RetryAfter())
 	clk.Advance(11 * time.Second)
-	_, err := b.Allow()
+	_, _, err := b.Allow()
 	assert.NoError(t, err)
 }
 
@@ -223,7 +223,7 @@ func TestSetPolicyKeepsManualControl(t *testing.T) {
 		b.HoldOpen()
 		b.SetPolicy(breaker.Policy{FailThreshold: 2, ResetTimeout: time.Millisecond})
 		clk.Advance(time.Minute)
-		_, err := b.Allow()
+		_, _, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrHeld)
 		assert.True(t, b.Snapshot().Held)
 	})
@@ -245,7 +245,7 @@ func TestSetProbeTimeoutAppliesToTheProbeOut(t *testing.T) {
 	trip(t, b, 1)
 	old := probe(t, b, clk)
 	clk.Advance(3 * time.Second)
-	_, err := b.Allow()
+	_, _, err := b.Allow()
 	require.ErrorIs(t, err, breaker.ErrOpen)
 
 	// When the probe timeout becomes 2s
@@ -253,12 +253,12 @@ func TestSetProbeTimeoutAppliesToTheProbeOut(t *testing.T) {
 	assert.Equal(t, 2*time.Second, b.Settings().ProbeTimeout)
 
 	// Then a new probe replaces the silent one, whose result no longer counts.
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
 	assert.True(t, tk.Probe())
-	b.Done(old, true)
+	b.Done(old, true, 0)
 	assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
-	b.Done(tk, false)
+	b.Done(tk, false, 0)
 	assert.Equal(t, breaker.Closed, b.Snapshot().State)
 }
 

@@ -35,13 +35,13 @@ func TestAdoptOpen(t *testing.T) {
 			Name: "CORE", From: breaker.Closed, To: breaker.Open, At: start,
 			Cause: breaker.CauseShared, OpenFor: 4 * time.Second, Period: 10 * time.Second,
 		}, rec.transitions[0])
-		_, wait, err := b.Admit()
+		_, wait, err := b.Allow()
 		assert.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, 4*time.Second, wait)
 
 		// and once the time has passed, the next call is the probe.
 		clk.Advance(4 * time.Second)
-		tk, err := b.Allow()
+		tk, _, err := b.Allow()
 		require.NoError(t, err)
 		assert.True(t, tk.Probe())
 	})
@@ -61,11 +61,11 @@ func TestAdoptOpen(t *testing.T) {
 		b, clk, rec := newSharedBreaker(t, false)
 		trip(t, b, 2)
 		clk.Advance(10 * time.Second)
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
 
 		b.AdoptOpen(5*time.Second, 0)
-		b.Done(probe, false)
+		b.Done(probe, false, 0)
 
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN"}, rec.chain())
 		assert.Equal(t, breaker.Open, b.Snapshot().State, "the stale probe's success decides nothing")
@@ -79,9 +79,9 @@ func TestAdoptOpen(t *testing.T) {
 		clk.Advance(time.Second)
 
 		// when its own probe fails,
-		probe, err := b.Allow()
+		probe, _, err := b.Allow()
 		require.NoError(t, err)
-		b.Done(probe, true)
+		b.Done(probe, true, 0)
 
 		// then the next open period is doubled from 40 s, capped at 80 s.
 		last := rec.transitions[len(rec.transitions)-1]
@@ -142,7 +142,7 @@ func TestProbePermits(t *testing.T) {
 	// nothing to wait for and stays open,
 	clk.Advance(time.Minute)
 	for range 3 {
-		_, wait, err := b.Admit()
+		_, wait, err := b.Allow()
 		require.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Zero(t, wait)
 	}
@@ -151,33 +151,33 @@ func TestProbePermits(t *testing.T) {
 
 	// and a permit lets the next call be the probe.
 	b.PermitProbe()
-	probe, err := b.Allow()
+	probe, _, err := b.Allow()
 	require.NoError(t, err)
 	require.True(t, probe.Probe())
 
 	// When that probe fails, the next open period needs a permit of its own.
-	b.Done(probe, true)
+	b.Done(probe, true, 0)
 	clk.Advance(time.Hour)
-	_, err = b.Allow()
+	_, _, err = b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 
 	// A permit given before the period ends waits for its end;
 	b.PermitProbe()
 	b.AdoptOpen(5*time.Second, 0)
 	clk.Advance(5 * time.Second)
-	_, err = b.Allow()
+	_, _, err = b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen, "an adopted open period withdraws the permit")
 	b.PermitProbe()
-	probe, err = b.Allow()
+	probe, _, err = b.Allow()
 	require.NoError(t, err)
-	b.Done(probe, false)
+	b.Done(probe, false, 0)
 	assert.Equal(t, breaker.Closed, b.Snapshot().State)
 
 	// and on a closed breaker a permit does nothing.
 	b.PermitProbe()
 	trip(t, b, 2)
 	clk.Advance(time.Hour)
-	_, err = b.Allow()
+	_, _, err = b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 }
 
@@ -192,7 +192,7 @@ func TestWithdrawPermit(t *testing.T) {
 	// when the permit is taken back before any call used it, the breaker
 	// refuses again, with no time to wait,
 	require.True(t, b.WithdrawPermit())
-	_, wait, err := b.Admit()
+	_, wait, err := b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
 	assert.Zero(t, wait)
 	assert.False(t, b.WithdrawPermit(), "nothing left to take back")
@@ -200,10 +200,10 @@ func TestWithdrawPermit(t *testing.T) {
 	// and a permit given again admits the probe, which then cannot be taken
 	// back: the breaker is half-open, the permit used.
 	b.PermitProbe()
-	probe, err := b.Allow()
+	probe, _, err := b.Allow()
 	require.NoError(t, err)
 	assert.False(t, b.WithdrawPermit())
-	b.Done(probe, false)
+	b.Done(probe, false, 0)
 	assert.Equal(t, breaker.Closed, b.Snapshot().State)
 	assert.False(t, b.WithdrawPermit(), "a closed breaker has no permit")
 

@@ -3,6 +3,7 @@ package breaker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -42,12 +43,12 @@ func (s State) String() string {
 // or half-open with its probe already out.
 var ErrOpen = errors.New("breaker: open")
 
-// ErrClosed is returned by AdmitProbe when the breaker is closed, disabled
+// ErrClosed is returned by AllowProbe when the breaker is closed, disabled
 // included: no probe is needed.
 var ErrClosed = errors.New("breaker: closed")
 
-// ErrHeld is returned by Allow and Admit when the breaker refuses because
-// HoldOpen keeps it open: no probe will be admitted until Enable or
+// ErrHeld is returned by Allow and AllowProbe when the breaker refuses
+// because HoldOpen keeps it open: no probe will be admitted until Enable or
 // ForceClose. It wraps ErrOpen.
 var ErrHeld = fmt.Errorf("%w: held open", ErrOpen)
 
@@ -113,4 +114,172 @@ func (c Cause) String() string {
 	default:
 		return "unknown"
 	}
+}
+
+// Snapshot is a breaker's state at one instant, for status pages. It is a
+// plain value, copied out under the breaker's lock.
+type Snapshot struct {
+	State State
+	// ConsecutiveFailures is the current count of failures in a row. A
+	// disabled breaker keeps counting, so it may exceed the threshold.
+	ConsecutiveFailures int
+	// RetryAfter is how long until a probe may be admitted, jitter
+	// included; zero when the breaker is closed, when a probe could be
+	// admitted now or is out, and when it is held open (no probe will be
+	// admitted until Enable; Held says so).
+	RetryAfter time.Duration
+	// ProbeSuccesses is how many healthy probes in a row the half-open
+	// breaker has had; zero in the other states.
+	ProbeSuccesses int
+	// Held reports that HoldOpen keeps the breaker open until Enable or
+	// ForceClose.
+	Held bool
+	// Disabled reports that Disable keeps the breaker closed and
+	// pass-through until Enable, HoldOpen or ForceClose.
+	Disabled bool
+	// RecentCalls and RecentFailures count the results in the failure-rate
+	// window and how many of them failed; both are zero when FailureRate is
+	// off.
+	RecentCalls, RecentFailures int
+}
+
+// starting a new generation, and reports the change. Every change frees the
+// probe slot and clears the failure-rate window; closing also clears the
+// failure count and ends the backoff, and opening starts an open period
+// unless the breaker is held. It returns the new word. b.mu must be held.
+func (b *Breaker) setStateLocked(w uint64, to State, now time.Time, cause Cause) uint64 {
+	return b.changeStateLocked(w, to, now, cause, 0)
+}
+
+// changeStateLocked is setStateLocked with the length of the open period
+// that begins when to is Open: openFor, or when zero the next one by the
+// policy (the base period lengthened by its jitter share). b.mu must be
+// held.
+func (b *Breaker) changeStateLocked(w uint64, to State, now time.Time, cause Cause, openFor time.Duration) uint64 {
+	p := b.pol.Load()
+	from := stateOf(w)
+	fails := failuresOf(w)
+	switch to {
+	case Closed:
+		fails = 0
+		b.period = p.resetTimeout
+	case Open:
+		if !b.held {
+			b.startOpenPeriodLocked(now, openFor)
+		}
+	}
+	b.probeOut = false
+	b.permitted = false
+	b.successes = 0
+	b.nextProbe = time.Time{}
+	if p.rateOn {
+		b.win.clear()
+	}
+	nw := pack(generationOf(w)+1, fails, to)
+	b.word.Store(nw)
+	if b.onTransition != nil {
+		t := Transition{Name: b.name, From: from, To: to, At: now, Cause: cause, Period: b.period}
+		if to == Open && !b.held {
+			t.OpenFor = b.openFor
+		}
+		b.onTransition(t)
+	}
+	return nw
+}
+
+// startOpenPeriodLocked starts an open period of length openFor or, when it
+// is zero, of the current base length lengthened by the jitter share drawn
+// for it. b.mu must be held.
+func (b *Breaker) startOpenPeriodLocked(now time.Time, openFor time.Duration) {
+	b.openedAt = now
+	b.openFor = openFor
+	if openFor == 0 {
+		b.openFor = b.period
+		if jitter := b.pol.Load().jitter; jitter > 0 {
+			b.openFor = addSaturating(b.openFor, time.Duration(float64(b.period)*(b.nextShare*jitter)))
+			b.redraw = true
+		}
+	}
+	b.storeProbeAfterLocked()
+}
+
+// storeProbeAfterLocked publishes the end of the current open period to the
+// lock-free path of Allow. b.mu must be held.
+func (b *Breaker) storeProbeAfterLocked() {
+	b.probeAfter.Store(int64(min(addSaturating(b.openedAt.Sub(b.epoch), b.openFor), awaitPermit-1)))
+}
+
+// addSaturating returns a+b for a non-negative b, or the longest Duration
+// when the sum would overflow.
+func addSaturating(a, b time.Duration) time.Duration {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// unlock releases mu and then, if an open period used up the jitter share,
+// draws the next one. Drawing after the unlock keeps Rand, foreign code,
+// out from under the lock.
+func (b *Breaker) unlock() {
+	redraw := b.redraw
+	b.redraw = false
+	b.mu.Unlock()
+	if redraw {
+		share := b.drawShare()
+		b.mu.Lock()
+		b.nextShare = share
+		b.mu.Unlock()
+	}
+}
+
+// drawShare calls Rand and clamps its answer into [0, 1], so a faulty source
+// can neither shorten an open period nor stretch it past the jitter.
+func (b *Breaker) drawShare() float64 {
+	r := b.rand()
+	switch {
+	case !(r >= 0): // negative or NaN
+		return 0
+	case r > 1:
+		return 1
+	}
+	return r
+}
+
+// RetryAfter returns how long until the breaker may admit a probe, jitter
+// included: zero when it is closed, when it is half-open with its probe out
+// (the probe's answer is due at any moment) or due, and when it is held
+// open (no probe is coming until Enable; Snapshot's Held says so). A
+// half-open breaker that needs more healthy probes (ProbeSuccesses) tells
+// how long until the next one is due.
+func (b *Breaker) RetryAfter() time.Duration {
+	return b.Snapshot().RetryAfter
+}
+
+// Snapshot returns the breaker's state, failure count, retry hint, manual
+// control flags and failure-rate window counts.
+func (b *Breaker) Snapshot() Snapshot {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.word.Load()
+	s := Snapshot{
+		State:               stateOf(w),
+		ConsecutiveFailures: int(failuresOf(w)),
+		Held:                b.held,
+		Disabled:            b.disabled,
+	}
+	switch {
+	case s.State == Open && !b.held:
+		s.RetryAfter = max(b.openedAt.Add(b.openFor).Sub(now), 0)
+	case s.State == HalfOpen:
+		s.ProbeSuccesses = b.successes
+		if !b.probeOut {
+			s.RetryAfter = max(b.nextProbe.Sub(now), 0)
+		}
+	}
+	if b.pol.Load().rateOn {
+		s.RecentCalls, s.RecentFailures = b.win.counts(now)
+	}
+	return s
 }

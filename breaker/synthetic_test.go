@@ -26,10 +26,10 @@ func newSyntheticBreaker(t *testing.T, successes int, interval time.Duration) (*
 	}})
 }
 
-// admitProbe admits the breaker's own probe, which must be due.
-func admitProbe(t *testing.T, b *breaker.Breaker) breaker.Ticket {
+// allowProbe admits the breaker's own probe, which must be due.
+func allowProbe(t *testing.T, b *breaker.Breaker) breaker.Ticket {
 	t.Helper()
-	tk, wait, err := b.AdmitProbe()
+	tk, wait, err := b.AllowProbe()
 	require.NoError(t, err)
 	require.Zero(t, wait)
 	require.True(t, tk.Probe())
@@ -39,7 +39,7 @@ func admitProbe(t *testing.T, b *breaker.Breaker) breaker.Ticket {
 // refusesCustomers checks that an ordinary call is refused.
 func refusesCustomers(t *testing.T, b *breaker.Breaker) {
 	t.Helper()
-	_, err := b.Allow()
+	_, _, err := b.Allow()
 	require.ErrorIs(t, err, breaker.ErrOpen)
 }
 
@@ -53,24 +53,24 @@ func TestSyntheticProbes(t *testing.T) {
 		// when customers call, they are refused and it stays OPEN, again
 		// and again (the refusal then needs no lock),
 		for range 3 {
-			_, wait, err := b.Admit()
+			_, wait, err := b.Allow()
 			require.ErrorIs(t, err, breaker.ErrOpen)
 			assert.Zero(t, wait)
 		}
 		assert.Equal(t, []string{"CLOSED->OPEN"}, rec.chain())
 
 		// then the breaker's own probe is admitted and moves it to HALF_OPEN,
-		tk := admitProbe(t, b)
+		tk := allowProbe(t, b)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN"}, rec.chain())
 		assert.Equal(t, breaker.CauseProbe, rec.list()[1].Cause)
 
 		// customers are refused while it is out, and so is a second probe,
 		refusesCustomers(t, b)
-		_, _, err := b.AdmitProbe()
+		_, _, err := b.AllowProbe()
 		require.ErrorIs(t, err, breaker.ErrOpen)
 
 		// and its success closes the breaker for everyone.
-		b.Done(tk, false)
+		b.Done(tk, false, 0)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 		call(t, b, false)
 	})
@@ -80,7 +80,7 @@ func TestSyntheticProbes(t *testing.T) {
 		trip(t, b, 2)
 		clk.Advance(4 * time.Second)
 
-		_, wait, err := b.AdmitProbe()
+		_, wait, err := b.AllowProbe()
 
 		require.ErrorIs(t, err, breaker.ErrOpen)
 		assert.Equal(t, 6*time.Second, wait)
@@ -89,7 +89,7 @@ func TestSyntheticProbes(t *testing.T) {
 	t.Run("a closed breaker needs no probe", func(t *testing.T) {
 		b, _, _ := newSyntheticBreaker(t, 1, 0)
 
-		_, _, err := b.AdmitProbe()
+		_, _, err := b.AllowProbe()
 
 		require.ErrorIs(t, err, breaker.ErrClosed)
 		call(t, b, false)
@@ -103,7 +103,7 @@ func TestSyntheticProbes(t *testing.T) {
 
 		// when two probes succeed,
 		for i := 1; i <= 2; i++ {
-			b.Done(admitProbe(t, b), false)
+			b.Done(allowProbe(t, b), false, 0)
 			// it stays HALF_OPEN, refusing customers, with the next probe
 			// due in 2 s and not before,
 			snap := b.Snapshot()
@@ -111,7 +111,7 @@ func TestSyntheticProbes(t *testing.T) {
 			assert.Equal(t, i, snap.ProbeSuccesses)
 			assert.Equal(t, 2*time.Second, snap.RetryAfter)
 			refusesCustomers(t, b)
-			_, wait, err := b.AdmitProbe()
+			_, wait, err := b.AllowProbe()
 			require.ErrorIs(t, err, breaker.ErrOpen)
 			assert.Equal(t, 2*time.Second, wait)
 			clk.Advance(2 * time.Second)
@@ -120,7 +120,7 @@ func TestSyntheticProbes(t *testing.T) {
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN"}, rec.chain())
 
 		// then the third closes it.
-		b.Done(admitProbe(t, b), false)
+		b.Done(allowProbe(t, b), false, 0)
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 		assert.Zero(t, b.Snapshot().ProbeSuccesses)
 	})
@@ -129,19 +129,19 @@ func TestSyntheticProbes(t *testing.T) {
 		b, clk, rec := newSyntheticBreaker(t, 2, 0)
 		trip(t, b, 2)
 		clk.Advance(10 * time.Second)
-		b.Done(admitProbe(t, b), false)
+		b.Done(allowProbe(t, b), false, 0)
 		// Without an interval, the next probe is due a reset timeout later.
 		assert.Equal(t, 10*time.Second, b.RetryAfter())
 		clk.Advance(10 * time.Second)
 
-		b.Done(admitProbe(t, b), true)
+		b.Done(allowProbe(t, b), true, 0)
 
 		assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN"}, rec.chain())
 		// backoff doubles the open period as for any failed probe,
 		assert.Equal(t, 20*time.Second, b.RetryAfter())
 		clk.Advance(20 * time.Second)
 		// and one success is not enough afterwards.
-		b.Done(admitProbe(t, b), false)
+		b.Done(allowProbe(t, b), false, 0)
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State)
 		assert.Equal(t, 1, b.Snapshot().ProbeSuccesses)
 	})
@@ -151,13 +151,13 @@ func TestSyntheticProbes(t *testing.T) {
 		trip(t, b, 2)
 		clk.Advance(10 * time.Second)
 
-		b.Done(admitProbe(t, b), true)
+		b.Done(allowProbe(t, b), true, 0)
 
 		last := rec.list()[len(rec.list())-1]
 		assert.Equal(t, 3*time.Second, last.OpenFor)
 		assert.Equal(t, 3*time.Second, b.RetryAfter())
 		clk.Advance(3 * time.Second)
-		b.Done(admitProbe(t, b), true)
+		b.Done(allowProbe(t, b), true, 0)
 		assert.Equal(t, 3*time.Second, b.RetryAfter(), "no backoff")
 	})
 
@@ -165,11 +165,11 @@ func TestSyntheticProbes(t *testing.T) {
 		b, clk, _ := newSyntheticBreaker(t, 1, 0)
 		trip(t, b, 2)
 		clk.Advance(10 * time.Second)
-		b.Cancel(admitProbe(t, b))
+		b.Cancel(allowProbe(t, b))
 
-		tk := admitProbe(t, b)
+		tk := allowProbe(t, b)
 
-		b.Done(tk, false)
+		b.Done(tk, false, 0)
 		assert.Equal(t, breaker.Closed, b.Snapshot().State)
 	})
 }
@@ -180,7 +180,7 @@ func TestSyntheticProbesAndManualControl(t *testing.T) {
 		b.HoldOpen()
 		clk.Advance(time.Hour)
 
-		_, _, err := b.AdmitProbe()
+		_, _, err := b.AllowProbe()
 
 		require.ErrorIs(t, err, breaker.ErrHeld)
 	})
@@ -190,7 +190,7 @@ func TestSyntheticProbesAndManualControl(t *testing.T) {
 		trip(t, b, 2)
 		b.Disable()
 
-		_, _, err := b.AdmitProbe()
+		_, _, err := b.AllowProbe()
 
 		require.ErrorIs(t, err, breaker.ErrClosed)
 	})
@@ -199,12 +199,12 @@ func TestSyntheticProbesAndManualControl(t *testing.T) {
 		b, clk, _ := newSyntheticBreaker(t, 2, time.Second)
 		trip(t, b, 2)
 		clk.Advance(10 * time.Second)
-		b.Done(admitProbe(t, b), false)
+		b.Done(allowProbe(t, b), false, 0)
 
 		b.HoldOpen()
 		b.Enable()
 		clk.Advance(10 * time.Second)
-		b.Done(admitProbe(t, b), false)
+		b.Done(allowProbe(t, b), false, 0)
 
 		assert.Equal(t, breaker.HalfOpen, b.Snapshot().State, "the count started over")
 	})
@@ -220,7 +220,7 @@ func TestSyntheticProbesWithPermits(t *testing.T) {
 	clk.Advance(10 * time.Second)
 
 	// its own probe waits for a permit,
-	_, wait, err := b.AdmitProbe()
+	_, wait, err := b.AllowProbe()
 	require.ErrorIs(t, err, breaker.ErrOpen)
 	assert.Zero(t, wait)
 
@@ -229,8 +229,8 @@ func TestSyntheticProbesWithPermits(t *testing.T) {
 	b.PermitProbe()
 	refusesCustomers(t, b)
 	assert.Equal(t, []string{"CLOSED->OPEN"}, rec.chain())
-	tk := admitProbe(t, b)
-	b.Done(tk, false)
+	tk := allowProbe(t, b)
+	b.Done(tk, false, 0)
 	assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 }
 
@@ -246,7 +246,7 @@ func TestSetPolicyTurnsSyntheticProbesOff(t *testing.T) {
 	b.SetPolicy(breaker.Policy{FailThreshold: 2, ResetTimeout: 10 * time.Second})
 
 	// then the next customer is the probe, as without them.
-	tk, err := b.Allow()
+	tk, _, err := b.Allow()
 	require.NoError(t, err)
 	assert.True(t, tk.Probe())
 	assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN"}, rec.chain())
@@ -259,11 +259,11 @@ func TestProbeSuccessesWithCustomerProbes(t *testing.T) {
 		FailThreshold: 2, ResetTimeout: 10 * time.Second, ProbeSuccesses: 2, ProbeInterval: time.Second,
 	}})
 	trip(t, b, 2)
-	b.Done(probe(t, b, clk), false)
+	b.Done(probe(t, b, clk), false, 0)
 
 	refusesCustomers(t, b)
 	clk.Advance(time.Second)
-	b.Done(probe(t, b, clk), false)
+	b.Done(probe(t, b, clk), false, 0)
 
 	assert.Equal(t, []string{"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"}, rec.chain())
 }
@@ -285,14 +285,14 @@ func TestSyntheticProbesUnderRace(t *testing.T) {
 					return
 				default:
 				}
-				tk, err := b.Allow()
+				tk, _, err := b.Allow()
 				if err != nil {
 					continue
 				}
 				if tk.Probe() {
 					leaked.Add(1)
 				}
-				b.Done(tk, rng.IntN(3) == 0)
+				b.Done(tk, rng.IntN(3) == 0, 0)
 			}
 		})
 	}
@@ -305,8 +305,8 @@ func TestSyntheticProbesUnderRace(t *testing.T) {
 			default:
 			}
 			clk.Advance(time.Millisecond)
-			if tk, _, err := b.AdmitProbe(); err == nil {
-				b.Done(tk, rng.IntN(2) == 0)
+			if tk, _, err := b.AllowProbe(); err == nil {
+				b.Done(tk, rng.IntN(2) == 0, 0)
 			}
 		}
 	})
@@ -328,18 +328,18 @@ func BenchmarkSyntheticRefuse(b *testing.B) {
 		b.Run(state, func(b *testing.B) {
 			clk := fakeclock.New(start)
 			br := breaker.New(breaker.Settings{Clock: clk, Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Second, SyntheticProbes: true}})
-			tk, _ := br.Allow()
-			br.Done(tk, true)
+			tk, _, _ := br.Allow()
+			br.Done(tk, true, 0)
 			clk.Advance(time.Second)
 			if state == "half-open" {
-				if _, _, err := br.AdmitProbe(); err != nil {
+				if _, _, err := br.AllowProbe(); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := br.Allow(); err == nil {
+					if _, _, err := br.Allow(); err == nil {
 						b.Error("admitted a customer")
 					}
 				}

@@ -97,7 +97,7 @@ func TestRealBreakersChain(t *testing.T) {
 				}
 				ops.Add(1)
 				b := breakers[rng.IntN(len(breakers))]
-				ticket, err := b.Allow()
+				ticket, _, err := b.Allow()
 				if err != nil {
 					if !errors.Is(err, breaker.ErrOpen) {
 						unexpected.Add(1)
@@ -113,7 +113,7 @@ func TestRealBreakersChain(t *testing.T) {
 					b.Cancel(ticket) // say, the bulkhead was full
 					continue
 				}
-				b.Done(ticket, rng.IntN(2) == 0)
+				b.Done(ticket, rng.IntN(2) == 0, 0)
 			}
 		})
 	}

@@ -65,11 +65,11 @@ func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
 func openBreakerServer(b *testing.B, metrics, access bool) *Server {
 	srv := benchServer(b, Config{TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}}}, metrics, access)
 	rt := srv.lookup([]byte("CORE"))
-	ticket, err := rt.breaker.Allow()
+	ticket, _, err := rt.breaker.Allow()
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt.breaker.Done(ticket, true)
+	rt.breaker.Done(ticket, true, 0)
 	if rt.breaker.Snapshot().State != breaker.Open {
 		b.Fatal("breaker did not open")
 	}

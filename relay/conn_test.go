@@ -456,9 +456,9 @@ func openCoreServer(t *testing.T, cfg Config) *Server {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
 	rt := srv.lookup([]byte("CORE"))
-	ticket, err := rt.breaker.Allow()
+	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
-	rt.breaker.Done(ticket, true)
+	rt.breaker.Done(ticket, true, 0)
 	require.Equal(t, breaker.Open, rt.breaker.Snapshot().State)
 	return srv
 }

@@ -210,7 +210,7 @@ func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
 	// Read for the access log just before the breaker decides, as for a
 	// client's request: a replay of the log puts the decision here.
 	asked := s.access.now()
-	ticket, wait, err := rt.breaker.AdmitProbe()
+	ticket, wait, err := rt.breaker.AllowProbe()
 	switch {
 	case errors.Is(err, breaker.ErrClosed):
 		return probeIdle
@@ -259,7 +259,7 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	rt.prober.last.Store(r)
 	rt.metrics.observeProbe(r)
 	reported = true
-	rt.breaker.DoneAfter(ticket, !healthy, took)
+	rt.breaker.Done(ticket, !healthy, took)
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()

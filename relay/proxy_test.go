@@ -287,9 +287,9 @@ func BenchmarkFastFailLoopbackDepth1Proxied(b *testing.B) {
 		ProxyTrusted:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}, false, false)
 	rt := srv.lookup([]byte("CORE"))
-	ticket, err := rt.breaker.Allow()
+	ticket, _, err := rt.breaker.Allow()
 	require.NoError(b, err)
-	rt.breaker.Done(ticket, true)
+	rt.breaker.Done(ticket, true, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
 	go func() { _ = srv.Serve(ln) }()

@@ -105,7 +105,7 @@ func (tl *transitionLog) take() []breaker.Transition {
 // also carries the consecutive failure count and, for OPEN, the seconds
 // until a probe, read from a Snapshot taken now, when the breaker is still
 // in the state that change led to. It is called after every breaker call
-// that can change the state (Allow when it admits a probe, DoneAfter, and
+// that can change the state (Allow when it admits a probe, Done, and
 // an operator's action through ControlBreaker), and costs one atomic load
 // when there is nothing to log.
 func (r *route) logTransitions() {
@@ -177,7 +177,7 @@ func (s *Server) lookup(name []byte) *route {
 //     is freed) and E905 at once. A full bulkhead never sends a request to
 //     the fallback: only a refusing breaker does;
 //  5. on a call worker (see startCall): the HTTP call, its classification, the
-//     result recorded with the breaker's DoneAfter (a failure when the code
+//     result recorded with the breaker's Done (a failure when the code
 //     is one of the route's failure codes; the call's duration for the
 //     slow-call policy), the slot released, a call in doubt recorded (and
 //     journalled, fsynced), and the answer.
@@ -259,13 +259,13 @@ func (c *conn) dispatch(req protocol.Request) (started bool) {
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
 	asked = s.access.now()
-	if ticket, retryAfter, err = rt.breaker.Admit(); err != nil {
+	if ticket, retryAfter, err = rt.breaker.Allow(); err != nil {
 		fb := conf.fallback
 		if fb == nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
-		if ticket, _, err = fb.breaker.Admit(); err != nil {
+		if ticket, _, err = fb.breaker.Allow(); err != nil {
 			c.refuseOpen(rt, req, retryAfter, err, asked)
 			return
 		}
@@ -534,7 +534,7 @@ func (cl *call) run() {
 	// hands the same admission back twice.
 	reported = true
 	note.end = s.access.now()
-	rt.breaker.DoneAfter(cl.ticket, failed, took)
+	rt.breaker.Done(cl.ticket, failed, took)
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()

@@ -508,9 +508,9 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 
 	// A panicking probe hands its ticket back too: the next request is the
 	// probe again rather than E904.
-	ticket, err := rt.breaker.Allow()
+	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
-	rt.breaker.Done(ticket, true)
+	rt.breaker.Done(ticket, true, 0)
 	clk.Advance(time.Second)
 	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.RoundTrip("P3|CORE|x"))
 	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.RoundTrip("P4|CORE|x"))

@@ -96,9 +96,9 @@ func startFleet(t *testing.T, url string, reset, lease time.Duration, ids ...str
 func (h *hub) trip(t *testing.T) {
 	t.Helper()
 	for range 2 {
-		tk, err := h.b.Allow()
+		tk, _, err := h.b.Allow()
 		require.NoError(t, err)
-		h.b.Done(tk, true)
+		h.b.Done(tk, true, 0)
 	}
 	require.Equal(t, breaker.Open, h.b.Snapshot().State)
 }
@@ -132,10 +132,10 @@ func TestTripSpreadsAndProbeClosesTheFleet(t *testing.T) {
 	var probes []*hub
 	eventually(t, "one hub admits a probe", func() bool {
 		for _, h := range []*hub{a, b, c} {
-			if tk, err := h.b.Allow(); err == nil {
+			if tk, _, err := h.b.Allow(); err == nil {
 				require.True(t, tk.Probe())
 				probes = append(probes, h)
-				h.b.Done(tk, false)
+				h.b.Done(tk, false, 0)
 				return true
 			}
 		}
@@ -192,12 +192,12 @@ func TestStoreDownEachBreakerDecidesAlone(t *testing.T) {
 	// its period has passed.
 	a.trip(t)
 	eventually(t, "a admits its own probe", func() bool {
-		tk, err := a.b.Allow()
+		tk, _, err := a.b.Allow()
 		if err != nil {
 			return false
 		}
 		require.True(t, tk.Probe())
-		a.b.Done(tk, true) // the target is still down: open again
+		a.b.Done(tk, true, 0) // the target is still down: open again
 		return true
 	})
 	assert.Equal(t, breaker.Closed, state(b))
@@ -230,8 +230,8 @@ func TestHammerConverges(t *testing.T) {
 						return
 					default:
 					}
-					if tk, err := h.b.Allow(); err == nil {
-						h.b.Done(tk, (n+g+i)%3 == 0)
+					if tk, _, err := h.b.Allow(); err == nil {
+						h.b.Done(tk, (n+g+i)%3 == 0, 0)
 					}
 					time.Sleep(time.Millisecond)
 				}
@@ -263,8 +263,8 @@ func TestHammerConverges(t *testing.T) {
 			return false
 		}
 		for _, h := range hubs {
-			if tk, err := h.b.Allow(); err == nil {
-				h.b.Done(tk, false)
+			if tk, _, err := h.b.Allow(); err == nil {
+				h.b.Done(tk, false, 0)
 			}
 		}
 		for _, h := range hubs {
@@ -340,12 +340,12 @@ func TestAnUnusedProbeLeaseMovesOn(t *testing.T) {
 	eventually(t, "the lease moves on", func() bool { return lease(other) })
 
 	// and only the other may probe: the first's permit was taken back.
-	_, err := winner.b.Allow()
+	_, _, err := winner.b.Allow()
 	assert.ErrorIs(t, err, breaker.ErrOpen)
-	tk, err := other.b.Allow()
+	tk, _, err := other.b.Allow()
 	require.NoError(t, err)
 	require.True(t, tk.Probe())
-	other.b.Done(tk, false)
+	other.b.Done(tk, false, 0)
 	eventually(t, "the fleet closes", func() bool { return state(a) == breaker.Closed && state(b) == breaker.Closed })
 }
 
@@ -367,11 +367,11 @@ func TestSlowStoreEachBreakerDecidesAlone(t *testing.T) {
 	// command timeout and lets its own breaker probe, long before the store
 	// answers again.
 	eventually(t, "a probes on its own", func() bool {
-		tk, err := a.b.Allow()
+		tk, _, err := a.b.Allow()
 		if err != nil {
 			return false
 		}
-		a.b.Done(tk, false)
+		a.b.Done(tk, false, 0)
 		return true
 	})
 	assert.Less(t, time.Since(paused), 2*time.Second)

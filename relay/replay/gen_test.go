@@ -125,7 +125,7 @@ func (g *genLog) step() {
 		c := g.inFlight[0]
 		g.inFlight = g.inFlight[1:]
 		g.clock.now = time.Unix(0, c.end).UTC()
-		g.br.DoneAfter(c.ticket, c.code == "E500" || c.code == "E901", c.took)
+		g.br.Done(c.ticket, c.code == "E500" || c.code == "E901", c.took)
 		g.line(c.txid, c.end, c.code, c.took, "admitted", c.ticket.Probe(), c.start, c.end)
 		return
 	}
@@ -133,7 +133,7 @@ func (g *genLog) step() {
 	g.next += int64(g.Every) + g.rnd.Int64N(int64(g.Every)/2+1)
 	g.n++
 	g.clock.now = time.Unix(0, at).UTC()
-	ticket, err := g.br.Allow()
+	ticket, _, err := g.br.Allow()
 	if err != nil {
 		g.line(g.n, at, "E904", 0, "refused", false, at, 0)
 		return

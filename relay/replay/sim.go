@@ -159,7 +159,7 @@ func (s *sim) advance(t int64) {
 	for s.inFlight.len() > 0 && s.inFlight.min().end <= t {
 		c := s.inFlight.pop()
 		s.setClock(c.end)
-		c.t.breaker.DoneAfter(c.ticket, c.failed, c.took)
+		c.t.breaker.Done(c.ticket, c.failed, c.took)
 	}
 }
 
@@ -198,7 +198,7 @@ func (s *sim) arrive(a *arrival) {
 
 // probe replays one of the hub's synthetic probes to t. With a probe
 // payload in the set's settings, the breaker takes it as the hub's did: as
-// its own probe if one is due then (AdmitProbe), judged by the set's
+// its own probe if one is due then (AllowProbe), judged by the set's
 // probe_expect; a probe the breaker is not due is skipped. Without a probe
 // payload the set's hub would not have sent it: it is skipped, and the
 // customers' requests probe the breaker, as they do in such a hub. Either
@@ -210,7 +210,7 @@ func (s *sim) probe(a *arrival, t *simTarget) {
 	if !t.settings.SyntheticProbes {
 		return
 	}
-	ticket, _, err := t.breaker.AdmitProbe()
+	ticket, _, err := t.breaker.AllowProbe()
 	if err != nil {
 		return
 	}
@@ -231,7 +231,7 @@ func (t *simTarget) probeExpect() []string {
 // ask asks t's breaker to admit a; real is the target that answered a in
 // the hub. It reports whether the breaker admitted it.
 func (s *sim) ask(a *arrival, t, real *simTarget) bool {
-	ticket, err := t.breaker.Allow()
+	ticket, _, err := t.breaker.Allow()
 	if err != nil {
 		return false
 	}
