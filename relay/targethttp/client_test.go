@@ -612,7 +612,7 @@ func TestTargetCallOverTLS(t *testing.T) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	tg := testTarget(t, srv.URL, 5*time.Second)
-	require.True(t, tg.client.IsTLS)
+	require.NotNil(t, tg.tls, "an https target")
 	trustTestServer(tg, srv, true)
 
 	for i := range 3 {
