@@ -118,7 +118,7 @@ func (c *conn) serve() {
 		c.ended(endTLS)
 		return
 	}
-	c.armReadDeadline(time.Now())
+	c.awaitIdle(time.Now())
 	if c.in.buf == nil {
 		// The wait for the first input, in a shallow frame, holding
 		// nothing (docs/DESIGN.md, "Memory").
@@ -274,9 +274,18 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 func (c *conn) armReadDeadline(now time.Time) {
 	c.quietSince = now
 	slack := deadlineSlack(c.srv.idleTimeout)
-	if now.Add(slack).After(c.rdl) {
+	if now.Add(slack).After(c.rdl) || c.rdl.After(now.Add(2*slack)) {
 		c.setReadDeadline(now.Add(2 * slack))
 	}
+}
+
+// awaitIdle restarts the idle measure at now for a goroutine that has
+// served no line and so has nothing to hand off: a new connection, or a
+// handed-off one. Its read deadline is the idle one itself; the first
+// answered line brings the checks back (armReadDeadline).
+func (c *conn) awaitIdle(now time.Time) {
+	c.quietSince = now
+	c.setReadDeadline(now.Add(c.srv.idleTimeout + deadlineSlack(c.srv.idleTimeout)))
 }
 
 // afterDeadline decides what the read deadline's passing means: the end
@@ -296,7 +305,7 @@ func (c *conn) afterDeadline() (end readEnd, stop bool) {
 	slack := deadlineSlack(c.srv.idleTimeout)
 	if handOff := c.quietSince.Add(slack); c.in.empty() {
 		if !now.Before(handOff) {
-			c.setReadDeadline(idleDue.Add(slack))
+			c.awaitIdle(c.quietSince)
 			return endHandOff, true
 		}
 		c.setReadDeadline(handOff)

@@ -48,7 +48,7 @@ func (c *conn) readLine() ([]byte, bool, error) { return c.in.readLine(c.nc) }
 // readLoop runs c's read loop as serve does after the handshake, and
 // returns why it ended.
 func (c *conn) readLoop() readEnd {
-	c.armReadDeadline(time.Now())
+	c.awaitIdle(time.Now())
 	if c.in.buf == nil {
 		c.in.waitForInput(c.nc)
 	}
