@@ -156,47 +156,25 @@ func (s *Server) lookup(name []byte) *route {
 	return nil
 }
 
-// dispatch is the one place that composes the policies for a request. In
-// order:
+// dispatch is the one place that composes the policies for a request, in
+// order (docs/DESIGN.md, "A line's way through the hub"):
 //
 //  1. shutting down: E906 at once;
-//  2. the target is looked up: unknown, E903 at once; one the client's
-//     certificate does not allow it to use (Target.AllowedClients, as the
-//     configuration in force when the line is read says), E908 at once.
-//     Only the target the client names is checked: its fallback serves its
-//     requests;
-//  3. the target's breaker admits the call. When it refuses (open, held
-//     open, or half-open with the probe out) and the target has a fallback,
-//     the fallback's breaker is asked instead, and from here on the request
-//     is the fallback's: its bulkhead, its call, its record, and every
-//     message it gets starts "via FALLBACK: ". When the breakers refuse
-//     (the target's, and its fallback's if any), E904 at once with the
-//     target's own retry hint, or "held open by operator";
-//  4. the admitting target's bulkhead takes a slot: full, the breaker ticket
-//     goes back with Cancel (neither success nor failure, so a probe's slot
-//     is freed) and E905 at once. A full bulkhead never sends a request to
-//     the fallback: only a refusing breaker does;
-//  5. on a call worker (see startCall): the HTTP call, its classification, the
-//     result recorded with the breaker's Done (a failure when the code
-//     is one of the route's failure codes; the call's duration for the
-//     slow-call policy), the slot released, a call in doubt recorded (and
-//     journalled, fsynced), and the answer.
+//  2. unknown target: E903; a target the client's certificate may not
+//     use: E908;
+//  3. the target's breaker admits the call; when it refuses and the target
+//     has a fallback, the fallback's breaker is asked, and the request is
+//     the fallback's from then on ("via FALLBACK: " in its message); when
+//     both refuse, E904 with the target's own retry hint;
+//  4. the admitting target's bulkhead takes a slot; full: the ticket goes
+//     back with Cancel and E905 (a full bulkhead never sends a request to
+//     the fallback);
+//  5. on a call worker (startCall): the call, the breaker's record, the
+//     slot's release, a call in doubt journalled, then the answer.
 //
-// Steps 1 to 4 never wait, so their answers go out from the read loop (which
-// flushes them) and a fast refusal never queues behind a slow call. The
-// result is recorded before the answer is written, so a client that has its
-// answer sees the breaker already moved by it. Likewise every answer is
-// counted in the metrics and queued for the access log before it is
-// written; neither can block. An answer is counted under the target that
-// gave it: the fallback when it took the request (the target's refusal is
-// counted apart, in relay_fallbacks_total), else the target.
-//
-// A panic anywhere in here is a hub bug: the request is answered E907, a
-// breaker ticket taken is handed back with Cancel and a bulkhead slot taken
-// is released, so neither policy is left holding a leaked admission.
-//
-// It reports whether the request was admitted and its call started (step
-// 5); every other request has been answered by the time it returns.
+// Steps 1 to 4 never wait, so a refusal never queues behind a slow call.
+// A panic is answered E907 and hands back what was taken. It reports
+// whether the call started; every other request is answered on return.
 func (c *conn) dispatch(req protocol.Request) (started bool) {
 	s := c.srv
 	// Counted before the shutdown check so that Shutdown, which sets the
