@@ -62,7 +62,7 @@ type Target struct {
 	// AllowedClients, when not empty, are the only clients that may send
 	// requests to the target: patterns matched against the identities of
 	// the client's verified certificate (its URI SANs, DNS SANs and
-	// subject CN) with MatchClientPattern. Any other client's request is
+	// subject CN) with clientcert.Match. Any other client's request is
 	// answered E908. They need TLS with ClientCAs. Empty means every
 	// client may.
 	AllowedClients []string

@@ -55,7 +55,7 @@ type conn struct {
 // socket. Most connections have none, so it is kept apart from conn.
 type connPeer struct {
 	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
-	identities []string       // the client certificate's identities (clientIdentities); nil without one
+	identities []string       // the client certificate's identities (clientcert.Identities); nil without one
 }
 
 // proxyPeer returns the load balancer that sent the PROXY header, or the

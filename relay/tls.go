@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/relayhub/relayhub/relay/clientcert"
 )
 
 // DefaultTLSHandshakeTimeout bounds a client's TLS handshake when
@@ -63,7 +65,7 @@ type tlsServer struct {
 	clientCAs func() *x509.CertPool // nil: no client certificates
 	failLog   zerolog.Logger        // sampled to tlsLogBurst lines a second
 	metrics   *Metrics              // nil without metrics
-	verified  verifiedChains
+	verified  clientcert.Chains
 }
 
 // tlsLogBurst is how many refused handshakes and refused requests (E908)
@@ -208,7 +210,7 @@ func (c *conn) handshake() bool {
 		if c.peer == nil {
 			c.peer = new(connPeer)
 		}
-		c.peer.identities = clientIdentities(cs.PeerCertificates[0])
+		c.peer.identities = clientcert.Identities(cs.PeerCertificates[0])
 	}
 	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
