@@ -193,10 +193,8 @@ func (c *conn) serveInput() readEnd {
 			if !stop {
 				continue
 			}
-			if end == endHandOff {
-				c.in.release()
-				return end
-			}
+			c.in.release()
+			return end
 		}
 		if batch {
 			batch = false
@@ -224,7 +222,10 @@ func (c *conn) serveInput() readEnd {
 		if err != nil {
 			c.in.release()
 			c.flush()
-			return c.readEndFor(err)
+			if err == io.EOF {
+				return endEOF
+			}
+			return endError
 		}
 		if !c.in.lineHeld() {
 			now := time.Now()
@@ -345,20 +346,6 @@ func (c *conn) stoppedReading() bool {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	return c.stopped
-}
-
-// readEndFor classifies the error that ended the read loop.
-func (c *conn) readEndFor(err error) readEnd {
-	switch {
-	case err == io.EOF:
-		return endEOF
-	case isTimeout(err) && c.stoppedReading():
-		return endStopped
-	case isTimeout(err):
-		return endIdle
-	default:
-		return endError
-	}
 }
 
 // finish writes what is left in the buffer and closes the connection. When

@@ -30,8 +30,9 @@ var (
 	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, writeBufSize); return &b }}
 )
 
-// lineReader splits a connection's input into request lines, holding a
-// pooled buffer only while it holds input. A line that outgrows a read
+// lineReader splits a connection's input into request lines in a pooled
+// buffer, taken when input comes and handed back when the connection goes
+// quiet (release) or a long line is used up. A line that outgrows a read
 // buffer moves to a buffer of maxLine+2 bytes from long; one longer than
 // that is over-long: its TXID is kept and the rest dropped up to its
 // '\n', so the hub never holds more of a line than the cap. It is owned
@@ -39,7 +40,7 @@ var (
 type lineReader struct {
 	maxLine    int
 	long       *sync.Pool // buffers of maxLine+2 bytes
-	buf        *[]byte    // nil while no input is held
+	buf        *[]byte    // nil while no buffer is held
 	r, w       int        // the input not yet used is (*buf)[r:w]
 	scanned    int        // the first scanned bytes of the input hold no '\n'
 	inLong     bool       // buf is from long, else from readBufs
