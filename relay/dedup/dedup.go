@@ -156,7 +156,6 @@ func (f *Flight) Hash() Hash { return f.hash }
 // answer comes back (Replayed, code and message); in doubt, the caller
 // claims its look-up (Resolve, with its Flight); remembered with another
 // payload, Conflict. window is how long a settled answer is kept.
-//
 func (s *Shield) Begin(target string, txid []byte, h Hash, w Waiter) (v Verdict, f *Flight, code, msg string) {
 	var keyBuf [160]byte
 	key := appendKey(keyBuf[:0], target, txid)
