@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
@@ -66,6 +67,13 @@ type Target struct {
 	// answered E908. They need TLS with ClientCAs. Empty means every
 	// client may.
 	AllowedClients []string
+	// StatusURL, when not empty, is where the hub asks the target about
+	// one transaction when a client resends a TXID whose first call ended
+	// in doubt (TargetSettings.Dedup): an http or https URL holding
+	// "{txid}", which becomes the TXID, answered like the fixture's
+	// GET /tx/{txid}. Empty means such a resend is answered E901 "outcome
+	// still unknown; do not resend yet" without a call.
+	StatusURL string
 	// TLS, when set, configures the connections to an https target: the
 	// CAs it is verified against, the client certificate presented to it,
 	// the server name. Nil means the system's roots and the URL's host.
@@ -90,6 +98,11 @@ func (t Target) canonical() (name, txURL string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("target %s: %w", t.Name, err)
 	}
+	if t.StatusURL != "" {
+		if err := CheckStatusURL(t.StatusURL); err != nil {
+			return "", "", fmt.Errorf("target %s: %w", t.Name, err)
+		}
+	}
 	return strings.ToUpper(t.Name), strings.TrimRight(u.String(), "/") + "/tx", nil
 }
 
@@ -107,6 +120,23 @@ func ParseTargetURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("URL %q: want no query or fragment", raw)
 	}
 	return u, nil
+}
+
+// StatusTxID is the placeholder of a Target's StatusURL that becomes the
+// TXID.
+const StatusTxID = "{txid}"
+
+// CheckStatusURL reports whether raw is a usable status URL: http or https
+// with a host, holding StatusTxID once.
+func CheckStatusURL(raw string) error {
+	if strings.Count(raw, StatusTxID) != 1 {
+		return fmt.Errorf("status URL %q: want %s exactly once", raw, StatusTxID)
+	}
+	u, err := url.Parse(strings.Replace(raw, StatusTxID, "T1", 1))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("status URL %q: want http:// or https:// with a host", raw)
+	}
+	return nil
 }
 
 // Config configures a Server. The zero value of each field selects the
@@ -196,6 +226,15 @@ type Config struct {
 	// or Close has returned. Nil means no journal: such calls are still
 	// counted and listed by InDoubt.
 	InDoubtLog *indoubt.Journal
+	// DedupMaxEntries bounds the TXIDs the duplicate-TXID shield
+	// remembers, over every target; past it the oldest are forgotten
+	// first, and counted. Zero means dedup.DefaultMaxEntries.
+	DedupMaxEntries int
+	// DedupStore, when set, shares the shield with the other hubs of a
+	// fleet: a shielded call is claimed in it before it is made and
+	// settled there after it is answered. While it fails each hub shields
+	// on its own memory, and counts it. Nil means the hub's memory only.
+	DedupStore dedup.Store
 	// HubID names the hub in the in-doubt records. Empty means
 	// DefaultHubID of the first listener given to Serve.
 	HubID string
@@ -252,6 +291,7 @@ func (ts TargetSettings) WithDefaults() TargetSettings {
 	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
 	ts.ResetTimeout = orDefault(ts.ResetTimeout, DefaultResetTimeout)
 	ts.TargetTimeout = orDefault(ts.TargetTimeout, DefaultTargetTimeout)
+	ts.DedupWindow = orDefault(ts.DedupWindow, dedup.DefaultWindow)
 	if len(ts.FailureCodes) == 0 {
 		ts.FailureCodes = protocol.DefaultFailureCodes[:]
 	}
@@ -275,6 +315,7 @@ func (ts TargetSettings) check() error {
 		{"MaxResetTimeout", ts.MaxResetTimeout < 0},
 		{"ProbeSuccesses", ts.ProbeSuccesses < 0},
 		{"ProbeInterval", ts.ProbeInterval < 0},
+		{"DedupWindow", ts.DedupWindow < 0},
 	}); err != nil {
 		return err
 	}
@@ -311,6 +352,7 @@ func checkNonNegative(cfg Config) error {
 		{"IdleTimeout", cfg.IdleTimeout < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"AccessLogQueue", cfg.AccessLogQueue < 0},
+		{"DedupMaxEntries", cfg.DedupMaxEntries < 0},
 	}); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
@@ -380,6 +422,15 @@ type TargetSettings struct {
 	// accepted by ParseProbeCode; any other answer, a timeout or a
 	// transport failure is a failed probe. Empty means 0000.
 	ProbeExpect []string
+	// Dedup turns on the duplicate-TXID shield (docs/PROTOCOL.md,
+	// "Resending a transaction"): a copy of a call in flight joins it, a
+	// TXID answered within DedupWindow gets its answer again, one reused
+	// with another payload gets E909, and one in doubt is looked up at the
+	// target's StatusURL. False means off: every line is a call.
+	Dedup bool
+	// DedupWindow is how long the shield remembers an answered or
+	// in-doubt TXID. Zero means 10 min.
+	DedupWindow time.Duration
 	// Policy is when the target's breaker opens and how long it stays open
 	// (threshold, reset timeout and the optional policies, the probes'
 	// included); its comments give the defaults. Embedded, so that its

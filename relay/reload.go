@@ -44,6 +44,7 @@ type routeConf struct {
 	fallbacks    prometheus.Counter // relay_fallbacks_total of this target and its fallback; nil when none or without metrics
 	probePayload []byte             // the synthetic probe's payload; nil when the target has none
 	probeExpect  []string           // the answer codes of a healthy synthetic probe, canonical
+	statusURL    string             // Target.StatusURL; empty when none
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -80,6 +81,7 @@ type targetPlan struct {
 	probeExpect  []string
 	tls          *tls.Config // Target.TLS
 	clients      []string    // Target.AllowedClients, nil when empty
+	statusURL    string      // Target.StatusURL
 }
 
 // plan checks targets as New takes them, against the Server's defaults,
@@ -106,7 +108,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 			return nil, err
 		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
-			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, probeExpect: s.defaultExpect, tls: t.TLS}
+			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, probeExpect: s.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
 		if len(t.AllowedClients) > 0 {
 			p.clients = slices.Clone(t.AllowedClients)
 		}
@@ -175,7 +177,7 @@ func (s *Server) newRoute(p targetPlan) *route {
 // changed; old is nil for a new target.
 func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, error) {
 	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
-		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect}
+		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect, statusURL: p.statusURL}
 	if p.settings.ProbePayload != "" {
 		rc.probePayload = []byte(p.settings.ProbePayload)
 	}
@@ -356,7 +358,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 // allowed clients.
 func sameConf(a, b *routeConf) bool {
 	as, bs := a.settings, b.settings
-	return a.url == b.url && a.fallbackName == b.fallbackName && a.own == b.own &&
+	return a.url == b.url && a.statusURL == b.statusURL && as.Dedup == bs.Dedup && as.DedupWindow == bs.DedupWindow && a.fallbackName == b.fallbackName && a.own == b.own &&
 		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&
 		as.ProbePayload == bs.ProbePayload && slices.Equal(a.probeExpect, b.probeExpect) &&
 		as.MaxInflight == bs.MaxInflight && as.TargetTimeout == bs.TargetTimeout &&

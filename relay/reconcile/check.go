@@ -149,12 +149,18 @@ type lookupAnswer struct {
 	Message string `json:"message"`
 }
 
-// lookup asks e's target about e's transaction. Only an answer that names
-// the transaction and says applied true or false settles it: anything else
-// is Unknown, since "not applied" read from a mere error page could get a
-// booked transfer sent twice.
+// lookup asks e's target about e's transaction, at its base URL's
+// /tx/{txid}.
 func (c *Checker) lookup(ctx context.Context, e Entry) (Outcome, *Answer, string) {
-	u := strings.TrimRight(e.URL, "/") + "/tx/" + url.PathEscape(e.TxID)
+	return c.Lookup(ctx, strings.TrimRight(e.URL, "/")+"/tx/"+url.PathEscape(e.TxID), e.TxID)
+}
+
+// Lookup asks a target about one transaction, txid, with GET u (its
+// look-up URL, the TXID in it). Only an answer that names the transaction
+// and says applied true or false settles it: anything else is Unknown,
+// with the reason, since "not applied" read from a mere error page could
+// get a booked transfer sent twice.
+func (c *Checker) Lookup(ctx context.Context, u, txid string) (Outcome, *Answer, string) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -182,7 +188,7 @@ func (c *Checker) lookup(ctx context.Context, e Entry) (Outcome, *Answer, string
 		return Unknown, nil, fmt.Sprintf("GET %s: %s, not a look-up answer: %s", u, resp.Status, firstLine(body))
 	}
 	switch {
-	case a.TxID != e.TxID:
+	case a.TxID != txid:
 		return Unknown, nil, fmt.Sprintf("GET %s: the answer is about txid %q", u, a.TxID)
 	case *a.Applied && resp.StatusCode == http.StatusOK:
 		return Applied, &Answer{Code: a.Code, Message: a.Message}, ""
