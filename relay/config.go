@@ -291,13 +291,18 @@ func (ts TargetSettings) WithDefaults() TargetSettings {
 	ts.FailThreshold = orDefault(ts.FailThreshold, DefaultFailThreshold)
 	ts.ResetTimeout = orDefault(ts.ResetTimeout, DefaultResetTimeout)
 	ts.TargetTimeout = orDefault(ts.TargetTimeout, DefaultTargetTimeout)
-	ts.DedupWindow = orDefault(ts.DedupWindow, dedup.DefaultWindow)
 	if len(ts.FailureCodes) == 0 {
 		ts.FailureCodes = protocol.DefaultFailureCodes[:]
 	}
 	ts.FailureCodes = slices.Clone(ts.FailureCodes)
 	ts.ProbeExpect = slices.Clone(ts.ProbeExpect)
 	return ts
+}
+
+// dedupWindow is DedupWindow, or its default when zero. Like
+// TargetIdleTimeout, a zero window stays zero in the settings.
+func (ts TargetSettings) dedupWindow() time.Duration {
+	return orDefault(ts.DedupWindow, dedup.DefaultWindow)
 }
 
 // check refuses negative limits and durations and a rate or jitter outside

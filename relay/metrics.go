@@ -35,6 +35,10 @@ const (
 	metricProbeLast        = "relay_probe_last_timestamp_seconds"
 	metricProbeLastTook    = "relay_probe_last_duration_seconds"
 	metricProbeLastHealthy = "relay_probe_last_healthy"
+	metricDedup            = "relay_dedup_total"
+	metricDedupEvictions   = "relay_dedup_evictions_total"
+	metricDedupEntries     = "relay_dedup_entries"
+	metricDedupFallbacks   = "relay_dedup_store_fallbacks_total"
 
 	labelTarget    = "target"
 	labelCode      = "code"
@@ -81,6 +85,7 @@ const (
 	lblInternal                         // E907, the hub's own
 	lblOtherTargetCode                  // Ennn: any other error code a target sent
 	lblNotAllowed                       // E908, the hub's own
+	lblTxIDReused                       // E909, the hub's own
 	numCodeLabels
 )
 
@@ -98,6 +103,7 @@ var codeLabelValues = [numCodeLabels]string{
 	lblInternal:        protocol.CodeInternal,
 	lblOtherTargetCode: codeLabelOtherTargetCode,
 	lblNotAllowed:      protocol.CodeNotAllowed,
+	lblTxIDReused:      protocol.CodeTxIDReused,
 }
 
 // callCodeLabel folds the code a target call ended with into the fixed
@@ -138,11 +144,12 @@ const (
 	taskCallWorker             // running target calls
 	taskAccessLog              // writing the access log
 	taskProber                 // sending a target's synthetic probes
+	taskResolver               // looking up the outcome of a resent transaction in doubt
 	numTasks
 )
 
 // taskNames are the label values of relay_panics_total.
-var taskNames = [numTasks]string{"conn", "turn_away", "call_worker", "access_log", "prober"}
+var taskNames = [numTasks]string{"conn", "turn_away", "call_worker", "access_log", "prober", "resolver"}
 
 var unroutedCodes = [...]string{protocol.CodeMalformed, protocol.CodeUnknownTarget, protocol.CodeUnavailable, protocol.CodeInternal}
 
@@ -165,6 +172,7 @@ type Metrics struct {
 	probeLast   *prometheus.GaugeVec
 	probeTook   *prometheus.GaugeVec
 	probeOK     *prometheus.GaugeVec
+	dedup       *prometheus.CounterVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -226,6 +234,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricProbeLastHealthy,
 			Help: "1 when the target's latest synthetic probe was healthy, 0 when it failed.",
 		}, []string{labelTarget}),
+		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricDedup,
+			Help: "Requests the duplicate-TXID shield dealt with, by outcome: joined the call in flight, replayed a remembered answer, refused_payload (E909), resolved_applied, resolved_not_applied (sent afresh) or unresolved (E901 without a call) for a resend of a call in doubt.",
+		}, []string{labelTarget, labelOutcome}),
 		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricInDoubtLogError,
 			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
@@ -252,7 +264,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
-		m.probes, m.probeLast, m.probeTook, m.probeOK,
+		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup,
+		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
+			func(s *Server) int64 { return s.shieldMem.Evictions() }),
+		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
+			func(s *Server) int64 { return s.shieldMem.Len() }),
+		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Shielded requests for which the fleet's store could not be used, so that the hub shielded them on its own memory only.",
+			func(s *Server) int64 { return s.dedupFallbacks.Load() }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
@@ -336,6 +354,9 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
 	}
+	for i, outcome := range dedupOutcomeNames {
+		rm.dedup[i] = m.dedup.WithLabelValues(name, outcome)
+	}
 	for from := range rm.transitions {
 		for to := range rm.transitions[from] {
 			if from != to {
@@ -366,6 +387,31 @@ type routeMetrics struct {
 	// gauges tell the latest one.
 	probes                        [2]prometheus.Counter
 	probeLast, probeTook, probeOK prometheus.Gauge
+	// dedup counts the shield's outcomes, by dedupOutcome.
+	dedup [numDedupOutcomes]prometheus.Counter
+}
+
+// countDedup counts what the shield did with a request.
+func (rm *routeMetrics) countDedup(o dedupOutcome) {
+	if rm != nil {
+		rm.dedup[o].Inc()
+	}
+}
+
+// shieldFunc is a metric without labels whose value is read from the bound
+// Server when gathered: 0 before one is bound.
+func (m *Metrics) shieldFunc(t prometheus.ValueType, name, help string, value func(*Server) int64) prometheus.Collector {
+	read := func() float64 {
+		if s := m.live.srv.Load(); s != nil {
+			return float64(value(s))
+		}
+		return 0
+	}
+	opts := prometheus.Opts{Name: name, Help: help}
+	if t == prometheus.CounterValue {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts), read)
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts), read)
 }
 
 // observeProbe counts a synthetic probe and makes it the latest.

@@ -127,7 +127,7 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 	}
 	allowed["reason"] = append(allowed["reason"], tlsFailureNames[:]...)
 	allowed[labelResumed] = []string{"true", "false"}
-	allowed[labelOutcome] = []string{outcomeHealthy, outcomeFailed}
+	allowed[labelOutcome] = append([]string{outcomeHealthy, outcomeFailed}, dedupOutcomeNames[:]...)
 	for name, values := range relayLabelValues(t, reg) {
 		require.Contains(t, allowed, name, "label %s", name)
 		for _, v := range values {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
@@ -37,6 +38,9 @@ type route struct {
 	transitions transitionLog
 	lastFailure lastFailure  // the latest failed call, for status pages
 	inDoubt     atomic.Int64 // calls ended in doubt, for status pages
+	// dedup counts what the shield did with the target's requests, by
+	// dedupOutcome, for status pages.
+	dedup [numDedupOutcomes]atomic.Int64
 	// prober sends the target's synthetic probes, when it has a probe
 	// payload.
 	prober prober
@@ -181,33 +185,13 @@ func (c *conn) dispatch(req protocol.Request) (started bool) {
 	// flag and then waits for this count to drain, cannot miss a call about
 	// to start.
 	s.activeCalls.Add(1)
-	var (
-		rt       *route // the route whose breaker admitted the request
-		primary  *route // the route the client named, when its fallback took the request
-		ticket   breaker.Ticket
-		admitted bool // ticket is held
-		acquired bool // a bulkhead slot is held
-		async    bool // the call goroutine owns what is held
-		asked    time.Time
-	)
+	var a admission
 	defer func() {
-		if async {
+		if a.async {
 			return
 		}
 		if p := recover(); p != nil {
-			var note breakerNote
-			if admitted {
-				admitted = false
-				rt.breaker.Cancel(ticket)
-				note = breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked}
-			}
-			if acquired {
-				acquired = false
-				rt.bulkhead.Release()
-			}
-			s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-			c.noteHubAnswer(rt, primary, req, protocol.CodeInternal, lblInternal, note)
-			answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
+			c.answerPanic(&a, req, p)
 		}
 		s.activeCalls.Add(-1)
 	}()
@@ -219,7 +203,7 @@ func (c *conn) dispatch(req protocol.Request) (started bool) {
 		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
-	rt = s.lookup(req.Target)
+	rt := s.lookup(req.Target)
 	if rt == nil {
 		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
 		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
@@ -230,50 +214,121 @@ func (c *conn) dispatch(req protocol.Request) (started bool) {
 		c.refuseNotAllowed(rt, req)
 		return
 	}
+	if conf.settings.Dedup {
+		var handled bool
+		if a.flight, handled, started = c.shield(rt, conf, req); handled {
+			return started
+		}
+	}
+	return c.admit(&a, rt, conf, req, false)
+}
+
+// admission is what a request holds on its way to its call, so that a
+// panic hands back exactly that: the route whose breaker admitted it, the
+// ticket and the bulkhead slot, and the shield's flight it leads.
+type admission struct {
+	rt       *route // the route whose breaker admitted the request
+	primary  *route // the route the client named, when its fallback took the request
+	ticket   breaker.Ticket
+	admitted bool // ticket is held
+	acquired bool // a bulkhead slot is held
+	async    bool // the call goroutine owns what is held
+	asked    time.Time
+	flight   *dedup.Flight // the shield's flight this request leads; nil when none
+	// inDoubt: the flight's transaction is in doubt (a resend being
+	// resolved), so a panic leaves it in doubt rather than forgetting it.
+	inDoubt bool
+	// resolved: the request follows a look-up that found it not applied.
+	resolved bool
+}
+
+// admit is steps 3 and 4 of dispatch for req, to rt with configuration
+// conf, then hands the call to a worker (step 5). a holds the request's
+// flight, if any, and receives what is taken. flush says whether a
+// refusal is written at once (true off the connection's read loop). It
+// reports whether the call started.
+func (c *conn) admit(a *admission, rt *route, conf *routeConf, req protocol.Request, flush bool) bool {
+	s := c.srv
 	var (
 		err        error
 		retryAfter time.Duration
 	)
+	a.rt = rt
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
-	asked = s.access.now()
-	if ticket, retryAfter, err = rt.breaker.Allow(); err != nil {
+	a.asked = s.access.now()
+	if a.ticket, retryAfter, err = rt.breaker.Allow(); err != nil {
 		fb := conf.fallback
 		if fb == nil {
-			c.refuseOpen(rt, req, retryAfter, err, asked)
-			return
+			c.refuseOpen(rt, req, retryAfter, err, a.asked, a.flight, flush)
+			return false
 		}
-		if ticket, _, err = fb.breaker.Allow(); err != nil {
-			c.refuseOpen(rt, req, retryAfter, err, asked)
-			return
+		if a.ticket, _, err = fb.breaker.Allow(); err != nil {
+			c.refuseOpen(rt, req, retryAfter, err, a.asked, a.flight, flush)
+			return false
 		}
 		conf.countFallback()
-		primary, rt, conf = rt, fb, fb.conf.Load()
+		a.primary, a.rt, conf = rt, fb, fb.conf.Load()
+		rt = fb
 	}
-	admitted = true
-	if ticket.Probe() {
+	a.admitted = true
+	if a.ticket.Probe() {
 		rt.logTransitions()
 	}
 	if !rt.bulkhead.TryAcquire() {
-		admitted = false
-		rt.breaker.Cancel(ticket)
-		c.noteHubAnswer(rt, primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
-			breakerNote{use: breakerHandedBack, probe: ticket.Probe(), start: asked})
+		a.admitted = false
+		rt.breaker.Cancel(a.ticket)
+		c.noteHubAnswer(rt, a.primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
+			breakerNote{use: breakerHandedBack, probe: a.ticket.Probe(), start: a.asked})
 		msg := protocol.MsgBulkheadFull
-		if primary != nil {
+		if a.primary != nil {
 			msg = rt.viaBusy
 		}
-		answer(c, req.TxID, protocol.CodeBulkheadFull, msg, false)
-		return
+		answer(c, req.TxID, protocol.CodeBulkheadFull, msg, flush)
+		if a.flight != nil {
+			s.releaseFlight(a.flight, protocol.CodeBulkheadFull, []byte(msg))
+		}
+		return false
 	}
-	acquired = true
+	a.acquired = true
 
-	cl := getCall(c, rt, conf, primary, ticket, req)
-	cl.asked = asked
+	cl := getCall(c, rt, conf, a.primary, a.ticket, req)
+	cl.asked = a.asked
+	cl.flight, cl.resolved = a.flight, a.resolved
 	c.calls.Add(1)
 	s.startCall(rt, cl)
-	async = true
+	a.async = true
 	return true
+}
+
+// answerPanic answers req E907 after a panic before its call started,
+// handing back what a holds: the ticket, the slot, and the flight, whose
+// copies get the same answer. A flight in doubt stays so; any other is
+// forgotten, since no call was made.
+func (c *conn) answerPanic(a *admission, req protocol.Request, p any) {
+	s := c.srv
+	var note breakerNote
+	if a.admitted {
+		a.admitted = false
+		a.rt.breaker.Cancel(a.ticket)
+		note = breakerNote{use: breakerHandedBack, probe: a.ticket.Probe(), start: a.asked}
+	}
+	if a.acquired {
+		a.acquired = false
+		a.rt.bulkhead.Release()
+	}
+	s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
+	c.noteHubAnswer(a.rt, a.primary, req, protocol.CodeInternal, lblInternal, note)
+	answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
+	if f := a.flight; f != nil {
+		a.flight = nil
+		msg := []byte(protocol.MsgInternal)
+		if a.inDoubt && a.rt != nil {
+			answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, a.rt.conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
+		} else {
+			s.releaseFlight(f, protocol.CodeInternal, msg)
+		}
+	}
 }
 
 // startCall runs cl on one of rt's idle call workers, or on a new one when
@@ -316,16 +371,21 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 
 // refuseOpen answers E904 for rt, whose breaker refused the request with
 // err and retryAfter (and its fallback's too, if it has one) when asked at
-// asked. The message is rt's: "held open by operator" while an operator
+// asked, and the copies that joined f, the flight it leads, if any; flush
+// as for admit. The message is rt's: "held open by operator" while an operator
 // holds it, else its retry hint.
-func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time) {
+func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
 	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	if errors.Is(err, breaker.ErrHeld) {
-		answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, false)
-		return
-	}
 	var hint [len("circuit open; retry after 9223372036854775807s")]byte
-	answer(c, req.TxID, protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], retryHintSeconds(retryAfter)), false)
+	msg := append(hint[:0], protocol.MsgHeldOpen...)
+	if !errors.Is(err, breaker.ErrHeld) {
+		msg = protocol.AppendRetryHint(hint[:0], retryHintSeconds(retryAfter))
+	}
+	answer(c, req.TxID, protocol.CodeCircuitOpen, msg, flush)
+	if f != nil {
+		// A copy, so that hint stays on the stack of the refusals' path.
+		c.srv.releaseFlight(f, protocol.CodeCircuitOpen, clone(msg))
+	}
 }
 
 // noteHubAnswer counts an answer the hub made without a target call, in the
@@ -359,13 +419,9 @@ const inDoubtRecent = indoubt.DefaultRingSize
 func (s *Server) noteInDoubt(rt *route, conf *routeConf, txid, payload []byte, res targethttp.Result, end time.Time) {
 	rt.inDoubt.Add(1)
 	rt.metrics.countInDoubt()
-	var hub string
-	if id := s.hubID.Load(); id != nil {
-		hub = *id
-	}
 	e := indoubt.Entry{
 		Time:          end,
-		Hub:           hub,
+		Hub:           s.hubName(),
 		TxID:          string(txid),
 		Target:        rt.name,
 		URL:           conf.url,
@@ -384,6 +440,15 @@ func (s *Server) noteInDoubt(rt *route, conf *routeConf, txid, payload []byte, r
 			ev.Err(err).Bytes("txid", txid).Str("path", s.inDoubtLog.Path()).Msg("in-doubt call not journalled")
 		}
 	}
+}
+
+// hubName is the hub's name in its records: Config.HubID, or the default
+// of the first listener; empty before one is known.
+func (s *Server) hubName() string {
+	if id := s.hubID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }
 
 // InDoubt returns the recent calls in doubt (the last 1000) that ended at
@@ -432,6 +497,12 @@ type call struct {
 	msg     []byte // scratch for "via NAME: " and the target's message
 
 	asked time.Time // the breakers' clock when the breaker was asked, for the access log
+	// flight is the shield's flight this call leads, whose copies get its
+	// answer; nil when the target has no shield.
+	flight *dedup.Flight
+	// resolved: the call follows a look-up that found its transaction,
+	// in doubt, not applied.
+	resolved bool
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -450,7 +521,7 @@ func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt, cl.conf, cl.primary = nil, nil, nil, nil
+	cl.c, cl.rt, cl.conf, cl.primary, cl.flight = nil, nil, nil, nil, nil
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -489,6 +560,13 @@ func (cl *call) run() {
 				what = "target call panicked after its answer"
 			}
 			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
+			if f := cl.flight; f != nil {
+				// The call may have been made: its copies get the same
+				// E907, and a resend is looked up.
+				cl.flight = nil
+				msg := []byte(protocol.MsgInternal)
+				answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
+			}
 			if !answered {
 				rt.metrics.count(lblInternal)
 				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
@@ -501,6 +579,20 @@ func (cl *call) run() {
 		cl.put()
 	}()
 
+	var shared bool // the flight is claimed in the fleet's store
+	if cl.flight != nil && s.dedupStore != nil {
+		var ex dedup.Record
+		if ex, shared = cl.claimShared(); shared {
+			// Another hub holds the transaction: no call from this one.
+			reported, released = true, true
+			rt.breaker.Cancel(cl.ticket)
+			rt.bulkhead.Release()
+			answered = true
+			cl.answerShared(ex)
+			return
+		}
+		shared = true
+	}
 	// The call is timed once: the same duration goes to the breaker (for
 	// its slow-call policy), the histogram, the access log and the log.
 	start := time.Now()
@@ -536,11 +628,20 @@ func (cl *call) run() {
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.
 		cl.msg = append(append(cl.msg[:0], rt.viaPrefix...), msg...)
-		answer(c, txid, code, cl.msg, true)
-	} else {
-		answer(c, txid, code, msg, true)
+		msg = cl.msg
 	}
+	var copies []dedup.Waiter
+	var hash dedup.Hash
+	if f := cl.flight; f != nil {
+		cl.flight, hash = nil, f.Hash()
+		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.dedupWindow())
+	}
+	answer(c, txid, code, msg, true)
 	answered = true
+	answerAll(copies, code, msg)
+	if shared {
+		cl.settleShared(hash, res, code, msg)
+	}
 	// Failures are logged at warn, but at most failLogBurst a second per
 	// target (the rest at debug): they are what an operator looks for, and
 	// the metrics count every one.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,10 @@ import (
 	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/reconcile"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -92,6 +95,15 @@ type Server struct {
 	inDoubtLog    *indoubt.Journal
 	inDoubtRecent *indoubt.Ring
 	hubID         atomic.Pointer[string]
+
+	// The duplicate-TXID shield: the hub's memory of transactions, the
+	// fleet's store (nil: none), the look-ups of a resend in doubt, and
+	// the count of shielded requests the store could not serve.
+	shieldMem      *dedup.Shield
+	dedupStore     dedup.Store
+	dedupStoreDown atomic.Bool
+	dedupFallbacks atomic.Int64
+	statusLookup   *reconcile.Checker
 
 	// lane holds refusal-heavy connections back in turn (see refusalLane).
 	lane refusalLane
@@ -194,7 +206,15 @@ func New(cfg Config) (*Server, error) {
 		stopWorkers:   make(chan struct{}),
 		inDoubtLog:    cfg.InDoubtLog,
 		inDoubtRecent: indoubt.NewRing(inDoubtRecent),
+		dedupStore:    cfg.DedupStore,
 	}
+	shieldClock := time.Now
+	if cfg.Clock != nil {
+		shieldClock = cfg.Clock.Now
+	}
+	s.shieldMem = dedup.New(dedup.Config{MaxEntries: cfg.DedupMaxEntries, Now: shieldClock})
+	// A look-up is bounded by its target's timeout, set per call.
+	s.statusLookup = reconcile.New(reconcile.Config{Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}})
 	if id := cfg.HubID; id != "" {
 		s.hubID.Store(&id)
 	}

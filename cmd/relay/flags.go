@@ -58,6 +58,9 @@ type cli struct {
 	ProbeExpect     []string `help:"Answer codes of a healthy synthetic probe, comma-separated or repeated: 0000, Bnnn, or a target's own code below E900 but E500; any other answer, a timeout or a transport failure is a failed probe." default:"0000" env:"RELAY_PROBE_EXPECT"`
 	ProbeSuccesses  int      `help:"Healthy probes in a row that close a half-open breaker; until then it stays half-open and refuses customers." default:"1" env:"RELAY_PROBE_SUCCESSES"`
 	ProbeInterval   duration `help:"How long after a probe the next one is due while the breaker has not closed: the open period after a failed probe (no backoff or jitter) and the gap between healthy probes; 0 means the breaker's open period after a failure (with backoff and jitter) and --reset-timeout between healthy probes." default:"0" env:"RELAY_PROBE_INTERVAL"`
+	Dedup           bool     `help:"Duplicate-TXID shield for every target (a settings file's dedup sets it per target): a resend of a TXID in flight joins its call, one answered within --dedup-window gets the same answer without a call, one reused with another payload gets E909, one in doubt is looked up at the target's status_url (docs/PROTOCOL.md, \"Resending a transaction\")." env:"RELAY_DEDUP"`
+	DedupWindow     duration `help:"How long the shield remembers an answered or in-doubt TXID; 0 means 10m." default:"0" env:"RELAY_DEDUP_WINDOW"`
+	DedupMaxEntries int      `help:"Most TXIDs the shield remembers, over all targets (about 140 bytes each); past it the oldest are forgotten first, and counted in relay_dedup_evictions_total." default:"1000000" env:"RELAY_DEDUP_MAX_ENTRIES"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; required when --admin-listen is beyond loopback. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 
 	// Fleet mode, off by default (docs/FLEET.md).
@@ -307,6 +310,12 @@ func (c *cli) validatePolicies() error {
 	if c.AdminToken != "" && strings.TrimSpace(c.AdminToken) != c.AdminToken {
 		return errors.New("--admin-token: must not begin or end with spaces")
 	}
+	if c.DedupWindow < 0 {
+		return fmt.Errorf("--dedup-window: must not be negative, got %s", time.Duration(c.DedupWindow))
+	}
+	if c.DedupMaxEntries < 1 {
+		return fmt.Errorf("--dedup-max-entries: must be at least 1, got %d", c.DedupMaxEntries)
+	}
 	return c.validateFleet()
 }
 
@@ -378,6 +387,8 @@ func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 		FailureCodes:      codes,
 		ProbePayload:      c.ProbePayload,
 		ProbeExpect:       c.probeExpect(),
+		Dedup:             c.Dedup,
+		DedupWindow:       time.Duration(c.DedupWindow),
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),

@@ -212,6 +212,8 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		ProbePermits:   c.StateStore != "",
 		InDoubtLog:     inDoubtLog,
 		HubID:          c.HubID,
+
+		DedupMaxEntries: c.DedupMaxEntries,
 	}
 	rec := statusPageRecorder(c)
 	if rec != nil {

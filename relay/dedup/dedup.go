@@ -152,11 +152,12 @@ func (f *Flight) Hash() Hash { return f.hash }
 
 // Begin looks up target's txid, whose payload hashes to h. Absent or
 // expired, it is claimed (Claimed, with its Flight); in flight with the
-// same payload, w joins it (Joined); answered within its window, its
+// same payload, the Waiter join returns joins it (Joined; join is called
+// under the Shield's lock, and only then); answered within its window, its
 // answer comes back (Replayed, code and message); in doubt, the caller
 // claims its look-up (Resolve, with its Flight); remembered with another
 // payload, Conflict. window is how long a settled answer is kept.
-func (s *Shield) Begin(target string, txid []byte, h Hash, w Waiter) (v Verdict, f *Flight, code, msg string) {
+func (s *Shield) Begin(target string, txid []byte, h Hash, join func() Waiter) (v Verdict, f *Flight, code, msg string) {
 	var keyBuf [160]byte
 	key := appendKey(keyBuf[:0], target, txid)
 	sh := &s.shards[maphash.Bytes(s.seed, key)%shardCount]
@@ -175,7 +176,7 @@ func (s *Shield) Begin(target string, txid []byte, h Hash, w Waiter) (v Verdict,
 			}
 			switch {
 			case e.flight != nil:
-				e.flight.waiters = append(e.flight.waiters, w)
+				e.flight.waiters = append(e.flight.waiters, join())
 				return Joined, nil, "", ""
 			case e.state == Answered:
 				return Replayed, nil, e.code(), e.message()

@@ -41,6 +41,7 @@ const (
 	CodeUnavailable    = "E906" // shutting down or over the connection limit
 	CodeInternal       = "E907" // a bug caught at run time
 	CodeNotAllowed     = "E908" // the client's certificate does not allow it this target
+	CodeTxIDReused     = "E909" // the TXID is remembered with another payload (the duplicate-TXID shield)
 	NoTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
 	MaxTxIDLen         = 64     // the longest TXID
 	responseSeparator  = '|'
@@ -93,13 +94,17 @@ func (e *ProtocolError) Error() string {
 // Messages of the answers the hub gives without a target's word. Fixed
 // strings, so the common refusals answer without formatting.
 const (
-	MsgInternal        = "internal error; the target may or may not have processed the request"
-	MsgTooManyConns    = "too many connections"
-	MsgShuttingDown    = "shutting down"
-	MsgUnknownTarget   = "unknown target"
-	MsgBulkheadFull    = "target busy: too many calls in flight"
-	MsgHeldOpen        = "circuit open; held open by operator"
-	MsgNotAllowed      = "client not allowed to use this target"
+	MsgInternal      = "internal error; the target may or may not have processed the request"
+	MsgTooManyConns  = "too many connections"
+	MsgShuttingDown  = "shutting down"
+	MsgUnknownTarget = "unknown target"
+	MsgBulkheadFull  = "target busy: too many calls in flight"
+	MsgHeldOpen      = "circuit open; held open by operator"
+	MsgNotAllowed    = "client not allowed to use this target"
+	MsgTxIDReused    = "TXID reused with a different payload"
+	// MsgStillUnknown answers, with E901, a resend of a transaction in
+	// doubt whose outcome the hub could not learn; no call was made.
+	MsgStillUnknown    = "outcome still unknown; do not resend yet"
 	msgCircuitOpenHead = "circuit open; retry after "
 )
 
@@ -327,7 +332,7 @@ var DefaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreach
 // file's failure_codes) and returns it in canonical form (upper case, spaces
 // trimmed). A failure code must be one a target call can end with: E400,
 // E500, E901, E902, or a code a target defines itself, Ennn below E900. The
-// E9xx range belongs to the hub: E900 and E903 to E908 are answers it gives
+// E9xx range belongs to the hub: E900 and E903 to E909 are answers it gives
 // without calling a target, and the rest are reserved for it, so naming any
 // of them is refused as a mistake rather than silently never matching.
 // 0000 and Bnnn mean the target is healthy and are refused too.

@@ -54,6 +54,9 @@ const (
 	keyProbeExpect     = "probe_expect"
 	keyProbeSuccesses  = "probe_successes"
 	keyProbeInterval   = "probe_interval"
+	keyDedup           = "dedup"
+	keyDedupWindow     = "dedup_window"
+	keyStatusURL       = "status_url"
 
 	keyAllowedClients     = "allowed_clients"
 	keyCAFile             = "ca_file"
@@ -70,6 +73,7 @@ var keyNames = []string{
 	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
 	keyProbePayload, keyProbeExpect, keyProbeSuccesses, keyProbeInterval,
+	keyDedup, keyDedupWindow, keyStatusURL,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
@@ -200,6 +204,9 @@ type table struct {
 	ProbeExpect     probeCodes   `toml:"probe_expect"`
 	ProbeSuccesses  count        `toml:"probe_successes"`
 	ProbeInterval   offDuration  `toml:"probe_interval"`
+	Dedup           flag         `toml:"dedup"`
+	DedupWindow     duration     `toml:"dedup_window"`
+	StatusURL       statusURL    `toml:"status_url"`
 
 	AllowedClients     clientPatterns `toml:"allowed_clients"`
 	CAFile             text           `toml:"ca_file"`
@@ -389,6 +396,12 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.ProbeSuccesses, err = t.ProbeSuccesses.get()
 	case keyProbeInterval:
 		s.ProbeInterval, err = t.ProbeInterval.get()
+	case keyDedup:
+		s.Dedup, err = t.Dedup.get()
+	case keyDedupWindow:
+		s.DedupWindow, err = t.DedupWindow.get()
+	case keyStatusURL:
+		ft.target.StatusURL, err = t.StatusURL.get()
 	default:
 		err = ft.applyTLS(t, key)
 	}

@@ -31,6 +31,9 @@ func (c checked[T]) get() (T, error) { return c.value, c.err }
 type (
 	// targetURL is a target's base URL, as relay.ParseTargetURL takes it.
 	targetURL struct{ checked[string] }
+	// statusURL is a target's look-up URL, as relay.CheckStatusURL takes
+	// it.
+	statusURL struct{ checked[string] }
 	// targetName is the canonical name of another target.
 	targetName struct{ checked[string] }
 	// count is a limit: a whole number, at least 1.
@@ -53,6 +56,7 @@ type (
 var (
 	_ toml.Unmarshaler = (*targetURL)(nil)
 	_ toml.Unmarshaler = (*targetName)(nil)
+	_ toml.Unmarshaler = (*statusURL)(nil)
 	_ toml.Unmarshaler = (*count)(nil)
 	_ toml.Unmarshaler = (*duration)(nil)
 	_ toml.Unmarshaler = (*offDuration)(nil)
@@ -130,6 +134,16 @@ func asURL(v any) (string, error) {
 		return "", err
 	}
 	return raw, nil
+}
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *statusURL) UnmarshalTOML(v any) error {
+	raw, err := asString(v)
+	if err == nil {
+		err = relay.CheckStatusURL(raw)
+	}
+	f.value, f.err = raw, err
+	return nil
 }
 
 // asTargetName reads the name of a target, returning it in upper case.

@@ -1,0 +1,252 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"strings"
+	"time"
+
+	"github.com/relayhub/relayhub/relay/dedup"
+	"github.com/relayhub/relayhub/relay/indoubt"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/reconcile"
+	"github.com/relayhub/relayhub/relay/targethttp"
+)
+
+// dedupOutcome is what the duplicate-TXID shield did with a resend: a
+// label value of relay_dedup_total and a count of the target's status.
+type dedupOutcome uint8
+
+const (
+	dedupJoined             dedupOutcome = iota // joined the call in flight
+	dedupReplayed                               // answered again from memory
+	dedupRefusedPayload                         // E909
+	dedupResolvedApplied                        // in doubt; the target says applied
+	dedupResolvedNotApplied                     // in doubt; the target says not applied: called afresh
+	dedupUnresolved                             // in doubt and still unknown: E901 without a call
+	numDedupOutcomes
+)
+
+// dedupOutcomeNames are the outcome label values of relay_dedup_total.
+var dedupOutcomeNames = [numDedupOutcomes]string{"joined", "replayed", "refused_payload", "resolved_applied", "resolved_not_applied", "unresolved"}
+
+// countDedup counts what the shield did with one of r's requests.
+func (r *route) countDedup(o dedupOutcome) {
+	r.dedup[o].Add(1)
+	r.metrics.countDedup(o)
+}
+
+// shield puts req, for rt with configuration conf, through the
+// duplicate-TXID shield (docs/DESIGN.md, "The duplicate-TXID shield").
+// When the shield remembers the TXID it deals with req itself and reports
+// handled: answered now (a remembered answer, E909, E901 for an outcome it
+// cannot look up), joined to the call in flight, or handed to a look-up of
+// its outcome (async, answered later). Otherwise req is the first of its
+// TXID and the caller leads its call through the returned flight.
+func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
+	s := c.srv
+	v, f, code, msg := s.shieldMem.Begin(rt.name, req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+		return c.join(rt, req)
+	})
+	switch v {
+	case dedup.Claimed:
+		return f, false, false
+	case dedup.Joined:
+		rt.countDedup(dedupJoined)
+		return nil, true, true
+	case dedup.Replayed:
+		rt.countDedup(dedupReplayed)
+		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		answer(c, req.TxID, code, msg, false)
+		return nil, true, false
+	case dedup.Conflict:
+		rt.countDedup(dedupRefusedPayload)
+		c.noteHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
+		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
+		return nil, true, false
+	}
+	// dedup.Resolve: the first call ended in doubt.
+	if conf.statusURL == "" {
+		c.unresolved(rt, f, req)
+		return nil, true, false
+	}
+	own := protocol.Request{TxID: clone(req.TxID), Target: req.Target, Payload: clone(req.Payload)}
+	c.calls.Add(1)
+	s.activeCalls.Add(1)
+	s.goCatching(taskResolver, func() { c.resolve(rt, conf, f, own) })
+	return nil, true, true
+}
+
+// clone returns a copy of b that the connection's next read cannot
+// overwrite.
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// joiner is a copy of a request that joined the call in flight for its
+// TXID: the call's leader answers it with the call's answer. While it
+// waits it counts among its connection's calls and the hub's active ones,
+// like the call it joined.
+type joiner struct {
+	c    *conn
+	rt   *route
+	txid []byte
+	size int
+}
+
+// join returns the waiter of req's copy, counted as a call in flight.
+// Called under the shield's lock, so that the leader cannot answer before
+// the counts are up.
+func (c *conn) join(rt *route, req protocol.Request) dedup.Waiter {
+	c.calls.Add(1)
+	c.srv.activeCalls.Add(1)
+	return &joiner{c: c, rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
+}
+
+// Answer gives the copy the call's answer.
+func (j *joiner) Answer(code string, msg []byte) {
+	c := j.c
+	s := c.srv
+	j.rt.metrics.count(answerCodeLabel(code))
+	s.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: c.client})
+	answer(c, j.txid, code, msg, true)
+	c.calls.Done()
+	s.activeCalls.Add(-1)
+}
+
+// answerAll gives each waiter the answer code, msg.
+func answerAll(ws []dedup.Waiter, code string, msg []byte) {
+	for _, w := range ws {
+		w.Answer(code, msg)
+	}
+}
+
+// unresolved answers req, a resend of a transaction in doubt whose outcome
+// the hub cannot learn, E901 without a call, and f's waiters alike; the
+// transaction stays in doubt.
+func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
+	rt.countDedup(dedupUnresolved)
+	msg := []byte(protocol.MsgStillUnknown)
+	ws := c.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.dedupWindow())
+	c.noteHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
+	answer(c, req.TxID, protocol.CodeTimeout, msg, true)
+	answerAll(ws, protocol.CodeTimeout, msg)
+}
+
+// resolve asks rt's target whether it applied req, a resend of a
+// transaction in doubt whose flight f this goroutine leads: applied, req
+// and its copies get the target's recorded answer and the journal records
+// it; not applied, req is sent now as a fresh call; no answer, E901 and no
+// call. It owns one of the connection's calls and one active call, taken
+// by shield; the active call passes to the fresh call, if one starts.
+func (c *conn) resolve(rt *route, conf *routeConf, f *dedup.Flight, req protocol.Request) {
+	s := c.srv
+	a := admission{rt: rt, flight: f, inDoubt: true}
+	defer func() {
+		if !a.async {
+			if p := recover(); p != nil {
+				c.answerPanic(&a, req, p)
+			}
+			s.activeCalls.Add(-1)
+		}
+		c.calls.Done()
+	}()
+	u := strings.Replace(conf.statusURL, StatusTxID, string(req.TxID), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), conf.settings.TargetTimeout)
+	outcome, ans, reason := s.statusLookup.Lookup(ctx, u, string(req.TxID))
+	cancel()
+	switch outcome {
+	case reconcile.Applied:
+		rt.countDedup(dedupResolvedApplied)
+		code := ans.Code
+		if !protocol.ValidTargetCode(code) {
+			code = protocol.CodeTargetFailed
+		}
+		msg := []byte(ans.Message)
+		a.flight = nil
+		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
+		s.noteResolved(rt, conf, req, code)
+		s.storeResolved(rt, conf, req, f.Hash(), code, msg)
+		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		answer(c, req.TxID, code, msg, true)
+		answerAll(ws, code, msg)
+	case reconcile.NotApplied:
+		rt.countDedup(dedupResolvedNotApplied)
+		// dispatch's steps 3 to 5 with the flight held, so that copies
+		// still join this call.
+		a.inDoubt, a.resolved = false, true
+		c.admit(&a, rt, conf, req, true)
+	default:
+		rt.log.Warn().Bytes("txid", req.TxID).Str("reason", reason).Msg("outcome of a resent transaction in doubt still unknown")
+		a.flight = nil
+		c.unresolved(rt, f, req)
+	}
+}
+
+// stageResolvedApplied is the stage of a journal line recording that the
+// target applied a transaction that was in doubt.
+const stageResolvedApplied = "resolved_applied"
+
+// noteResolved appends to the in-doubt journal that the target applied
+// req, a transaction in doubt, with code.
+func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
+	e := indoubt.Entry{
+		Time:          time.Now(),
+		Hub:           s.hubName(),
+		TxID:          string(req.TxID),
+		Target:        rt.name,
+		URL:           conf.url,
+		Code:          code,
+		Stage:         stageResolvedApplied,
+		PayloadSHA256: sha256.Sum256(req.Payload),
+	}
+	s.inDoubtRecent.Add(e)
+	if s.inDoubtLog == nil {
+		return
+	}
+	if err := s.inDoubtLog.Append(&e); err != nil {
+		s.metrics.countInDoubtLogError()
+		rt.log.Error().Err(err).Bytes("txid", req.TxID).Str("path", s.inDoubtLog.Path()).Msg("resolution of an in-doubt call not journalled")
+	}
+}
+
+// settleFlight ends the flight of a call that ended with res, answered to
+// the client as code, msg, and returns its waiters: an answer from the
+// target is remembered, a call in doubt is remembered as such, and a call
+// not sent is forgotten so that a resend is a fresh try.
+func (s *Server) settleFlight(f *dedup.Flight, res targethttp.Result, code string, msg []byte, window time.Duration) []dedup.Waiter {
+	switch {
+	case res.Stage == targethttp.Answered:
+		return s.shieldMem.Settle(f, dedup.Answered, code, msg, window)
+	case res.Stage.InDoubt():
+		return s.shieldMem.Settle(f, dedup.InDoubt, code, msg, window)
+	default:
+		return s.shieldMem.Forget(f)
+	}
+}
+
+// releaseFlight forgets f, whose call was refused or never made, and
+// answers its waiters as the leader was answered.
+func (s *Server) releaseFlight(f *dedup.Flight, code string, msg []byte) {
+	if f != nil {
+		answerAll(s.shieldMem.Forget(f), code, msg)
+	}
+}
+
+// answerCodeLabel is the label of any answer's code: the hub's own
+// refusals keep theirs, and a target's codes fold as callCodeLabel does.
+func answerCodeLabel(code string) codeLabel {
+	switch code {
+	case protocol.CodeCircuitOpen:
+		return lblCircuitOpen
+	case protocol.CodeBulkheadFull:
+		return lblBulkheadFull
+	case protocol.CodeUnavailable:
+		return lblUnavailable
+	case protocol.CodeInternal:
+		return lblInternal
+	case protocol.CodeNotAllowed:
+		return lblNotAllowed
+	case protocol.CodeTxIDReused:
+		return lblTxIDReused
+	}
+	return callCodeLabel(code)
+}

@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/relayhub/relayhub/relay/dedup"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
+)
+
+// The fleet's side of the shield (Config.DedupStore): a call the hub's
+// memory let through is claimed in the store before it is made, on its
+// call worker, so that the connection never waits for the store; its
+// outcome is stored after the client has its answer.
+
+// named returns the route the client named: the one whose shield the call
+// is under, when a fallback took it.
+func (cl *call) named() *route {
+	if cl.primary != nil {
+		return cl.primary
+	}
+	return cl.rt
+}
+
+// claimShared claims cl's transaction in the fleet's store. It reports
+// whether another hub already holds it, with that hub's record: then no
+// call is to be made. A store that fails is counted and lets the call go
+// on, shielded by this hub's memory only.
+func (cl *call) claimShared() (dedup.Record, bool) {
+	s := cl.c.srv
+	named := cl.named()
+	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.hubName()}
+	txid := string(cl.line[:cl.txidN])
+	window := named.conf.Load().settings.dedupWindow()
+	if cl.resolved {
+		// The target said it never applied the transaction the fleet
+		// holds in doubt: this call takes the record over.
+		s.noteStore(s.dedupStore.Settle(context.Background(), named.name, txid, rec, window))
+		return dedup.Record{}, false
+	}
+	existing, claimed, err := s.dedupStore.Claim(context.Background(), named.name, txid, rec, window)
+	s.noteStore(err)
+	if err != nil || claimed {
+		return dedup.Record{}, false
+	}
+	return existing, true
+}
+
+// answerShared answers cl's request and its copies from ex, the record of
+// another hub that holds the transaction: its answer, E909 for another
+// payload, E901 while it is in flight there, or, in doubt, a look-up of
+// its outcome as for a resend on this hub. Called with cl's ticket and
+// slot already handed back.
+func (cl *call) answerShared(ex dedup.Record) {
+	c, s, named := cl.c, cl.c.srv, cl.named()
+	conf := named.conf.Load()
+	f := cl.flight
+	cl.flight = nil
+	req := protocol.Request{TxID: cl.line[:cl.txidN], Target: named.nameBytes, Payload: cl.line[cl.txidN:]}
+	var code, msg string
+	switch {
+	case ex.Hash != f.Hash():
+		named.countDedup(dedupRefusedPayload)
+		code, msg = protocol.CodeTxIDReused, protocol.MsgTxIDReused
+		s.releaseFlight(f, code, []byte(msg))
+	case ex.State == dedup.Answered:
+		named.countDedup(dedupReplayed)
+		code, msg = ex.Code, ex.Message
+		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.dedupWindow()), code, []byte(msg))
+	case ex.State == dedup.InDoubt && conf.statusURL != "":
+		own := protocol.Request{TxID: clone(req.TxID), Target: req.Target, Payload: clone(req.Payload)}
+		c.calls.Add(1)
+		s.activeCalls.Add(1)
+		s.goCatching(taskResolver, func() { c.resolve(named, conf, f, own) })
+		return
+	case ex.State == dedup.InDoubt:
+		c.unresolved(named, f, req)
+		return
+	default: // in flight on another hub
+		named.countDedup(dedupUnresolved)
+		code, msg = protocol.CodeTimeout, protocol.MsgStillUnknown
+		s.releaseFlight(f, code, []byte(msg))
+	}
+	c.noteHubAnswer(named, nil, req, code, answerCodeLabel(code), breakerNote{})
+	answer(c, req.TxID, code, msg, true)
+}
+
+// settleShared stores the outcome of cl's call, which ended with res and
+// was answered code, msg, for the fleet: an answer or a call in doubt is
+// kept for the window, a call not sent is released.
+func (cl *call) settleShared(hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
+	s, named := cl.c.srv, cl.named()
+	txid := string(cl.line[:cl.txidN])
+	rec := dedup.Record{Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
+	window := named.conf.Load().settings.dedupWindow()
+	switch {
+	case res.Stage == targethttp.Answered:
+		rec.State = dedup.Answered
+	case res.Stage.InDoubt():
+		rec.State = dedup.InDoubt
+	default:
+		s.noteStore(s.dedupStore.Release(context.Background(), named.name, txid, rec.Hub))
+		return
+	}
+	s.noteStore(s.dedupStore.Settle(context.Background(), named.name, txid, rec, window))
+}
+
+// storeResolved stores, for the fleet, that the target applied
+// rt's txid with code, msg.
+func (s *Server) storeResolved(rt *route, conf *routeConf, req protocol.Request, hash dedup.Hash, code string, msg []byte) {
+	if s.dedupStore == nil {
+		return
+	}
+	rec := dedup.Record{State: dedup.Answered, Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
+	s.noteStore(s.dedupStore.Settle(context.Background(), rt.name, string(req.TxID), rec, conf.settings.dedupWindow()))
+}
+
+// noteStore records how a command to the fleet's store went: a failure is
+// counted as a fallback to this hub's memory, and the first of a run of
+// them, like the first success after, is logged.
+func (s *Server) noteStore(err error) {
+	if err != nil {
+		s.dedupFallbacks.Add(1)
+		if !s.dedupStoreDown.Swap(true) {
+			s.log.Warn().Err(err).Msg("dedup store unusable: shielding on this hub's memory only")
+		}
+		return
+	}
+	if s.dedupStoreDown.Swap(false) {
+		s.log.Info().Msg("dedup store usable again: shield shared with the fleet")
+	}
+}
+
+// DedupStoreDown reports whether the fleet's store failed the shield's
+// latest command, so that the hub shields on its own memory.
+func (s *Server) DedupStoreDown() bool { return s.dedupStoreDown.Load() }
