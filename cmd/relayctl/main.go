@@ -7,6 +7,7 @@
 // Typical use:
 //
 //	relayctl send CORE 'BAL ACC1'
+//	relayctl send --txid T7 --resend-on E901 CORE 'WD ACC1 500'
 //	relayctl load --conns 16 --duration 10s --mix CORE=70,CLAIM=30
 //	relayctl load --rate 20000 --requests 200000 --json
 //	relayctl status
@@ -14,14 +15,18 @@
 //	relayctl reconcile --in-doubt-log in-doubt.log --json
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
-// cannot be reached or does not answer in time. load exits 1 when any answer
-// was unmatched or missing or a connection failed, 2 when it could not
-// connect at all. status exits 1 when the admin endpoint's answer is not a
-// status, 2 when it cannot be reached. replay exits 1 when its settings or
-// a file cannot be used; malformed lines are reported, not fatal.
-// reconcile exits 0 when every in-doubt transaction is known, applied or
-// not, 1 when any is unknown or a journal line could not be read, 2 when
-// it could not check at all (a bad flag, a journal it cannot open).
+// cannot be reached or does not answer in time. With --resend-on it sends
+// the same line, TXID and all, again while the answer has one of those
+// codes (at most --resend-max times, --resend-after apart), prints each
+// answer after "try N: ", and the last answer decides. load exits 1 when
+// any answer was unmatched or missing or a connection failed, 2 when it
+// could not connect at all. status exits 1 when the admin endpoint's
+// answer is not a status, 2 when it cannot be reached. replay exits 1 when
+// its settings or a file cannot be used; malformed lines are reported, not
+// fatal. reconcile exits 0 when every in-doubt transaction is known,
+// applied or not, 1 when any is unknown or a journal line could not be
+// read, 2 when it could not check at all (a bad flag, a journal it cannot
+// open).
 //
 // load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
 // TXID, since the hub may answer out of order. By default it runs a closed

@@ -56,6 +56,22 @@ func TestParseLoadFlags(t *testing.T) {
 	assert.Equal(t, "SUBMIT P2 100", string(cfg.Payloads[1].AppendTo(nil, 7, 2)))
 }
 
+func TestParseSendResendFlags(t *testing.T) {
+	c, _, err := parse(t, "send", "CORE")
+	require.NoError(t, err)
+	assert.Empty(t, c.Send.ResendOn, "resending is off by default")
+	assert.Equal(t, time.Second, c.Send.ResendAfter)
+	assert.Equal(t, 5, c.Send.ResendMax)
+
+	c, _, err = parse(t, "send", "--resend-on", "E901,e902", "--resend-on", " E906", "--resend-after", "250ms", "--resend-max", "2", "CORE")
+	require.NoError(t, err)
+	codes, err := c.Send.resendCodes()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"E901", "E902", "E906"}, codes, "repeated and comma-separated, in canonical form")
+	assert.Equal(t, 250*time.Millisecond, c.Send.ResendAfter)
+	assert.Equal(t, 2, c.Send.ResendMax)
+}
+
 func TestParseFromEnvironment(t *testing.T) {
 	t.Setenv("RELAYCTL_ADDR", "127.0.0.1:19200")
 	t.Setenv("RELAYCTL_CONNS", "3")
@@ -80,6 +96,9 @@ func TestParseRejects(t *testing.T) {
 		{"payload for a target not in the mix", []string{"load", "--target-payload", "CLAIM=X"}, "not in --mix"},
 		{"bad txid", []string{"send", "--txid", "a|b", "CORE", "BAL A"}, "--txid"},
 		{"send without target", []string{"send"}, "expected \"<target>\""},
+		{"resend-on not a code", []string{"send", "--resend-on", "E9", "CORE"}, `--resend-on "E9"`},
+		{"resend-max zero", []string{"send", "--resend-on", "E901", "--resend-max", "0", "CORE"}, "--resend-max 0: want 1 or more"},
+		{"resend-after negative", []string{"send", "--resend-on", "E901", "--resend-after=-1s", "CORE"}, "--resend-after -1s: want 0 or more"},
 		{"status with zero timeout", []string{"status", "--timeout", "0s"}, "--timeout"},
 		{"load speaks only the hub's protocol", []string{"load", "--protocol", "http"}, "unknown flag --protocol"},
 		{"load measures no server", []string{"load", "--server-pid", "1"}, "unknown flag --server-pid"},
