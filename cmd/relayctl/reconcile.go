@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -144,8 +145,19 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 			}
 			line += "," + place(file, d)
 		}
+		code := res.Code
+		if rv := res.Resolved; rv != nil {
+			if rv.File != res.File || rv.Line != res.Line {
+				line += "," + place(rv.File, rv.Line)
+			}
+			if res.Stage == reconcile.StageResolvedApplied {
+				// No in-doubt line in the journal: what the client got
+				// then is not known, and the code is in DETAIL.
+				code = ""
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", outcomeWord(res.Outcome), res.TxID, res.Target,
-			orDash(res.Code), line, reconcileDetail(res))
+			orDash(code), line, reconcileDetail(res))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -158,8 +170,12 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 	if sum.BadLines > 0 {
 		bad = fmt.Sprintf("; %d bad journal %s", sum.BadLines, plural(sum.BadLines, "line", "lines"))
 	}
-	_, err := fmt.Fprintf(w, "%d in doubt: %d applied, %d not applied, %d unknown%s\n",
-		sum.InDoubt, sum.Applied, sum.NotApplied, sum.Unknown, bad)
+	resolved := ""
+	if sum.Resolved > 0 {
+		resolved = fmt.Sprintf(" (%d resolved on resend)", sum.Resolved)
+	}
+	_, err := fmt.Fprintf(w, "%d in doubt: %d applied%s, %d not applied, %d unknown%s\n",
+		sum.InDoubt, sum.Applied, resolved, sum.NotApplied, sum.Unknown, bad)
 	return err
 }
 
@@ -177,10 +193,13 @@ func outcomeWord(o reconcile.Outcome) string {
 	return strings.ReplaceAll(string(o), "_", " ")
 }
 
-// reconcileDetail is the target's answer of an applied transaction, or why
-// an outcome is unknown.
+// reconcileDetail is the target's answer of an applied transaction, and
+// who learnt it when a hub did on a resend, or why an outcome is unknown.
 func reconcileDetail(r reconcile.Result) string {
 	switch {
+	case r.Resolved != nil:
+		return fmt.Sprintf("%s, resolved on resend by %s at %s", orDash(r.Answer.Code),
+			orDash(r.Resolved.Hub), r.Resolved.Time.UTC().Format(indoubt.TimeFormat))
 	case r.Answer != nil:
 		return strings.TrimSpace(r.Answer.Code + " " + r.Answer.Message)
 	case r.Reason != "":

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -24,6 +25,20 @@ func journalLine(txid, target, url, code, stage string) string {
 	b, err := json.Marshal(map[string]any{
 		"time": "2026-12-01T17:30:00.123Z", "hub": "hub-a:9200", "txid": txid, "target": target,
 		"url": url, "code": code, "stage": stage, "bytes_sent": 120,
+		"payload_sha256": strings.Repeat("ab", 32),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// resolvedLine is the journal line a hub appends when a resend of txid
+// found that the target had applied it, with code.
+func resolvedLine(txid, target, url, code string) string {
+	b, err := json.Marshal(map[string]any{
+		"time": "2026-12-01T17:31:05.250Z", "hub": "hub-b:9200", "txid": txid, "target": target,
+		"url": url, "code": code, "stage": indoubt.StageResolvedApplied, "bytes_sent": 0,
 		"payload_sha256": strings.Repeat("ab", 32),
 	})
 	if err != nil {
@@ -232,4 +247,51 @@ func TestReconcileReadsRotatedJournals(t *testing.T) {
 	res = proctest.Run(t, "./cmd/relayctl", "reconcile", current, filepath.Join(dir, "nope.gz"))
 	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, "nope.gz")
+}
+
+// TestReconcileResolvedOnResend: transactions a hub resolved on a resend
+// are applied from the journal, whichever comes first of the in-doubt line
+// and the resolution, and with no in-doubt line at all. Their target is
+// down, so a look-up would leave them unknown: the run is settled only if
+// none was made.
+func TestReconcileResolvedOnResend(t *testing.T) {
+	core := proctest.StartFixture(t, "CORE", "core")
+	_, err := proctest.Tx(core.URL, "TX-plain", "DEP 1001 10")
+	require.NoError(t, err)
+	down := deadURL(t)
+	journal := writeJournal(t,
+		journalLine("TX-after", "CORE", down, "E901", reconcile.StageRequestSent),
+		resolvedLine("TX-before", "CORE", down, "B201"),
+		journalLine("TX-plain", "CORE", core.URL, "E902", reconcile.StageAnswerPartlyRead),
+		resolvedLine("TX-after", "CORE", down+"/", "0000"),
+		journalLine("TX-before", "CORE", down, "E500", reconcile.StageAnswerPartlyRead),
+		resolvedLine("TX-alone", "CORE", down, "0000"),
+	)
+
+	res := proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal)
+	assert.Equal(t, 0, res.ExitCode, res.Stdout+res.Stderr)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	require.Len(t, lines, 6, res.Stdout)
+	assert.Regexp(t, `^applied +TX-after +CORE +E901 +1,4 +0000, resolved on resend by hub-b:9200 at 2026-12-01T17:31:05.250Z$`, lines[1])
+	assert.Regexp(t, `^applied +TX-before +CORE +E500 +5,2 +B201, resolved on resend by hub-b:9200 at 2026-12-01T17:31:05.250Z$`, lines[2])
+	assert.Regexp(t, `^applied +TX-plain +CORE +E902 +3 +0000 balance=100010$`, lines[3])
+	assert.Regexp(t, `^applied +TX-alone +CORE +- +6 +0000, resolved on resend by hub-b:9200 at 2026-12-01T17:31:05.250Z$`, lines[4])
+	assert.Equal(t, "4 in doubt: 4 applied (3 resolved on resend), 0 not applied, 0 unknown", lines[5])
+
+	res = proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal, "--json")
+	assert.Equal(t, 0, res.ExitCode, res.Stderr)
+	var report reconcileReport
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &report), res.Stdout)
+	require.Len(t, report.Results, 4)
+	after := report.Results[0]
+	assert.Equal(t, "TX-after", after.TxID)
+	assert.Equal(t, reconcile.StageRequestSent, after.Stage, "the result is about the call in doubt")
+	assert.Equal(t, &reconcile.Answer{Code: "0000"}, after.Answer)
+	require.NotNil(t, after.Resolved)
+	assert.Equal(t, 4, after.Resolved.Line)
+	assert.Equal(t, "hub-b:9200", after.Resolved.Hub)
+	assert.Empty(t, after.Duplicates, "a resolution is not a repeated call")
+	assert.Nil(t, report.Results[2].Resolved, "TX-plain was looked up")
+	assert.Equal(t, reconcile.Summary{InDoubt: 4, Applied: 4, Resolved: 3}, report.Summary)
+	assert.Contains(t, res.Stdout, `"resolved": {`, "the JSON names the resolution")
 }

@@ -5,7 +5,8 @@
 // transfer may have been booked although the client got E901; the record
 // is what reconciliation starts from.
 //
-// A Journal appends each in-doubt call as one JSON line to a file
+// A Journal appends each in-doubt call, and each later resolution of one
+// (Stage StageResolvedApplied), as one JSON line to a file
 // (docs/PROTOCOL.md, "In-doubt journal") and returns only once the line is
 // on disk: one writer goroutine writes and fsyncs the lines of concurrent
 // callers together (group commit), so a burst of in-doubt calls costs one
@@ -50,11 +51,20 @@ import (
 // milliseconds, as the hub's other logs write it.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// Entry is one call in doubt. It is a plain value.
+// StageResolvedApplied is the Stage of an entry that settles a
+// transaction in doubt rather than records one: the client resent its
+// TXID, the hub asked the target, and the target said it had applied it.
+// The journal keeps the resolution so that reconciliation need not ask
+// again.
+const StageResolvedApplied = "resolved_applied"
+
+// Entry is one call in doubt, or, with Stage StageResolvedApplied, the
+// resolution of one. It is a plain value.
 type Entry struct {
-	// Time is when the outcome became unknown: when the call ended.
+	// Time is when the outcome became unknown: when the call ended. For a
+	// resolution, when the hub learnt the target had applied it.
 	Time time.Time
-	// Hub names the hub that made the call.
+	// Hub names the hub that made the call, or that resolved it.
 	Hub string
 	// TxID is the transaction's id, as the client sent it.
 	TxID string
@@ -62,13 +72,15 @@ type Entry struct {
 	// URL as configured.
 	Target string
 	URL    string
-	// Code is the code the client got: E901, E902 or E500.
+	// Code is the code the client got: E901, E902 or E500. For a
+	// resolution, the code the target recorded for the transaction (0000,
+	// Bnnn, ...), which the client was answered on its resend.
 	Code string
 	// Stage says how far the call got: "request_partly_sent",
-	// "request_sent" or "answer_partly_read".
+	// "request_sent" or "answer_partly_read"; or StageResolvedApplied.
 	Stage string
 	// BytesSent is how many request bytes were written to the target's
-	// connection.
+	// connection; 0 for a resolution, which sends no request.
 	BytesSent int
 	// PayloadSHA256 is the SHA-256 of the payload: the payload itself
 	// (an account, an amount) is never kept.

@@ -52,6 +52,38 @@ func TestEntryIsTheJournalFormat(t *testing.T) {
 	})
 }
 
+// resolvedEntry is the line a hub appends when a resend of txid found the
+// target had applied it with code.
+func resolvedEntry(txid, code string) Entry {
+	return Entry{
+		Time:          time.Date(2026, 12, 1, 17, 31, 5, 250e6, time.UTC),
+		Hub:           "hub-b:9200",
+		TxID:          txid,
+		Target:        "CORE",
+		URL:           "http://127.0.0.1:9201",
+		Code:          code,
+		Stage:         StageResolvedApplied,
+		PayloadSHA256: sha256.Sum256([]byte("XFER 1001 1002 2500")),
+	}
+}
+
+func TestResolvedEntryRoundTrip(t *testing.T) {
+	j := openTest(t, Config{})
+	inDoubt, resolved := testEntry("T1"), resolvedEntry("T1", "0000")
+	require.NoError(t, j.Append(&inDoubt))
+	require.NoError(t, j.Append(&resolved))
+
+	raw, err := os.ReadFile(j.Path())
+	require.NoError(t, err)
+	assert.Equal(t, string(inDoubt.AppendJSON(nil))+"\n"+
+		`{"time":"2026-12-01T17:31:05.250Z","hub":"hub-b:9200","txid":"T1","target":"CORE","url":"http://127.0.0.1:9201",`+
+		`"code":"0000","stage":"resolved_applied","bytes_sent":0,"payload_sha256":"`+fmt.Sprintf("%x", resolved.PayloadSHA256)+`"}`+"\n",
+		string(raw))
+	lines := logtest.FileLines(t, j.Path())
+	require.Len(t, lines, 2)
+	assert.Equal(t, lines[0]["payload_sha256"], lines[1]["payload_sha256"], "the resolution names the same payload")
+}
+
 func openTest(t *testing.T, cfg Config) *Journal {
 	t.Helper()
 	if cfg.Path == "" {

@@ -31,6 +31,8 @@ type Outcome string
 const (
 	// Applied: the target says it applied the transaction; Answer is the
 	// answer it gave (a Bnnn answer means it was processed and rejected).
+	// It said so to the look-up, or to a hub when the client resent the
+	// transaction (Result.Resolved).
 	Applied Outcome = "applied"
 	// NotApplied: the target says it never applied the transaction.
 	NotApplied Outcome = "not_applied"
@@ -48,19 +50,42 @@ type Answer struct {
 // Result is what reconciliation found for one in-doubt transaction. A
 // plain value.
 type Result struct {
+	// Entry is the transaction's first in-doubt line in the journal, or
+	// its resolution when the journal has no in-doubt line for it (rotated
+	// away, or in another hub's journal).
 	Entry
 	// Outcome is applied, not_applied or unknown.
 	Outcome Outcome `json:"outcome"`
-	// Answer is the target's answer, when Applied.
+	// Answer is the target's answer, when Applied. For a transaction
+	// resolved by a hub it has the code only: the journal keeps no
+	// message.
 	Answer *Answer `json:"answer,omitempty"`
 	// Reason says why the outcome is Unknown.
 	Reason string `json:"reason,omitempty"`
-	// Duplicates lists the later journal lines with the same target URL
-	// and txid, which were asked about once with this one.
+	// Resolved is set when the journal has a resolved_applied line for
+	// the transaction: a hub settled it on a resend, so it was not looked
+	// up.
+	Resolved *Resolution `json:"resolved,omitempty"`
+	// Duplicates lists the transaction's other journal lines, in-doubt
+	// lines and further resolutions, which were settled once with this
+	// one.
 	Duplicates []int `json:"duplicates,omitempty"`
 	// DuplicateFiles is the journal file of each of Duplicates, when the
 	// journal was read from more than one file.
 	DuplicateFiles []string `json:"duplicate_files,omitempty"`
+}
+
+// Resolution is where and by whom a transaction in doubt was resolved: a
+// client resent it, the hub asked the target, and the target said it had
+// applied it. The code it recorded is the Result's Answer. A plain value.
+type Resolution struct {
+	// File and Line are the resolved_applied line's place in the journal,
+	// as Entry's.
+	File string `json:"file,omitempty"`
+	Line int    `json:"line"`
+	// Time is when the hub resolved it, and Hub which hub did.
+	Time time.Time `json:"time"`
+	Hub  string    `json:"hub"`
 }
 
 // Config configures a Checker. The zero value is usable.
@@ -98,32 +123,57 @@ func New(cfg Config) *Checker {
 	return c
 }
 
-// Check looks up every entry and returns one result per distinct target
-// URL and txid, in journal order; a later line for the same transaction is
-// listed in its result's Duplicates (and its file in DuplicateFiles, when
-// entries have a File), whatever the file it is in. Look-ups run Concurrency at a time; when
-// ctx ends, those not done are Unknown.
+// Check returns one result per distinct target URL and txid, in journal
+// order (of each transaction's first line); another line for the same
+// transaction is listed in its result's Duplicates (and its file in
+// DuplicateFiles, when entries have a File), whatever the file it is in.
+// A transaction with a resolved_applied line, before or after its in-doubt
+// lines or without any, is Applied with that line's code, and its target
+// is not asked; the first such line is its Resolved. Every other
+// transaction is looked up, Concurrency at a time; when ctx ends, those
+// not done are Unknown.
 func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 	type key struct{ url, txid string }
 	index := make(map[key]int, len(entries))
 	var results []Result
 	for _, e := range entries {
+		resolution := e.Stage == StageResolvedApplied
 		k := key{strings.TrimRight(e.URL, "/"), e.TxID}
-		if i, ok := index[k]; ok {
-			r := &results[i]
+		i, seen := index[k]
+		if !seen {
+			index[k] = len(results)
+			results = append(results, Result{Entry: e})
+			if resolution {
+				results[len(results)-1].resolve(e)
+			}
+			continue
+		}
+		r := &results[i]
+		switch {
+		case resolution && r.Resolved == nil:
+			r.resolve(e)
+		case !resolution && r.Stage == StageResolvedApplied:
+			// The resolution came first (files given out of order, or
+			// another hub's journal first): the result is about the call
+			// in doubt, and the resolution stays in Resolved.
+			r.Entry = e
+		default:
 			r.Duplicates = append(r.Duplicates, e.Line)
 			if e.File != "" {
 				r.DuplicateFiles = append(r.DuplicateFiles, e.File)
 			}
-			continue
 		}
-		index[k] = len(results)
-		results = append(results, Result{Entry: e})
 	}
 
+	var lookups []int
+	for i := range results {
+		if results[i].Resolved == nil {
+			lookups = append(lookups, i)
+		}
+	}
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range min(c.concurrency, len(results)) {
+	for range min(c.concurrency, len(lookups)) {
 		wg.Go(func() {
 			for i := range work {
 				r := &results[i]
@@ -131,12 +181,19 @@ func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 			}
 		})
 	}
-	for i := range results {
+	for _, i := range lookups {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
 	return results
+}
+
+// resolve settles r from e, its transaction's resolved_applied line.
+func (r *Result) resolve(e Entry) {
+	r.Outcome = Applied
+	r.Answer = &Answer{Code: e.Code}
+	r.Resolved = &Resolution{File: e.File, Line: e.Line, Time: e.Time, Hub: e.Hub}
 }
 
 // lookupAnswer is the body of GET /tx/{txid}. Applied is a pointer so an
@@ -211,11 +268,15 @@ func firstLine(b []byte) string {
 
 // Summary counts the results of a reconciliation. A plain value.
 type Summary struct {
-	// InDoubt is the number of distinct transactions looked up.
+	// InDoubt is the number of distinct transactions settled or looked
+	// up.
 	InDoubt    int `json:"in_doubt"`
 	Applied    int `json:"applied"`
 	NotApplied int `json:"not_applied"`
 	Unknown    int `json:"unknown"`
+	// Resolved is how many of Applied the journal settled, resolved on a
+	// resend, without a look-up.
+	Resolved int `json:"resolved"`
 	// BadLines is the number of journal lines that could not be read.
 	BadLines int `json:"bad_lines"`
 }
@@ -231,6 +292,9 @@ func Summarize(results []Result, bad []BadLine) Summary {
 		switch r.Outcome {
 		case Applied:
 			s.Applied++
+			if r.Resolved != nil {
+				s.Resolved++
+			}
 		case NotApplied:
 			s.NotApplied++
 		default:

@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -153,4 +155,137 @@ func TestCheckEndsWithTheContext(t *testing.T) {
 	results := reconcile.New(reconcile.Config{}).Check(ctx, []reconcile.Entry{{TxID: "W1", URL: coreFixture(t)}})
 	assert.Equal(t, reconcile.Unknown, results[0].Outcome)
 	assert.Contains(t, results[0].Reason, "context canceled")
+}
+
+// forbidden returns the URL of a target that fails the test if asked about
+// anything, and counts what it is asked.
+func forbidden(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	var calls atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		t.Errorf("target asked %s %s, though the journal settles it", r.Method, r.URL.Path)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL, &calls
+}
+
+func TestCheckResolvedOnResend(t *testing.T) {
+	resolvedAt := time.Date(2026, 12, 1, 17, 31, 5, 250e6, time.UTC)
+	inDoubt := func(line int, url string) reconcile.Entry {
+		return reconcile.Entry{Line: line, Hub: "hub-a:9200", TxID: "T1", Target: "CORE", URL: url,
+			Code: "E901", Stage: reconcile.StageRequestSent, BytesSent: 120}
+	}
+	resolved := func(line int, url, code string) reconcile.Entry {
+		return reconcile.Entry{Line: line, Time: resolvedAt, Hub: "hub-b:9200", TxID: "T1", Target: "CORE", URL: url,
+			Code: code, Stage: reconcile.StageResolvedApplied}
+	}
+	tests := []struct {
+		name       string
+		lines      func(url string) []reconcile.Entry
+		entry      int // index of the line the result is about
+		code       string
+		resolution reconcile.Resolution
+		duplicates []int
+	}{
+		{
+			name:       "in doubt, then resolved",
+			lines:      func(u string) []reconcile.Entry { return []reconcile.Entry{inDoubt(1, u), resolved(2, u, "0000")} },
+			entry:      0,
+			code:       "0000",
+			resolution: reconcile.Resolution{Line: 2, Time: resolvedAt, Hub: "hub-b:9200"},
+		},
+		{
+			name:       "resolved, then in doubt",
+			lines:      func(u string) []reconcile.Entry { return []reconcile.Entry{resolved(1, u, "B201"), inDoubt(2, u+"/")} },
+			entry:      1,
+			code:       "B201",
+			resolution: reconcile.Resolution{Line: 1, Time: resolvedAt, Hub: "hub-b:9200"},
+		},
+		{
+			name:       "resolved alone",
+			lines:      func(u string) []reconcile.Entry { return []reconcile.Entry{resolved(4, u, "0000")} },
+			entry:      0,
+			code:       "0000",
+			resolution: reconcile.Resolution{Line: 4, Time: resolvedAt, Hub: "hub-b:9200"},
+		},
+		{
+			name: "in doubt twice, resolved twice",
+			lines: func(u string) []reconcile.Entry {
+				return []reconcile.Entry{inDoubt(1, u), resolved(2, u, "0000"), inDoubt(3, u), resolved(4, u, "0000")}
+			},
+			entry:      0,
+			code:       "0000",
+			resolution: reconcile.Resolution{Line: 2, Time: resolvedAt, Hub: "hub-b:9200"},
+			duplicates: []int{3, 4},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Given a journal whose only transaction a hub resolved on a
+			// resend, and a target that must not be asked
+			url, calls := forbidden(t)
+			lines := tt.lines(url)
+
+			// When it is reconciled
+			results := reconcile.New(reconcile.Config{}).Check(context.Background(), lines)
+
+			// Then it is applied with the recorded code, from the journal
+			require.Len(t, results, 1)
+			r := results[0]
+			assert.Equal(t, lines[tt.entry], r.Entry)
+			assert.Equal(t, reconcile.Applied, r.Outcome)
+			assert.Equal(t, &reconcile.Answer{Code: tt.code}, r.Answer)
+			assert.Equal(t, &tt.resolution, r.Resolved)
+			assert.Empty(t, r.Reason)
+			assert.Equal(t, tt.duplicates, r.Duplicates)
+			assert.Zero(t, calls.Load())
+			assert.Equal(t, reconcile.Summary{InDoubt: 1, Applied: 1, Resolved: 1}, reconcile.Summarize(results, nil))
+		})
+	}
+}
+
+// TestCheckResolvedAmongOthers: a resolution settles its own transaction
+// only; the others in the journal are looked up as before, and the results
+// keep journal order.
+func TestCheckResolvedAmongOthers(t *testing.T) {
+	core := coreFixture(t)
+	var calls atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path == "/tx/T1" {
+			t.Errorf("asked about T1, which the journal resolves")
+		}
+		_, _ = w.Write([]byte(`{"txid":"` + strings.TrimPrefix(r.URL.Path, "/tx/") + `","applied":false}`))
+	}))
+	t.Cleanup(ts.Close)
+	entries := []reconcile.Entry{
+		{File: "in-doubt.log-20261201", Line: 1, TxID: "T1", Target: "CLAIM", URL: ts.URL, Code: "E901", Stage: reconcile.StageRequestSent},
+		{File: "in-doubt.log-20261201", Line: 2, TxID: "T2", Target: "CLAIM", URL: ts.URL, Code: "E901", Stage: reconcile.StageRequestSent},
+		{File: "in-doubt.log-20261201", Line: 3, TxID: "W1", Target: "CORE", URL: core, Code: "E902", Stage: reconcile.StageAnswerPartlyRead},
+		{File: "in-doubt.log", Line: 1, TxID: "T1", Target: "CLAIM", URL: ts.URL, Code: "0000", Stage: reconcile.StageResolvedApplied, Hub: "hub-a:9200"},
+		{File: "in-doubt.log", Line: 2, TxID: "T1", Target: "CORE", URL: core, Code: "0000", Stage: reconcile.StageResolvedApplied, Hub: "hub-a:9200"},
+	}
+	results := reconcile.New(reconcile.Config{Concurrency: 2}).Check(context.Background(), entries)
+	require.Len(t, results, 4, "T1 at another target is another transaction")
+	got := make([]string, len(results))
+	for i, r := range results {
+		got[i] = r.TxID + " " + string(r.Outcome)
+		if r.Answer != nil {
+			got[i] += " " + r.Answer.Code
+		}
+		if r.Resolved != nil {
+			got[i] += " resolved at " + r.Resolved.File + ":" + strconv.Itoa(r.Resolved.Line)
+		}
+	}
+	assert.Equal(t, []string{
+		"T1 applied 0000 resolved at in-doubt.log:1",
+		"T2 not_applied",
+		"W1 applied 0000",
+		"T1 applied 0000 resolved at in-doubt.log:2",
+	}, got)
+	assert.Equal(t, int64(1), calls.Load(), "only T2 asked of CLAIM")
+	assert.Empty(t, results[0].Duplicates, "the resolution is in Resolved, not a duplicate")
+	assert.Equal(t, reconcile.Summary{InDoubt: 4, Applied: 3, NotApplied: 1, Resolved: 2}, reconcile.Summarize(results, nil))
 }

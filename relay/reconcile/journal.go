@@ -3,6 +3,9 @@
 // reads the hub's in-doubt journal and asks each target, by
 // GET {url}/tx/{txid}, whether it applied the transaction, so an operator
 // knows which ones were booked and which were not before anyone retries.
+// A transaction the journal itself shows resolved (a hub asked the target
+// when the client resent it, and the target had applied it) is settled
+// from that line, without a look-up.
 //
 // Typical use:
 //
@@ -32,6 +35,8 @@ import (
 	"io"
 	"net/url"
 	"time"
+
+	"github.com/relayhub/relayhub/relay/indoubt"
 )
 
 // MaxLineBytes bounds one journal line; a longer one is a bad line. The
@@ -39,25 +44,29 @@ import (
 const MaxLineBytes = 64 << 10
 
 // Stages of a call in the journal: how far it got before its outcome
-// became unknown.
+// became unknown; or, for StageResolvedApplied (the writer's constant,
+// indoubt.StageResolvedApplied), that a hub found the target had applied
+// it when the client resent it.
 const (
 	StageRequestPartlySent = "request_partly_sent"
 	StageRequestSent       = "request_sent"
 	StageAnswerPartlyRead  = "answer_partly_read"
+	StageResolvedApplied   = indoubt.StageResolvedApplied
 )
 
 // Entry is one line of the in-doubt journal: one call whose request may
-// have reached the target and whose answer never came. Fields the journal
-// may gain later are ignored. A plain value.
+// have reached the target and whose answer never came, or, with Stage
+// StageResolvedApplied, a hub's record that the target applied it. Fields
+// the journal may gain later are ignored. A plain value.
 type Entry struct {
 	// File is the journal file the entry was read from, when the journal
 	// was read from more than one file (rotated journals); empty otherwise.
 	File string `json:"file,omitempty"`
 	// Line is the entry's line number in the journal, from 1.
 	Line int `json:"line"`
-	// Time is when the outcome became unknown.
+	// Time is when the outcome became unknown, or when it was resolved.
 	Time time.Time `json:"time"`
-	// Hub is the id of the hub that made the call.
+	// Hub is the id of the hub that made the call, or that resolved it.
 	Hub string `json:"hub"`
 	// TxID is the client's transaction id.
 	TxID string `json:"txid"`
@@ -65,7 +74,8 @@ type Entry struct {
 	Target string `json:"target"`
 	// URL is the target's base URL as the hub had it configured.
 	URL string `json:"url"`
-	// Code is what the client was answered: E901, E902 or E500.
+	// Code is what the client was answered: E901, E902 or E500. For a
+	// resolution, the code the target recorded for the transaction.
 	Code string `json:"code"`
 	// Stage is how far the call got, one of the Stage constants.
 	Stage string `json:"stage"`
@@ -91,7 +101,10 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // as a gzip stream does (a journal logrotate compressed). Blank lines are
 // skipped; a line that is not a JSON object with a txid, a target and an
 // http or https url — torn by a crash, truncated, edited — is returned in
-// bad with its line number, and reading goes on. err is only a read error
+// bad with its line number, and so is a resolution without a code; reading
+// goes on. Stages are not checked: a line of a stage this reader does not
+// know is taken for a call in doubt, which at worst asks its target once
+// more. err is only a read error
 // of r, or of its gzip stream (one cut short, or not gzip after all).
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
@@ -165,6 +178,8 @@ func parseEntry(line []byte) (Entry, error) {
 		return Entry{}, errors.New("no target")
 	case e.URL == "":
 		return Entry{}, errors.New("no url")
+	case e.Stage == StageResolvedApplied && e.Code == "":
+		return Entry{}, errors.New("resolved_applied with no code")
 	}
 	u, err := url.Parse(e.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

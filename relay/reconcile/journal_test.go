@@ -3,8 +3,12 @@ package reconcile_test
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -105,4 +110,48 @@ func TestReadJournalGzipped(t *testing.T) {
 		_, _, err := reconcile.ReadJournal(strings.NewReader("\x1f\x8bnot gzip"))
 		assert.ErrorContains(t, err, "starts as gzip but is not")
 	})
+}
+
+// TestReadJournalResolved reads a journal the hub's own writer wrote: a
+// call in doubt and, later, its resolution on a resend.
+func TestReadJournalResolved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in-doubt.log")
+	j, err := indoubt.Open(indoubt.Config{Path: path})
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte("WD ACC1 500"))
+	call := indoubt.Entry{
+		Time: time.Date(2026, 12, 1, 17, 30, 0, 123e6, time.UTC), Hub: "hub-a:9200", TxID: "T1", Target: "CORE",
+		URL: "http://127.0.0.1:9201", Code: "E901", Stage: reconcile.StageRequestSent, BytesSent: 120, PayloadSHA256: sum,
+	}
+	resolution := indoubt.Entry{
+		Time: time.Date(2026, 12, 1, 17, 31, 5, 250e6, time.UTC), Hub: "hub-b:9200", TxID: "T1", Target: "CORE",
+		URL: "http://127.0.0.1:9201", Code: "0000", Stage: indoubt.StageResolvedApplied, PayloadSHA256: sum,
+	}
+	require.NoError(t, j.Append(&call))
+	require.NoError(t, j.Append(&resolution))
+	require.NoError(t, j.Close())
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	entries, bad, err := reconcile.ReadJournal(f)
+	require.NoError(t, err)
+	assert.Empty(t, bad)
+	require.Len(t, entries, 2)
+	assert.Equal(t, reconcile.Entry{
+		Line: 2, Time: resolution.Time, Hub: "hub-b:9200", TxID: "T1", Target: "CORE", URL: "http://127.0.0.1:9201",
+		Code: "0000", Stage: reconcile.StageResolvedApplied, PayloadSHA256: hex.EncodeToString(sum[:]),
+	}, entries[1])
+	assert.Equal(t, entries[0].PayloadSHA256, entries[1].PayloadSHA256)
+}
+
+func TestReadJournalResolvedWithoutCode(t *testing.T) {
+	journal := `{"txid":"T1","target":"CORE","url":"http://127.0.0.1:9201","stage":"resolved_applied"}` + "\n" + goodLine + "\n"
+	entries, bad, err := reconcile.ReadJournal(strings.NewReader(journal))
+	require.NoError(t, err)
+	require.Len(t, bad, 1, "a resolution must say what the target recorded")
+	assert.Equal(t, 1, bad[0].Line)
+	assert.Contains(t, bad[0].Error, "no code")
+	require.Len(t, entries, 1)
+	assert.Equal(t, 2, entries[0].Line)
 }
