@@ -181,10 +181,6 @@ func (c *conn) resolve(rt *route, conf *routeConf, f *dedup.Flight, req protocol
 	}
 }
 
-// stageResolvedApplied is the stage of a journal line recording that the
-// target applied a transaction that was in doubt.
-const stageResolvedApplied = "resolved_applied"
-
 // noteResolved appends to the in-doubt journal that the target applied
 // req, a transaction in doubt, with code.
 func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
@@ -195,7 +191,7 @@ func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, 
 		Target:        rt.name,
 		URL:           conf.url,
 		Code:          code,
-		Stage:         stageResolvedApplied,
+		Stage:         indoubt.StageResolvedApplied,
 		PayloadSHA256: sha256.Sum256(req.Payload),
 	}
 	s.inDoubtRecent.Add(e)
