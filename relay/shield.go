@@ -70,11 +70,17 @@ func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedu
 		c.unresolved(rt, f, req)
 		return nil, true, false
 	}
-	own := protocol.Request{TxID: clone(req.TxID), Target: req.Target, Payload: clone(req.Payload)}
-	c.calls.Add(1)
-	s.activeCalls.Add(1)
-	s.goCatching(taskResolver, func() { c.resolve(rt, conf, f, own) })
+	c.lookUp(rt, conf, f, req)
 	return nil, true, true
+}
+
+// lookUp starts the look-up of req's outcome, in doubt, on a goroutine of
+// its own, which leads f (see resolve).
+func (c *conn) lookUp(rt *route, conf *routeConf, f *dedup.Flight, req protocol.Request) {
+	own := protocol.Request{TxID: clone(req.TxID), Target: rt.nameBytes, Payload: clone(req.Payload)}
+	c.calls.Add(1)
+	c.srv.activeCalls.Add(1)
+	c.srv.goCatching(taskResolver, func() { c.resolve(rt, conf, f, own) })
 }
 
 // clone returns a copy of b that the connection's next read cannot

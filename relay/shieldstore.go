@@ -68,10 +68,7 @@ func (cl *call) answerShared(ex dedup.Record) {
 		code, msg = ex.Code, ex.Message
 		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.dedupWindow()), code, []byte(msg))
 	case ex.State == dedup.InDoubt && conf.statusURL != "":
-		own := protocol.Request{TxID: clone(req.TxID), Target: req.Target, Payload: clone(req.Payload)}
-		c.calls.Add(1)
-		s.activeCalls.Add(1)
-		s.goCatching(taskResolver, func() { c.resolve(named, conf, f, own) })
+		c.lookUp(named, conf, f, req)
 		return
 	case ex.State == dedup.InDoubt:
 		c.unresolved(named, f, req)

@@ -1,0 +1,170 @@
+package main_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
+	"github.com/relayhub/relayhub/internal/testutil/proctest"
+)
+
+// These tests start the real relay and fixture binaries and hold the
+// duplicate-TXID shield to docs/PROTOCOL.md, "Resending a transaction": a
+// client's resend never makes a second call while the first may have been
+// applied.
+
+// startShieldedRelay starts a relay whose target CORE, at coreURL, has the
+// shield on and, when statusURL is not empty, a status URL; plus args.
+func startShieldedRelay(t *testing.T, coreURL, statusURL string, args ...string) *adminRelay {
+	t.Helper()
+	conf := "[CORE]\ndedup = true\n"
+	if statusURL != "" {
+		conf += fmt.Sprintf("status_url = %q\n", statusURL)
+	}
+	path := writeFile(t, "relay.toml", conf)
+	return startAdminRelay(t, append([]string{"--target", "CORE=" + coreURL, "--config", path}, args...)...)
+}
+
+// dedupCount is relay_dedup_total of CORE for outcome.
+func dedupCount(t *testing.T, h *adminRelay, outcome string) float64 {
+	t.Helper()
+	m, _ := h.scrape(t)
+	return m[`relay_dedup_total{outcome="`+outcome+`",target="CORE"}`]
+}
+
+func TestResendAfterATimeoutGetsTheBookedAnswerWithoutASecondCall(t *testing.T) {
+	// Given CORE booking at once and answering after 1 s, a relay waiting
+	// 300 ms with the shield and CORE's status URL, and a journal,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	journal := filepath.Join(t.TempDir(), "in-doubt.log")
+	h := startShieldedRelay(t, core.URL, core.URL+"/tx/{txid}", "--target-timeout", "300ms",
+		"--in-doubt-log", journal, "--hub-id", "hub-a")
+	c := proctest.Dial(t, h.Addr())
+
+	// when a withdrawal times out and the branch sends it again,
+	require.Equal(t, "W1|E901|no answer within target timeout; outcome unknown", c.Exchange("W1|CORE|WD 1001 500").String())
+	resent := c.Exchange("W1|CORE|WD 1001 500")
+
+	// then the resend gets the booked answer, CORE took one POST for W1,
+	// the balance moved once, and the journal holds the doubt and its
+	// resolution.
+	assert.Equal(t, "W1|0000|balance=99500", resent.String())
+	core.Ctl(t, `{"mode":"normal"}`)
+	assert.Equal(t, "B1|0000|balance=99500", c.Exchange("B1|CORE|BAL 1001").String())
+	assert.Equal(t, []string{"W1", "B1"}, core.Received(t))
+	assert.Equal(t, 1.0, dedupCount(t, h, "resolved_applied"))
+	lines := logtest.FileLines(t, journal)
+	require.Len(t, lines, 2)
+	assert.Equal(t, "request_sent", lines[0]["stage"])
+	assert.Equal(t, "resolved_applied", lines[1]["stage"])
+	assert.Equal(t, "0000", lines[1]["code"])
+	assert.Equal(t, "W1", lines[1]["txid"])
+
+	// and a third copy is answered from memory, with no look-up either.
+	assert.Equal(t, "W1|0000|balance=99500", c.Exchange("W1|CORE|WD 1001 500").String())
+	assert.Equal(t, 1.0, dedupCount(t, h, "replayed"))
+}
+
+func TestResendOfACallNotAppliedIsSentAfresh(t *testing.T) {
+	// Given CORE dropping calls before it books them, and the shield with
+	// CORE's status URL,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"drop"}`)
+	h := startShieldedRelay(t, core.URL, core.URL+"/tx/{txid}")
+	c := proctest.Dial(t, h.Addr())
+
+	// when a withdrawal is in doubt, CORE recovers and the branch resends,
+	first := c.Exchange("W1|CORE|WD 1001 500")
+	require.Equal(t, "E902", first.Code, first.String())
+	require.Contains(t, first.Message, "outcome unknown")
+	core.Ctl(t, `{"mode":"normal"}`)
+	resent := c.Exchange("W1|CORE|WD 1001 500")
+
+	// then CORE said it never applied it, so it was sent again, once.
+	assert.Equal(t, "W1|0000|balance=99500", resent.String())
+	assert.Equal(t, []string{"W1", "W1"}, core.Received(t))
+	assert.Equal(t, 1.0, dedupCount(t, h, "resolved_not_applied"))
+}
+
+func TestResendInDoubtWithoutAStatusURLIsNotSent(t *testing.T) {
+	// Given a late CORE and the shield without a status URL,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	h := startShieldedRelay(t, core.URL, "", "--target-timeout", "300ms")
+	c := proctest.Dial(t, h.Addr())
+
+	// when a withdrawal times out and is sent again,
+	require.Equal(t, "E901", c.Exchange("W1|CORE|WD 1001 500").Code)
+	resent := c.Exchange("W1|CORE|WD 1001 500")
+
+	// then the resend is told to wait, and CORE saw one call.
+	assert.Equal(t, "W1|E901|outcome still unknown; do not resend yet", resent.String())
+	assert.Equal(t, []string{"W1"}, core.Received(t))
+	assert.Equal(t, 1.0, dedupCount(t, h, "unresolved"))
+}
+
+func TestCopiesOfACallInFlightJoinIt(t *testing.T) {
+	// Given a slow CORE and the shield,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"slow","delay_ms":500}`)
+	h := startShieldedRelay(t, core.URL, "")
+
+	// when two connections send W2 at once,
+	c1, c2 := proctest.Dial(t, h.Addr()), proctest.Dial(t, h.Addr())
+	var wg sync.WaitGroup
+	answers := make([]string, 2)
+	for i, c := range []*proctest.Conn{c1, c2} {
+		wg.Go(func() { answers[i] = c.Exchange("W2|CORE|WD 1001 700").String() })
+	}
+	wg.Wait()
+
+	// then CORE got one call, and both copies the same answer.
+	assert.Equal(t, "W2|0000|balance=99300", answers[0])
+	assert.Equal(t, answers[0], answers[1])
+	assert.Equal(t, []string{"W2"}, core.Received(t))
+	assert.Equal(t, 1.0, dedupCount(t, h, "joined"))
+}
+
+func TestResendAfterAnAnswerIsReplayedAndAnotherPayloadRefused(t *testing.T) {
+	// Given the shield on CORE,
+	core := proctest.StartFixture(t, "CORE", "core")
+	h := startShieldedRelay(t, core.URL, "")
+	c := proctest.Dial(t, h.Addr())
+
+	// when W3 is answered, then sent again, then sent with another amount,
+	first := c.Exchange("W3|CORE|WD 1001 200").String()
+	again := c.Exchange("W3|CORE|WD 1001 200").String()
+	other := c.Exchange("W3|CORE|WD 1001 900").String()
+
+	// then the copy gets the first answer, the other payload E909, and
+	// CORE saw one call; a business rejection is remembered the same way.
+	assert.Equal(t, "W3|0000|balance=99800", first)
+	assert.Equal(t, first, again)
+	assert.Equal(t, "W3|E909|TXID reused with a different payload", other)
+	assert.Equal(t, "W4|B201|insufficient funds", c.Exchange("W4|CORE|WD 1001 99999999").String())
+	assert.Equal(t, "W4|B201|insufficient funds", c.Exchange("W4|CORE|WD 1001 99999999").String())
+	assert.Equal(t, []string{"W3", "W4"}, core.Received(t))
+	assert.Equal(t, 2.0, dedupCount(t, h, "replayed"))
+	assert.Equal(t, 1.0, dedupCount(t, h, "refused_payload"))
+	m, _ := h.scrape(t)
+	assert.Equal(t, 1.0, m[`relay_requests_total{code="E909",target="CORE"}`])
+}
+
+func TestWithoutTheShieldEveryLineIsACall(t *testing.T) {
+	// Given CORE without the shield (the default),
+	core := proctest.StartFixture(t, "CORE", "core")
+	h := startAdminRelay(t, "--target", "CORE="+core.URL)
+	c := proctest.Dial(t, h.Addr())
+
+	// when the same line is sent twice, both reach CORE (which remembers
+	// the id itself).
+	c.Exchange("W5|CORE|WD 1001 200")
+	c.Exchange("W5|CORE|WD 1001 200")
+	assert.Equal(t, []string{"W5", "W5"}, core.Received(t))
+}
