@@ -45,6 +45,43 @@ type TargetSnapshot struct {
 	// LastProbe is the target's latest synthetic probe; its At is zero
 	// when the hub has sent none.
 	LastProbe ProbeResult
+	// StatusURL is the target's look-up URL for resends in doubt; empty
+	// when none.
+	StatusURL string
+	// Dedup counts what the duplicate-TXID shield did with the target's
+	// requests since the hub started.
+	Dedup DedupCounts
+}
+
+// DedupCounts are what the duplicate-TXID shield did with one target's
+// requests, one count per outcome of relay_dedup_total. A plain value.
+type DedupCounts struct {
+	Joined, Replayed, RefusedPayload, ResolvedApplied, ResolvedNotApplied, Unresolved int64
+}
+
+// DedupStatus is the state of the hub's duplicate-TXID shield. A plain
+// value.
+type DedupStatus struct {
+	// Entries is how many TXIDs the shield remembers; Evictions how many
+	// it forgot early to stay within Config.DedupMaxEntries.
+	Entries, Evictions int64
+	// Shared reports that the shield is shared through the fleet's store
+	// (Config.DedupStore); StoreDown that the store failed its latest
+	// command, so that the hub shields on its own memory; StoreFallbacks
+	// counts the shielded requests the store could not serve.
+	Shared, StoreDown bool
+	StoreFallbacks    int64
+}
+
+// Dedup returns the state of the duplicate-TXID shield.
+func (s *Server) Dedup() DedupStatus {
+	return DedupStatus{
+		Entries:        s.shieldMem.Len(),
+		Evictions:      s.shieldMem.Evictions(),
+		Shared:         s.dedupStore != nil,
+		StoreDown:      s.dedupStoreDown.Load(),
+		StoreFallbacks: s.dedupFallbacks.Load(),
+	}
 }
 
 // Targets returns a snapshot of every target, in configuration order.
@@ -110,6 +147,15 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		LastFailure:  r.lastFailure.load(),
 		InDoubt:      r.inDoubt.Load(),
 		LastProbe:    r.lastProbe(),
+		StatusURL:    rc.statusURL,
+		Dedup: DedupCounts{
+			Joined:             r.dedup[dedupJoined].Load(),
+			Replayed:           r.dedup[dedupReplayed].Load(),
+			RefusedPayload:     r.dedup[dedupRefusedPayload].Load(),
+			ResolvedApplied:    r.dedup[dedupResolvedApplied].Load(),
+			ResolvedNotApplied: r.dedup[dedupResolvedNotApplied].Load(),
+			Unresolved:         r.dedup[dedupUnresolved].Load(),
+		},
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 )
 
@@ -66,6 +67,17 @@ type FleetHub interface {
 	// does not share it.
 	TargetFleet(name string) (TargetFleet, bool)
 }
+
+// DedupHub is a Hub with a duplicate-TXID shield (*relay.Server has one);
+// Status shows its state. An implementation must be safe for concurrent
+// use.
+type DedupHub interface {
+	Hub
+	// Dedup returns the shield's state.
+	Dedup() relay.DedupStatus
+}
+
+var _ DedupHub = (*relay.Server)(nil)
 
 // InDoubtHub is a Hub that keeps its recent calls in doubt (*relay.Server
 // does); GET /in-doubt lists them. An implementation must be safe for
@@ -122,6 +134,35 @@ type Status struct {
 	// Fleet is the hub's place in its fleet; absent when the hub runs
 	// alone (no --state-store).
 	Fleet *Fleet `json:"fleet,omitempty"`
+	// Dedup is the duplicate-TXID shield's state; absent when no target
+	// has the shield on.
+	Dedup *Dedup `json:"dedup,omitempty"`
+}
+
+// Dedup is the duplicate-TXID shield's state in Status: a
+// relay.DedupStatus as JSON. It is a plain value.
+type Dedup struct {
+	Entries   int64 `json:"entries"`
+	Evictions int64 `json:"evictions"`
+	// Store is "shared" while the fleet's store serves the shield,
+	// "local_fallback" while it fails and the hub shields on its own
+	// memory, and "local" without a store.
+	Store          string `json:"store"`
+	StoreFallbacks int64  `json:"store_fallbacks"`
+}
+
+// TargetDedup is one target's shield in Target. It is a plain value.
+type TargetDedup struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	// StatusURL is where a resend in doubt is looked up; absent when
+	// none, and such a resend is answered E901 without a call.
+	StatusURL          string `json:"status_url,omitempty"`
+	Joined             int64  `json:"joined"`
+	Replayed           int64  `json:"replayed"`
+	RefusedPayload     int64  `json:"refused_payload"`
+	ResolvedApplied    int64  `json:"resolved_applied"`
+	ResolvedNotApplied int64  `json:"resolved_not_applied"`
+	Unresolved         int64  `json:"unresolved"`
 }
 
 // Target is one target in Status: a relay.TargetSnapshot as JSON. It is a
@@ -156,6 +197,8 @@ type Target struct {
 	// Fleet is the target's breaker state shared with the fleet; absent
 	// when the hub runs alone.
 	Fleet *TargetFleet `json:"fleet,omitempty"`
+	// Dedup is the target's duplicate-TXID shield; absent when it is off.
+	Dedup *TargetDedup `json:"dedup,omitempty"`
 }
 
 // Probe is a synthetic probe in Target. It is a plain value.
@@ -218,8 +261,20 @@ func StatusOf(hub Hub) Status {
 		ConnectionsOpen: hub.ConnectionsOpen(),
 		Targets:         make([]Target, len(targets)),
 	}
+	shielded := false
 	for i, t := range targets {
 		st.Targets[i] = targetOf(hub, t)
+		shielded = shielded || t.Settings.Dedup
+	}
+	if dh, ok := hub.(DedupHub); ok && shielded {
+		d := dh.Dedup()
+		st.Dedup = &Dedup{Entries: d.Entries, Evictions: d.Evictions, Store: "local", StoreFallbacks: d.StoreFallbacks}
+		switch {
+		case d.Shared && d.StoreDown:
+			st.Dedup.Store = "local_fallback"
+		case d.Shared:
+			st.Dedup.Store = "shared"
+		}
 	}
 	if fh, ok := hub.(FleetHub); ok {
 		fs := fh.FleetStatus()
@@ -243,7 +298,19 @@ func targetOf(hub Hub, t relay.TargetSnapshot) Target {
 // TargetOf returns t as /status shows it.
 func TargetOf(t relay.TargetSnapshot) Target {
 	ts := t.Settings
+	var shield *TargetDedup
+	if ts.Dedup {
+		d := t.Dedup
+		window := ts.DedupWindow
+		if window == 0 {
+			window = dedup.DefaultWindow
+		}
+		shield = &TargetDedup{WindowSeconds: window.Seconds(), StatusURL: t.StatusURL,
+			Joined: d.Joined, Replayed: d.Replayed, RefusedPayload: d.RefusedPayload,
+			ResolvedApplied: d.ResolvedApplied, ResolvedNotApplied: d.ResolvedNotApplied, Unresolved: d.Unresolved}
+	}
 	return Target{
+		Dedup:               shield,
 		Name:                t.Name,
 		URL:                 t.URL,
 		Fallback:            t.Fallback,
