@@ -106,6 +106,8 @@ const shardCount = 64
 // concurrent use.
 type Shield struct {
 	now       func() time.Time
+	limit     int64     // Config.MaxEntries
+	base      time.Time // when New ran: Shield.second counts from it
 	seed      maphash.Seed
 	evictions atomic.Int64
 	entries   atomic.Int64
@@ -114,18 +116,17 @@ type Shield struct {
 
 // New returns a Shield configured by cfg.
 func New(cfg Config) *Shield {
-	s := &Shield{now: cfg.Now, seed: maphash.MakeSeed()}
+	s := &Shield{now: cfg.Now, seed: maphash.MakeSeed(), limit: int64(cfg.MaxEntries)}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	limit := cfg.MaxEntries
-	if limit <= 0 {
-		limit = DefaultMaxEntries
+	if s.limit <= 0 {
+		s.limit = DefaultMaxEntries
 	}
-	perShard := max((limit+shardCount-1)/shardCount, 1)
+	s.base = s.now()
 	for i := range s.shards {
-		s.shards[i].limit = uint32(perShard)
-		s.shards[i].index = make(map[string]uint32)
+		s.shards[i].index = make(map[uint64]uint32)
+		s.shards[i].flights = make(map[uint32]*Flight)
 	}
 	return s
 }
@@ -143,6 +144,7 @@ func (s *Shield) Len() int64 { return s.entries.Load() }
 type Flight struct {
 	shard   *shard
 	seq     uint32
+	key     uint64 // the key's hash
 	hash    Hash
 	waiters []Waiter // guarded by shard.mu
 }
@@ -156,39 +158,43 @@ func (f *Flight) Hash() Hash { return f.hash }
 // under the Shield's lock, and only then); answered within its window, its
 // answer comes back (Replayed, code and message); in doubt, the caller
 // claims its look-up (Resolve, with its Flight); remembered with another
-// payload, Conflict. window is how long a settled answer is kept.
+// payload, Conflict.
 func (s *Shield) Begin(target string, txid []byte, h Hash, join func() Waiter) (v Verdict, f *Flight, code, msg string) {
 	var keyBuf [160]byte
 	key := appendKey(keyBuf[:0], target, txid)
-	sh := &s.shards[maphash.Bytes(s.seed, key)%shardCount]
-	now := s.now().UnixNano()
+	kh := maphash.Bytes(s.seed, key)
+	sh := &s.shards[kh%shardCount]
+	now := s.second(s.now())
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if seq, ok := sh.index[string(key)]; ok {
+	if seq, ok := sh.index[kh]; ok {
 		e := sh.at(seq)
-		if e.flight == nil && e.expires <= now {
-			sh.remove(seq, e)
+		switch {
+		case e.key() != string(key):
+			// Another key with the same 64-bit hash: the newer one takes
+			// the index, and the older is forgotten early.
+		case e.state != InFlight && e.expires <= now:
+			sh.remove(seq, e, kh)
 			s.entries.Add(-1)
-		} else {
-			if e.hash != h {
-				return Conflict, nil, "", ""
-			}
-			switch {
-			case e.flight != nil:
-				e.flight.waiters = append(e.flight.waiters, join())
-				return Joined, nil, "", ""
-			case e.state == Answered:
-				return Replayed, nil, e.code(), e.message()
-			default: // InDoubt
-				e.flight = &Flight{shard: sh, seq: seq, hash: h}
-				return Resolve, e.flight, "", ""
-			}
+		case e.hash != h:
+			return Conflict, nil, "", ""
+		case e.state == InFlight:
+			fl := sh.flights[seq]
+			fl.waiters = append(fl.waiters, join())
+			return Joined, nil, "", ""
+		case e.state == Answered:
+			return Replayed, nil, e.code(), e.message()
+		default: // InDoubt
+			e.state = InFlight
+			f = &Flight{shard: sh, seq: seq, key: kh, hash: h}
+			sh.flights[seq] = f
+			return Resolve, f, "", ""
 		}
 	}
-	f = &Flight{shard: sh, hash: h}
-	f.seq = s.insert(sh, string(key), h, now)
-	sh.at(f.seq).flight = f
+	f = &Flight{shard: sh, key: kh, hash: h}
+	f.seq = s.insert(sh, string(key), kh, h, now)
+	sh.flights[f.seq] = f
 	return Claimed, f, "", ""
 }
 
@@ -197,18 +203,14 @@ func (s *Shield) Begin(target string, txid []byte, h Hash, join func() Waiter) (
 // returns the copies that joined f, for the caller to answer.
 func (s *Shield) Settle(f *Flight, st State, code string, msg []byte, window time.Duration) []Waiter {
 	sh := f.shard
-	now := s.now().UnixNano()
+	expires := s.second(s.now().Add(window + time.Second - 1))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.owned(f); ok {
-		// The index's key moves to the new text, so that the entry again
-		// costs one string.
-		delete(sh.index, e.text[:e.keyLen])
-		e.text = e.text[:e.keyLen] + code + string(msg)
-		sh.index[e.text[:e.keyLen]] = f.seq
-		e.flight = nil
+		delete(sh.flights, f.seq)
+		e.text = e.key() + code + string(msg)
 		e.state = st
-		e.expires = now + int64(window)
+		e.expires = expires
 	}
 	return f.waiters
 }
@@ -221,10 +223,16 @@ func (s *Shield) Forget(f *Flight) []Waiter {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.owned(f); ok {
-		sh.remove(f.seq, e)
+		sh.remove(f.seq, e, f.key)
 		s.entries.Add(-1)
 	}
 	return f.waiters
+}
+
+// second returns t in whole seconds since the Shield was made: the
+// windows' unit, small enough for an entry to hold in 32 bits.
+func (s *Shield) second(t time.Time) uint32 {
+	return uint32(max(t.Sub(s.base), 0) / time.Second)
 }
 
 // appendKey appends target, '|' and txid: '|' can be in neither.
@@ -232,31 +240,34 @@ func appendKey(b []byte, target string, txid []byte) []byte {
 	return append(append(append(b, target...), '|'), txid...)
 }
 
-// shard is a share of the entries under one lock: an index from key to
-// sequence number, and a ring of entries in the order they were claimed,
-// the oldest at head. A sequence number picks its slot by its low bits, so
-// the ring grows (doubling, up to limit) without renumbering.
+// shard is a share of the entries under one lock: an index from a key's
+// hash to its sequence number, a ring of entries in the order they were
+// claimed (the oldest at head), and the flights of those in flight. A
+// sequence number picks its slot by its low bits, so the ring grows
+// (doubling) without renumbering. Neither the index nor the ring holds a
+// pointer but the entries' text, which keeps a million entries cheap to
+// hold and to scan.
 type shard struct {
-	mu    sync.Mutex
-	index map[string]uint32 // key -> sequence number
-	ring  []entry           // len a power of two, 0 before the first entry
-	head  uint32            // sequence number of the oldest slot in use
-	tail  uint32            // sequence number of the next slot
-	limit uint32            // most slots in use
+	mu      sync.Mutex
+	index   map[uint64]uint32  // key hash -> sequence number
+	flights map[uint32]*Flight // sequence number -> flight, while in flight
+	ring    []entry            // len a power of two, 0 before the first entry
+	head    uint32             // sequence number of the oldest slot in use
+	tail    uint32             // sequence number of the next slot
 }
 
 // entry is one remembered transaction. text holds its key, then (once
 // settled) its four-character code and its message, in one string so that
-// an entry costs one allocation; the index's key shares it.
+// an entry costs one allocation.
 type entry struct {
-	text    string  // "" for a slot freed out of order
-	flight  *Flight // the call or look-up under way; nil once settled
-	expires int64   // Unix nanoseconds; ignored while in flight
+	text    string // "" for a slot freed out of order
 	hash    Hash
+	expires uint32 // Shield.second when it is forgotten; unused in flight
 	keyLen  uint8
 	state   State
 }
 
+func (e *entry) key() string     { return e.text[:e.keyLen] }
 func (e *entry) code() string    { return e.text[e.keyLen : e.keyLen+4] }
 func (e *entry) message() string { return e.text[e.keyLen+4:] }
 
@@ -265,26 +276,27 @@ func (sh *shard) at(seq uint32) *entry { return &sh.ring[seq&uint32(len(sh.ring)
 // owned returns f's entry while it is still f's: not evicted, not
 // replaced.
 func (sh *shard) owned(f *Flight) (*entry, bool) {
-	if f.seq-sh.head >= sh.tail-sh.head {
+	if f.seq-sh.head >= sh.tail-sh.head || sh.flights[f.seq] != f {
 		return nil, false
 	}
-	e := sh.at(f.seq)
-	return e, e.flight == f
+	return sh.at(f.seq), true
 }
 
-// insert adds key in flight and returns its sequence number. To make room
-// it first drops the freed and expired slots at the head, then, at limit,
-// the oldest entry (an eviction).
-func (s *Shield) insert(sh *shard, key string, h Hash, now int64) uint32 {
+// insert adds key, whose hash is kh, in flight and returns its sequence
+// number. To make room it first drops the freed and expired slots at sh's
+// head, then, while the Shield is at its limit, the shard's oldest entry
+// (an eviction): the bound holds over all shards, give or take an entry a
+// shard.
+func (s *Shield) insert(sh *shard, key string, kh uint64, h Hash, now uint32) uint32 {
 	for sh.tail != sh.head {
 		e := sh.at(sh.head)
 		switch {
 		case e.text == "":
-		case e.flight == nil && e.expires <= now:
-			sh.remove(sh.head, e)
+		case e.state != InFlight && e.expires <= now:
+			sh.remove(sh.head, e, maphash.String(s.seed, e.key()))
 			s.entries.Add(-1)
-		case sh.tail-sh.head >= sh.limit:
-			sh.remove(sh.head, e)
+		case s.entries.Load() >= s.limit:
+			sh.remove(sh.head, e, maphash.String(s.seed, e.key()))
 			s.entries.Add(-1)
 			s.evictions.Add(1)
 		default:
@@ -299,21 +311,22 @@ room:
 	seq := sh.tail
 	sh.tail++
 	*sh.at(seq) = entry{text: key, hash: h, keyLen: uint8(len(key)), state: InFlight}
-	sh.index[key] = seq
+	sh.index[kh] = seq
 	s.entries.Add(1)
 	return seq
 }
 
-// remove frees seq's slot and its index entry. The slot stays in the ring
-// until it reaches the head.
-func (sh *shard) remove(seq uint32, e *entry) {
-	if cur, ok := sh.index[e.text[:e.keyLen]]; ok && cur == seq {
-		delete(sh.index, e.text[:e.keyLen])
+// remove frees seq's slot, its index entry (kh is its key's hash) and its
+// flight. The slot stays in the ring until it reaches the head.
+func (sh *shard) remove(seq uint32, e *entry, kh uint64) {
+	if cur, ok := sh.index[kh]; ok && cur == seq {
+		delete(sh.index, kh)
 	}
+	delete(sh.flights, seq)
 	*e = entry{}
 }
 
-// grow doubles the ring, up to the first power of two at or above limit.
+// grow doubles the ring.
 func (sh *shard) grow() {
 	n := max(len(sh.ring)*2, 16)
 	ring := make([]entry, n)

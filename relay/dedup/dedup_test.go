@@ -1,0 +1,295 @@
+package dedup_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/relay/dedup"
+)
+
+// clock is a settable clock for the windows.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newShield(maxEntries int) (*dedup.Shield, *clock) {
+	c := &clock{now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+	return dedup.New(dedup.Config{MaxEntries: maxEntries, Now: c.Now}), c
+}
+
+// copyOf is a waiting copy that records the answer it is given.
+type copyOf struct {
+	code, msg string
+	answered  int
+}
+
+func (w *copyOf) Answer(code string, msg []byte) {
+	w.code, w.msg = code, string(msg)
+	w.answered++
+}
+
+// joinAs returns a join func that hands out w.
+func joinAs(w *copyOf) func() dedup.Waiter { return func() dedup.Waiter { return w } }
+
+// noJoin fails the test if a copy is made to join.
+func noJoin(t *testing.T) func() dedup.Waiter {
+	return func() dedup.Waiter {
+		t.Error("unexpected join")
+		return &copyOf{}
+	}
+}
+
+var (
+	payload = []byte("WD 1001 500")
+	h       = dedup.HashPayload(payload)
+)
+
+const window = 10 * time.Minute
+
+func TestAnAnsweredTransactionIsReplayedWithinItsWindow(t *testing.T) {
+	s, clk := newShield(0)
+	v, f, _, _ := s.Begin("CORE", []byte("W1"), h, noJoin(t))
+	require.Equal(t, dedup.Claimed, v)
+	require.NotNil(t, f)
+	assert.Empty(t, s.Settle(f, dedup.Answered, "0000", []byte("balance=99500"), window))
+
+	clk.Advance(window - time.Second)
+	v, f, code, msg := s.Begin("CORE", []byte("W1"), h, noJoin(t))
+	assert.Equal(t, dedup.Replayed, v)
+	assert.Nil(t, f)
+	assert.Equal(t, "0000", code)
+	assert.Equal(t, "balance=99500", msg)
+
+	// The same TXID at another target is another transaction.
+	v, _, _, _ = s.Begin("CLAIM", []byte("W1"), h, noJoin(t))
+	assert.Equal(t, dedup.Claimed, v)
+
+	// Once the window has passed, the TXID is claimed afresh.
+	clk.Advance(time.Second)
+	v, _, _, _ = s.Begin("CORE", []byte("W1"), h, noJoin(t))
+	assert.Equal(t, dedup.Claimed, v)
+}
+
+func TestCopiesOfACallInFlightJoinItAndGetItsAnswer(t *testing.T) {
+	s, _ := newShield(0)
+	_, f, _, _ := s.Begin("CORE", []byte("W2"), h, noJoin(t))
+	a, b := &copyOf{}, &copyOf{}
+	v, g, _, _ := s.Begin("CORE", []byte("W2"), h, joinAs(a))
+	assert.Equal(t, dedup.Joined, v)
+	assert.Nil(t, g)
+	v, _, _, _ = s.Begin("CORE", []byte("W2"), h, joinAs(b))
+	assert.Equal(t, dedup.Joined, v)
+
+	// An in-flight call never expires, however long it takes.
+	waiters := s.Settle(f, dedup.Answered, "B201", []byte("insufficient funds"), window)
+	assert.Equal(t, []dedup.Waiter{a, b}, waiters)
+}
+
+func TestAnotherPayloadIsAConflictInFlightAndAfter(t *testing.T) {
+	s, _ := newShield(0)
+	other := dedup.HashPayload([]byte("WD 1001 900"))
+	_, f, _, _ := s.Begin("CORE", []byte("W3"), h, noJoin(t))
+	v, _, _, _ := s.Begin("CORE", []byte("W3"), other, noJoin(t))
+	assert.Equal(t, dedup.Conflict, v)
+	s.Settle(f, dedup.Answered, "0000", []byte("ok"), window)
+	v, _, _, _ = s.Begin("CORE", []byte("W3"), other, noJoin(t))
+	assert.Equal(t, dedup.Conflict, v)
+}
+
+func TestAForgottenTransactionIsAFreshTryAndItsCopiesAreHandedBack(t *testing.T) {
+	s, _ := newShield(0)
+	_, f, _, _ := s.Begin("CORE", []byte("W4"), h, noJoin(t))
+	a := &copyOf{}
+	s.Begin("CORE", []byte("W4"), h, joinAs(a))
+	assert.Equal(t, []dedup.Waiter{a}, s.Forget(f))
+	assert.Zero(t, s.Len())
+	v, _, _, _ := s.Begin("CORE", []byte("W4"), h, noJoin(t))
+	assert.Equal(t, dedup.Claimed, v)
+}
+
+func TestATransactionInDoubtHasOneLookUpAtATime(t *testing.T) {
+	s, clk := newShield(0)
+	_, f, _, _ := s.Begin("CORE", []byte("W5"), h, noJoin(t))
+	s.Settle(f, dedup.InDoubt, "E901", []byte("no answer within target timeout; outcome unknown"), window)
+
+	// The first resend leads the look-up; a second copy joins it.
+	v, lead, _, _ := s.Begin("CORE", []byte("W5"), h, noJoin(t))
+	require.Equal(t, dedup.Resolve, v)
+	require.NotNil(t, lead)
+	a := &copyOf{}
+	v, _, _, _ = s.Begin("CORE", []byte("W5"), h, joinAs(a))
+	assert.Equal(t, dedup.Joined, v)
+
+	// Still unknown: back in doubt, and the next resend looks up again.
+	assert.Equal(t, []dedup.Waiter{a}, s.Settle(lead, dedup.InDoubt, "E901", []byte("outcome still unknown; do not resend yet"), window))
+	clk.Advance(time.Minute)
+	v, lead, _, _ = s.Begin("CORE", []byte("W5"), h, noJoin(t))
+	require.Equal(t, dedup.Resolve, v)
+
+	// Applied: from then on the answer is replayed.
+	s.Settle(lead, dedup.Answered, "0000", []byte("balance=99500"), window)
+	v, _, code, msg := s.Begin("CORE", []byte("W5"), h, noJoin(t))
+	assert.Equal(t, dedup.Replayed, v)
+	assert.Equal(t, "0000 balance=99500", code+" "+msg)
+}
+
+func TestTheOldestAreEvictedAtTheBound(t *testing.T) {
+	const bound = 64 * 4 // four entries a shard
+	s, _ := newShield(bound)
+	for i := range 10 * bound {
+		_, f, _, _ := s.Begin("CORE", fmt.Appendf(nil, "T%d", i), h, noJoin(t))
+		s.Settle(f, dedup.Answered, "0000", []byte("ok"), window)
+	}
+	assert.LessOrEqual(t, s.Len(), int64(bound))
+	assert.Equal(t, int64(10*bound)-s.Len(), s.Evictions())
+
+	// The newest are still remembered, the first are not.
+	v, _, _, _ := s.Begin("CORE", fmt.Appendf(nil, "T%d", 10*bound-1), h, noJoin(t))
+	assert.Equal(t, dedup.Replayed, v)
+	v, _, _, _ = s.Begin("CORE", []byte("T0"), h, noJoin(t))
+	assert.Equal(t, dedup.Claimed, v)
+}
+
+func TestAnEvictedFlightStillHandsBackItsCopies(t *testing.T) {
+	s, _ := newShield(1) // one entry a shard
+	_, f, _, _ := s.Begin("CORE", []byte("LONG"), h, noJoin(t))
+	a := &copyOf{}
+	s.Begin("CORE", []byte("LONG"), h, joinAs(a))
+	// Fill the shield until LONG's shard has surely had to evict it.
+	for i := range 64 * 40 {
+		_, g, _, _ := s.Begin("CORE", fmt.Appendf(nil, "T%d", i), h, noJoin(t))
+		s.Settle(g, dedup.Answered, "0000", []byte("ok"), window)
+	}
+	assert.Equal(t, []dedup.Waiter{a}, s.Settle(f, dedup.Answered, "0000", []byte("late"), window))
+	// The evicted entry is not brought back, nor anything else changed.
+	v, _, _, _ := s.Begin("CORE", []byte("LONG"), h, noJoin(t))
+	assert.Equal(t, dedup.Claimed, v)
+}
+
+func TestExpiredEntriesAreSweptAsNewOnesArrive(t *testing.T) {
+	s, clk := newShield(0)
+	for i := range 1000 {
+		_, f, _, _ := s.Begin("CORE", fmt.Appendf(nil, "T%d", i), h, noJoin(t))
+		s.Settle(f, dedup.Answered, "0000", []byte("ok"), time.Minute)
+	}
+	clk.Advance(2 * time.Minute)
+	for i := range 1000 {
+		_, f, _, _ := s.Begin("CORE", fmt.Appendf(nil, "U%d", i), h, noJoin(t))
+		s.Settle(f, dedup.Answered, "0000", []byte("ok"), time.Minute)
+	}
+	assert.Equal(t, int64(1000), s.Len())
+	assert.Zero(t, s.Evictions(), "expiry is not eviction")
+}
+
+func TestConcurrentCopiesMakeOneCall(t *testing.T) {
+	s, _ := newShield(0)
+	const copies = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		leaders int
+		joined  []*copyOf
+	)
+	start := make(chan struct{})
+	for range copies {
+		wg.Go(func() {
+			<-start
+			w := &copyOf{}
+			v, f, _, _ := s.Begin("CORE", []byte("RACE"), h, joinAs(w))
+			mu.Lock()
+			defer mu.Unlock()
+			switch v {
+			case dedup.Claimed:
+				leaders++
+				for _, x := range s.Settle(f, dedup.Answered, "0000", []byte("once"), window) {
+					x.Answer("0000", []byte("once"))
+				}
+			case dedup.Joined:
+				joined = append(joined, w)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, 1, leaders)
+	for _, w := range joined {
+		assert.Equal(t, 1, w.answered)
+	}
+}
+
+// BenchmarkReplay is the shield's cost on the answered path: a resend of a
+// remembered TXID, its payload hashed, answered from memory.
+func BenchmarkReplay(b *testing.B) {
+	s := dedup.New(dedup.Config{})
+	_, f, _, _ := s.Begin("CORE", []byte("W1"), h, nil)
+	s.Settle(f, dedup.Answered, "0000", []byte("balance=99500"), window)
+	txid := []byte("W1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if v, _, _, _ := s.Begin("CORE", txid, dedup.HashPayload(payload), nil); v != dedup.Replayed {
+			b.Fatal(v)
+		}
+	}
+}
+
+// BenchmarkClaimAndSettle is the shield's cost on a first call: claimed,
+// then settled with its answer.
+func BenchmarkClaimAndSettle(b *testing.B) {
+	s := dedup.New(dedup.Config{})
+	msg := []byte("balance=99500")
+	var txid []byte
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		txid = fmt.Appendf(txid[:0], "TX%010d", i)
+		i++
+		_, f, _, _ := s.Begin("CORE", txid, dedup.HashPayload(payload), nil)
+		s.Settle(f, dedup.Answered, "0000", msg, window)
+	}
+}
+
+// BenchmarkMemory remembers 1 000 000 answered TXIDs, of the shape a core
+// banking channel sends, and reports the heap they hold.
+func BenchmarkMemory(b *testing.B) {
+	const n = 1_000_000
+	msg := []byte("balance=99500")
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := dedup.New(dedup.Config{MaxEntries: n})
+		var txid []byte
+		for i := range n {
+			txid = fmt.Appendf(txid[:0], "BR042-%012d", i)
+			_, f, _, _ := s.Begin("CORE", txid, dedup.HashPayload(txid), nil)
+			s.Settle(f, dedup.Answered, "0000", msg, window)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != n {
+			b.Fatalf("%d remembered", s.Len())
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MB/1M")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/entry")
+		runtime.KeepAlive(s)
+	}
+}
