@@ -60,6 +60,12 @@
 #      side of each round, against the same target, with the ratio of this
 #      tree's hub to it per round, and its syscalls with STRACE=1: a
 #      before/after comparison in one run.
+#  10. the duplicate-TXID shield: the full path against scenario 9's raw
+#      target with the shield off, on with the hub's memory (--dedup), and
+#      on shared through a Redis (--dedup --state-store), at 16 and 64
+#      connections, the three in turn each round; replies/s and the CPU per
+#      transaction of relay, target and Redis together, ratios to off per
+#      round (dedup_bench).
 #
 # Installs redis-server (and, for scenario 9, haproxy and with STRACE=1
 # strace) from Debian when it is missing (needs root). The raw
@@ -92,7 +98,7 @@ if [[ -z $BASE_RELAY ]]; then
   BASE_LABEL=${BASE_LABEL:-before}
 fi
 BASE_LABEL=${BASE_LABEL:-base}
-SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9}
+SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9 10}
 
 # want N: whether scenario N is to run; 3a and 3b, the parts of scenario 3,
 # run with 3 too.
@@ -453,6 +459,56 @@ CFG
   [[ -z $base ]] || stop "$base"
   stop "$relay"
   stop "$target"
+}
+
+# ------------------------------------------ 10. duplicate-TXID shield --
+
+# dedup_bench runs scenario 10. Every line of the load has a TXID of its
+# own, so the shield claims and settles each one: the cost on the path of
+# every shielded request. The load tool's TXIDs repeat from run to run, so
+# each run gets a fresh relay (and an empty Redis), else the shield would
+# answer the second run from memory.
+dedup_bench() {
+  echo "bench: 10. the duplicate-TXID shield: off, local, fleet" >&2
+  bin/relaybench target --listen 127.0.0.1:0 2>"$out/s10-target.log" &
+  local target=$! target_addr run c side answer args
+  pids+=("$target")
+  target_addr=$(wait_addr "$out/s10-target.log")
+  start_redis
+  for run in $(seq "$RUNS"); do
+    for c in 16 64; do
+      for side in off local fleet; do
+        args=(--target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT")
+        case $side in
+        local) args+=(--dedup) ;;
+        fleet)
+          redis-cli -h 127.0.0.1 -p "${REDIS_ADDR##*:}" flushall >/dev/null
+          args+=(--dedup --state-store "redis://$REDIS_ADDR/0" --hub-id bench-dedup)
+          ;;
+        esac
+        start_relay "s10-$side" "${args[@]}"
+        answer=$(bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" || true)
+        [[ $answer == *"|0000|"* ]] || die "the shielded ($side) relay does not answer 0000: $answer"
+        load "s10-$side-c$c-$run" --addr "$RELAY_ADDR" --conns "$c" --payload 'BAL ACC{conn}' \
+          --server-pid "$RELAY_PID" --server-pid "$target" --server-pid "$REDIS_PID"
+        stop "$RELAY_PID"
+      done
+      dedup_pair "s10-pair-local-c$c-$run" "$out/s10-local-c$c-$run.json" "$out/s10-off-c$c-$run.json"
+      dedup_pair "s10-pair-fleet-c$c-$run" "$out/s10-fleet-c$c-$run.json" "$out/s10-off-c$c-$run.json"
+    done
+  done
+  stop "$REDIS_PID"
+  stop "$target"
+}
+
+# dedup_pair NAME A.json B.json: one round's comparison of two sides of
+# scenario 10: replies/s, and the CPU per transaction of relay, target and
+# Redis together.
+dedup_pair() {
+  jq -n --slurpfile a "$2" --slurpfile b "$3" '
+    def cpu(r): r.server_cpu | map(.us_per_answer) | add;
+    {ratio: ($a[0].throughput / $b[0].throughput), cpu_ratio: (cpu($a[0]) / cpu($b[0])),
+     cpu_a: cpu($a[0]), cpu_b: cpu($b[0])}' >"$out/$1.json"
 }
 
 # io_load SIDE CONNS RUN PID LOAD-ARGS...: the load run s9-SIDE-cCONNS-RUN,
@@ -1057,6 +1113,8 @@ want 8 && tls_bench
 
 want 9 && proxy_bench
 
+want 10 && dedup_bench
+
 # ------------------------------------------------------------- report --
 
 start_table
@@ -1171,6 +1229,11 @@ want 5 && {
 want 8 && tls_report
 
 want 9 && proxy_report
+want 10 && for c in 16 64; do
+  for side in off local fleet; do
+    load_row "10 shield $side, $c conns" "relay → raw target" "" "$out"/s10-$side-c$c-*.json
+  done
+done
 
 # Targets of the performance record, judged on medians.
 want 1 && for d in 1 16; do
@@ -1242,6 +1305,14 @@ if want 6; then
   verdict "fleet: a trip on one hub answered E904 by the others, 20 trips: ${prop:-no figures} (p99 ≤ 100 ms)" "$(le "${p99ms:-1000}" 100)"
 fi
 
+want 10 && for c in 16 64; do
+  for side in local fleet; do
+    r=$(med .ratio "$out"/s10-pair-$side-c$c-*.json)
+    cr=$(med .cpu_ratio "$out"/s10-pair-$side-c$c-*.json)
+    cpu=$(med .cpu_a "$out"/s10-pair-$side-c$c-*.json)
+    verdict "shield $side, $c conns: replies/s $side/off = $(fmt %.3f "$r")×, CPU per transaction (relay+target+Redis) $(fmt %.1f "$cpu") µs, $side/off = $(fmt %.3f "$cr")× (a cost, reported)" 1
+  done
+done
 want 9 && for c in 16 64; do
   r=$(med .ratio "$out"/s9-pair-hub-haproxy-c$c-*.json)
   verdict "full path $c conns: hub replies/s ≥ HAProxy: hub/HAProxy = $(fmt %.2f "$r")×" "$(ge "$r" 1)"
