@@ -127,6 +127,8 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		TargetIdleTimeout: rc.client.IdleTimeout(),
 		FailureCodes:      append([]string(nil), rc.failureCodes...),
 		Policy:            bs.Policy,
+		Dedup:             rc.settings.Dedup,
+		DedupWindow:       rc.settings.DedupWindow,
 	}
 	if rc.own {
 		settings.MaxInflight = r.bulkhead.Limit()

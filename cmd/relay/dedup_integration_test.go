@@ -11,6 +11,7 @@ import (
 
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
+	"github.com/relayhub/relayhub/relay/admin"
 )
 
 // These tests start the real relay and fixture binaries and hold the
@@ -154,6 +155,15 @@ func TestResendAfterAnAnswerIsReplayedAndAnotherPayloadRefused(t *testing.T) {
 	assert.Equal(t, 1.0, dedupCount(t, h, "refused_payload"))
 	m, _ := h.scrape(t)
 	assert.Equal(t, 1.0, m[`relay_requests_total{code="E909",target="CORE"}`])
+
+	// and /status shows the shield: its memory, and the target's counts.
+	st := h.status(t)
+	require.NotNil(t, st.Dedup)
+	assert.Equal(t, "local", st.Dedup.Store)
+	assert.Equal(t, int64(2), st.Dedup.Entries)
+	core1 := statusOf(t, st, "CORE").Dedup
+	require.NotNil(t, core1)
+	assert.Equal(t, admin.TargetDedup{WindowSeconds: 600, Replayed: 2, RefusedPayload: 1}, *core1)
 }
 
 func TestWithoutTheShieldEveryLineIsACall(t *testing.T) {
