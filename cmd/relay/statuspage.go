@@ -34,6 +34,11 @@ func alsoObserve(first, then func(breaker.Transition)) func(breaker.Transition) 
 	}
 }
 
+// The page shows the duplicate-TXID shield's store through
+// admin.DedupHub, in fleet mode too: fleetHub has it from the relay.Server
+// it embeds.
+var _ admin.DedupHub = fleetHub{}
+
 // newStatusPage starts the status page of hub (the hub as the admin port
 // sees it, so in fleet mode the page shows the fleet too), drawn from reg's
 // metrics and rec's breaker changes; tokenRequired makes it ask for the

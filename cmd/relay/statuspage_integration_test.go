@@ -314,6 +314,41 @@ func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
 		`location.pathname === "/in-doubt" && document.body.textContent.includes('"txid":"XF-1"') && document.body.textContent.includes('"txid":"XF-2"')`)
 }
 
+func TestStatusPageShowsTheShieldLive(t *testing.T) {
+	// Given CORE shielded without a status URL, answering later than the
+	// relay's target timeout once told to, and the page open, live,
+	core := proctest.StartFixture(t, "CORE", "core")
+	h := startShieldedRelay(t, core.URL, "", "--target", "CLAIM="+closedPortURL(t), "--target-timeout", "300ms")
+	tab := newTab(t, newBrowser(t))
+	do(t, tab, chromedp.Navigate(h.admin+"/"))
+	waitFor(t, tab, 5*time.Second, "the page's stream connects", `document.getElementById("live").className.includes("on")`)
+	assert.Equal(t, "0 replayed · 0 joinedno status_url", eval[string](t, tab, text("#t-CORE-dedup")))
+	assert.Equal(t, "off", eval[string](t, tab, text("#t-CLAIM-dedup")))
+	do(t, tab, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[chromedp.Void](`window.sameDocument = true`)(ctx, tg)
+		return err
+	}))
+
+	// when a withdrawal is resent, then sent with another amount,
+	c := proctest.Dial(t, h.Addr())
+	first := c.Exchange("W1|CORE|WD 1001 500").String()
+	require.Equal(t, first, c.Exchange("W1|CORE|WD 1001 500").String())
+	require.Equal(t, "E909", c.Exchange("W1|CORE|WD 1001 900").Code)
+
+	// then CORE's shield says so within 2 s, without a reload;
+	waitFor(t, tab, 2*time.Second, "CORE's shield counts the replay and the E909",
+		text("#t-CORE-dedup")+`.startsWith("1 replayed · 0 joined1 E909") && window.sameDocument === true`)
+
+	// when a withdrawal ends in doubt and is resent, with no status URL to
+	// ask, the resend shows unresolved, highlighted as calls in doubt are.
+	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	require.Equal(t, "E901", c.Exchange("W2|CORE|WD 1001 700").Code)
+	require.Equal(t, "W2|E901|outcome still unknown; do not resend yet", c.Exchange("W2|CORE|WD 1001 700").String())
+	waitFor(t, tab, 2*time.Second, "CORE's shield shows the unresolved resend",
+		text("#t-CORE-dedup")+`.includes("1 unresolved") && document.getElementById("t-CORE-dedup").classList.contains("doubt")`)
+	assert.Equal(t, "off", eval[string](t, tab, text("#t-CLAIM-dedup")))
+}
+
 func TestStatusPageWithoutJavaScript(t *testing.T) {
 	// Given a relay with CORE held open by an operator, and a browser with
 	// JavaScript off,

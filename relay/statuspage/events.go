@@ -24,7 +24,7 @@ type frame struct {
 
 // liveCells are the cells of a target's rows that the page updates, by the
 // key in their ids ("t-NAME-KEY") and template names ("td-KEY").
-var liveCells = [...]string{"state", "since", "retry", "fails", "inflight", "answers", "latency", "probe", "failure", "indoubt", "fallback", "control", "history"}
+var liveCells = [...]string{"state", "since", "retry", "fails", "inflight", "answers", "latency", "probe", "failure", "indoubt", "dedup", "fallback", "control", "history"}
 
 // publishIfWatched makes and publishes a frame at now when a stream is
 // open.

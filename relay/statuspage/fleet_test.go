@@ -13,17 +13,35 @@ import (
 )
 
 // fleetHub is a hub in fleet mode as the admin port sees it: a
-// relay.Server whose fleet status and shared states the test sets. It is
-// safe for concurrent use.
+// relay.Server whose fleet status, shared states and shield's store the
+// test sets. It is safe for concurrent use.
 type fleetHub struct {
 	*relay.Server
 
 	mu     sync.Mutex
 	fleet  admin.Fleet                  // guarded by mu
 	shared map[string]admin.TargetFleet // guarded by mu; by target name
+	dedup  relay.DedupStatus            // guarded by mu
 }
 
-var _ admin.FleetHub = (*fleetHub)(nil)
+var (
+	_ admin.FleetHub = (*fleetHub)(nil)
+	_ admin.DedupHub = (*fleetHub)(nil)
+)
+
+// Dedup implements admin.DedupHub.
+func (h *fleetHub) Dedup() relay.DedupStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dedup
+}
+
+// setDedup changes the shield's state.
+func (h *fleetHub) setDedup(d relay.DedupStatus) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dedup = d
+}
 
 // FleetStatus implements admin.FleetHub.
 func (h *fleetHub) FleetStatus() admin.Fleet {
@@ -98,4 +116,51 @@ func TestPageShowsNoFleetForAHubAlone(t *testing.T) {
 	assert.NotContains(t, body, "STORE")
 	assert.NotContains(t, body, `class="sub fleet"`)
 	assert.NotContains(t, body, "fleet hub")
+}
+
+func TestPageShowsTheShieldStore(t *testing.T) {
+	// Given a hub in a fleet, reaching its store, with CORE shielded and
+	// CLAIM not, and a shield without a store of its own,
+	shielded := &relay.TargetSettings{Dedup: true}
+	h := startHub(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1", Settings: shielded}, relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	fh := &fleetHub{Server: h.srv, shared: make(map[string]admin.TargetFleet)}
+	fh.set(admin.Fleet{HubID: "a", StoreConnected: true}, admin.TargetFleet{})
+	cfg := h.config(t)
+	cfg.Hub = fh
+	p := newPage(cfg)
+	hubText := func() string {
+		t.Helper()
+		hub, _ := wellFormed(t, get(p, http.MethodGet, "/").Body.String(), "hub")
+		return hub
+	}
+
+	// then the header says nothing of the shield's store;
+	assert.NotContains(t, hubText(), "shield")
+
+	// when the shield is shared through the store, it says so, quietly;
+	fh.setDedup(relay.DedupStatus{Shared: true})
+	assert.Contains(t, hubText(), "shield shared")
+	body := get(p, http.MethodGet, "/").Body.String()
+	assert.Contains(t, body, `<span class="badge shield up" title="the duplicate-TXID shield is shared with the fleet through its store; 0 fallbacks to this hub's memory since start">shield shared</span>`)
+	p.publish(p.now())
+
+	// when the store fails, the next frame sends the header with a
+	// warning, and no row.
+	fh.setDedup(relay.DedupStatus{Shared: true, StoreDown: true, StoreFallbacks: 3})
+	p.publish(p.now())
+	delta := p.frame.delta
+	assert.Contains(t, delta, `class="badge shield down"`)
+	assert.Contains(t, delta, "shield: local only (3 fallbacks)")
+	assert.Contains(t, delta, "a resend sent to another hub is not recognised")
+	assert.NotContains(t, delta, `id="t-CORE-dedup"`)
+	assert.Contains(t, hubText(), "STORE CONNECTED", "the breakers' store is told apart")
+
+	// With no target shielded, the store has nothing to tell.
+	h2 := startHub(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	fh2 := &fleetHub{Server: h2.srv, shared: make(map[string]admin.TargetFleet)}
+	fh2.setDedup(relay.DedupStatus{Shared: true, StoreDown: true, StoreFallbacks: 3})
+	cfg2 := h2.config(t)
+	cfg2.Hub = fh2
+	hub, _ := wellFormed(t, get(newPage(cfg2), http.MethodGet, "/").Body.String(), "hub")
+	assert.NotContains(t, hub, "shield")
 }

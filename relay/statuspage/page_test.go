@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // hub is a relay.Server with its metrics and a Recorder, served on a
@@ -253,7 +255,7 @@ func TestEventsStreamChangesAndOutlivesTheServerTimeouts(t *testing.T) {
 	assert.Equal(t, "2000", next(time.Second).Retry)
 	first := next(2 * time.Second)
 	assert.Equal(t, "update", first.Name)
-	for _, id := range []string{`id="hub"`, `id="t-CORE-state"`, `id="t-CLAIM-history"`, `id="t-CORE-control"`} {
+	for _, id := range []string{`id="hub"`, `id="t-CORE-state"`, `id="t-CORE-dedup"`, `id="t-CLAIM-history"`, `id="t-CORE-control"`} {
 		assert.Contains(t, first.Data, id)
 	}
 
@@ -359,6 +361,97 @@ func TestPageShowsTheCallsInDoubt(t *testing.T) {
 	assert.Equal(t, "0", cell)
 	assert.Contains(t, body, `<a class="badge indoubt some" href="in-doubt"`)
 	assert.Contains(t, body, `<a class="sub" href="in-doubt"`)
+}
+
+// gateway answers what is not the target protocol: the call ends in
+// doubt.
+func gateway(w http.ResponseWriter, _ *http.Request, _ []byte) {
+	_, _ = w.Write([]byte("<html>gateway</html>"))
+}
+
+// lookUps answers a call with then, and a look-up (GET /tx/{txid}) as a
+// target's status URL does: applied, with the answer 0000 "booked", for
+// the TXIDs in applied, not applied for any other.
+func lookUps(then hubtest.Answer, applied ...string) hubtest.Answer {
+	return func(w http.ResponseWriter, r *http.Request, payload []byte) {
+		if r.Method != http.MethodGet {
+			then(w, r, payload)
+			return
+		}
+		txid := strings.TrimPrefix(r.URL.Path, "/tx/")
+		if slices.Contains(applied, txid) {
+			_ = json.NewEncoder(w).Encode(map[string]any{"txid": txid, "applied": true, "code": "0000", "message": "booked"})
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]any{"txid": txid, "applied": false})
+	}
+}
+
+func TestPageShowsTheShield(t *testing.T) {
+	// Given CORE shielded without a status URL, LOANS shielded with one,
+	// and CLAIM without the shield,
+	shielded := &relay.TargetSettings{Dedup: true}
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	loans := hubtest.NewTarget(t, lookUps(gateway, "L1"))
+	h := startHub(t,
+		relay.Target{Name: "CORE", URL: core.URL, Settings: shielded},
+		relay.Target{Name: "LOANS", URL: loans.URL, Settings: shielded, StatusURL: loans.URL + "/tx/{txid}"},
+		relay.Target{Name: "CLAIM", URL: "http://127.0.0.1:1"})
+	p := newPage(h.config(t))
+
+	// before any resend, CLAIM's shield is off, the others count nothing,
+	// and CORE's says it has no status URL;
+	body := get(p, http.MethodGet, "/").Body.String()
+	cell, _ := wellFormed(t, body, "t-CLAIM-dedup")
+	assert.Equal(t, "off", cell)
+	cell, _ = wellFormed(t, body, "t-CORE-dedup")
+	assert.Equal(t, "0 replayed · 0 joinedno status_url", cell)
+	cell, _ = wellFormed(t, body, "t-LOANS-dedup")
+	assert.Equal(t, "0 replayed · 0 joined", cell)
+	assert.Contains(t, body, `title="the target has no status_url: a resend of a call in doubt cannot be looked up, and is answered E901 without a call"`)
+	p.publish(p.now())
+
+	// when CORE's T1 is answered, resent, and resent with another payload,
+	c := hubtest.Dial(t, h.addr)
+	first := c.RoundTrip("T1|CORE|x")
+	require.Contains(t, first, "|0000|")
+	require.Equal(t, first, c.RoundTrip("T1|CORE|x"))
+	require.Equal(t, "T1|E909|"+protocol.MsgTxIDReused, c.RoundTrip("T1|CORE|y"))
+
+	// then the next frame sends CORE's shield, and nothing of the others';
+	p.publish(p.now())
+	delta := p.frame.delta
+	assert.Contains(t, delta, `id="t-CORE-dedup" class="num shield">`)
+	assert.Contains(t, delta, "1 E909")
+	assert.NotContains(t, delta, `id="t-LOANS-dedup"`)
+	assert.NotContains(t, delta, `id="t-CLAIM-dedup"`)
+
+	// when a CORE call and two LOANS calls end in doubt and are resent,
+	// CORE's without a status URL to ask, LOANS's L1 applied and L2 not,
+	core.Set(gateway)
+	require.Contains(t, c.RoundTrip("T2|CORE|x"), "; outcome unknown")
+	require.Equal(t, "T2|E901|"+protocol.MsgStillUnknown, c.RoundTrip("T2|CORE|x"))
+	for _, line := range []string{"L1|LOANS|x", "L2|LOANS|x"} {
+		require.Contains(t, c.RoundTrip(line), "; outcome unknown")
+	}
+	loans.Set(lookUps(hubtest.Echo, "L1"))
+	require.Equal(t, "L1|0000|booked", c.RoundTrip("L1|LOANS|x"))
+	require.Equal(t, "L2|0000|got x", c.RoundTrip("L2|LOANS|x"))
+
+	// then CORE's unresolved resend is highlighted as a call in doubt is,
+	// and LOANS tells its resolved ones, the one sent afresh among them.
+	body = get(p, http.MethodGet, "/").Body.String()
+	cell, _ = wellFormed(t, body, "t-CORE-dedup")
+	assert.Equal(t, "1 replayed · 0 joined1 E9091 unresolvedno status_url", cell)
+	assert.Contains(t, body, `id="t-CORE-dedup" class="num shield doubt"`)
+	cell, _ = wellFormed(t, body, "t-LOANS-dedup")
+	assert.Equal(t, "0 replayed · 0 joinedresolved 2 (1 sent afresh)", cell)
+	assert.Contains(t, body, `id="t-LOANS-dedup" class="num shield">`)
+	cell, _ = wellFormed(t, body, "t-CLAIM-dedup")
+	assert.Equal(t, "off", cell)
+	hub, _ := wellFormed(t, body, "hub")
+	assert.NotContains(t, hub, "shield", "no store, no store badge")
 }
 
 // TestPageHammer draws the page, samples, publishes and changes breakers

@@ -1,8 +1,9 @@
 // Package statuspage is the hub's live status page, served on the admin
 // port: one row per target with its breaker state, time in state, retry
 // hint, failures, bulkhead, answers per second by kind, latency, last probe,
-// last failure, calls in doubt and fallback, in fleet mode the breaker's state shared with
-// the fleet, and under it a timeline of the breaker's state and a sparkline
+// last failure, calls in doubt, duplicate-TXID shield and fallback, in
+// fleet mode the breaker's state shared with the fleet and the shield's
+// store, and under it a timeline of the breaker's state and a sparkline
 // of its answers over the last 15 minutes (docs/OPERATING.md, "The status
 // page").
 //
@@ -53,7 +54,8 @@ type Config struct {
 	// Hub is the hub the page shows, read through the admin port's
 	// interface: its draining flag, connections and target snapshots, and
 	// when it is an admin.FleetHub its place in the fleet and each
-	// target's shared state. Required.
+	// target's shared state, and when it is an admin.DedupHub the state of
+	// its duplicate-TXID shield's store. Required.
 	Hub admin.Hub
 	// Recorder receives the hub's breaker state changes (it must be the
 	// hub's transition observer). Required.
@@ -272,7 +274,9 @@ func (p *Page) view(now time.Time) pageView {
 	for i := range snaps {
 		byName[snaps[i].Name] = &snaps[i]
 	}
+	shielded := false
 	for _, s := range snaps {
+		shielded = shielded || s.Settings.Dedup
 		in := targetInput{
 			snap:     s,
 			hist:     p.rec.history(s.Name, now.Add(-HistorySpan)),
@@ -292,6 +296,9 @@ func (p *Page) view(now time.Time) pageView {
 			tv.Fleet = fleetText(tf, shared, s, v.Fleet.HubID)
 		}
 		v.Targets = append(v.Targets, tv)
+	}
+	if dh, ok := p.hub.(admin.DedupHub); ok {
+		v.ShieldStore = shieldStoreText(dh.Dedup(), shielded)
 	}
 	return v
 }

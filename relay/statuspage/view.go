@@ -10,6 +10,7 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
+	"github.com/relayhub/relayhub/relay/dedup"
 )
 
 // pageView is everything the page template draws, computed at one
@@ -29,12 +30,26 @@ type pageView struct {
 	RateWindow string
 	// Fleet is the hub's place in its fleet; nil when it runs alone.
 	Fleet *fleetView
+	// ShieldStore is the fleet's store of the duplicate-TXID shield; nil
+	// when the hub has none, or no target has the shield on.
+	ShieldStore *shieldStoreView
 }
 
 // fleetView is the hub's place in its fleet, in the header.
 type fleetView struct {
 	HubID     string
 	Connected bool // the hub reaches the state store
+}
+
+// shieldStoreView is the shield's store in the header.
+type shieldStoreView struct {
+	// Down: the store failed the shield's latest command, so the hub
+	// shields on its own memory and a resend to another hub is not
+	// recognised.
+	Down bool
+	// Fallbacks is the shielded requests the store could not serve, as
+	// "N fallbacks".
+	Fallbacks string
 }
 
 // targetView is one target's row and its history row.
@@ -58,6 +73,9 @@ type targetView struct {
 	// InDoubt is how many of the target's calls ended in doubt since the
 	// hub started.
 	InDoubt int64
+	// Shield is what the duplicate-TXID shield did with the target's
+	// requests since the hub started.
+	Shield shieldView
 
 	AnswersTotal string
 	Answers      []answerView
@@ -74,6 +92,19 @@ type targetView struct {
 	Probes    []probeMark
 	Spark     sparkView
 	HistoryOK bool // the page has sampled long enough to draw answers
+}
+
+// shieldView is a target's duplicate-TXID shield: off, or its counts.
+// Replayed and joined always show; the others only when not zero.
+type shieldView struct {
+	On               bool
+	Replayed, Joined int64
+	Refused          int64  // E909
+	Resolved         int64  // resends in doubt looked up at the status URL
+	SentAfresh       int64  // of Resolved, not applied by the target, so called again
+	Unresolved       int64  // resends in doubt answered E901 without a call
+	Window           string // how long a TXID is remembered
+	NoStatusURL      bool   // a resend in doubt cannot be looked up
 }
 
 // stateView is a breaker state as the page shows it: a word, a symbol
@@ -191,6 +222,7 @@ func newTargetView(in targetInput) targetView {
 		InFlight:    s.InFlight,
 		MaxInFlight: s.MaxInFlight,
 		InDoubt:     s.InDoubt,
+		Shield:      shieldText(s),
 	}
 	v.State.Held, v.State.Disabled = s.Held, s.Disabled
 	// A target a reload added is watched from then on.
@@ -235,6 +267,36 @@ func newTargetView(in targetInput) targetView {
 	v.Spark = sparkline(in.spark)
 	v.HistoryOK = in.rates.ok
 	return v
+}
+
+// shieldText describes s's duplicate-TXID shield.
+func shieldText(s relay.TargetSnapshot) shieldView {
+	if !s.Settings.Dedup {
+		return shieldView{}
+	}
+	d := s.Dedup
+	window := s.Settings.DedupWindow
+	if window == 0 {
+		window = dedup.DefaultWindow
+	}
+	return shieldView{
+		On: true, Replayed: d.Replayed, Joined: d.Joined, Refused: d.RefusedPayload,
+		Resolved: d.ResolvedApplied + d.ResolvedNotApplied, SentAfresh: d.ResolvedNotApplied,
+		Unresolved: d.Unresolved, Window: spanText(window), NoStatusURL: s.StatusURL == "",
+	}
+}
+
+// shieldStoreText describes the shield's store as d tells it; nil when
+// the hub has none or shields no target, so there is nothing to tell.
+func shieldStoreText(d relay.DedupStatus, shielded bool) *shieldStoreView {
+	if !d.Shared || !shielded {
+		return nil
+	}
+	n := strconv.FormatInt(d.StoreFallbacks, 10) + " fallback"
+	if d.StoreFallbacks != 1 {
+		n += "s"
+	}
+	return &shieldStoreView{Down: d.StoreDown, Fallbacks: n}
 }
 
 // fleetText describes a target's breaker state shared with the fleet, as

@@ -282,3 +282,52 @@ func TestFleetText(t *testing.T) {
 		})
 	}
 }
+
+func TestShieldText(t *testing.T) {
+	on := relay.TargetSettings{Dedup: true}
+	tests := []struct {
+		name string
+		snap relay.TargetSnapshot
+		want shieldView
+	}{
+		{name: "off", snap: relay.TargetSnapshot{Dedup: relay.DedupCounts{Replayed: 3}}, want: shieldView{}},
+		{
+			name: "on, nothing yet, no status URL", snap: relay.TargetSnapshot{Settings: on},
+			want: shieldView{On: true, Window: "10 min", NoStatusURL: true},
+		},
+		{
+			name: "every outcome, with a status URL and a window of its own",
+			snap: relay.TargetSnapshot{
+				Settings:  relay.TargetSettings{Dedup: true, DedupWindow: 90 * time.Second},
+				StatusURL: "http://core/tx/{txid}",
+				Dedup:     relay.DedupCounts{Joined: 3, Replayed: 12, RefusedPayload: 2, ResolvedApplied: 3, ResolvedNotApplied: 1, Unresolved: 1},
+			},
+			want: shieldView{On: true, Replayed: 12, Joined: 3, Refused: 2, Resolved: 4, SentAfresh: 1, Unresolved: 1, Window: "1 min 30 s"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, shieldText(tt.snap))
+		})
+	}
+}
+
+func TestShieldStoreText(t *testing.T) {
+	tests := []struct {
+		name     string
+		d        relay.DedupStatus
+		shielded bool
+		want     *shieldStoreView
+	}{
+		{name: "no store", d: relay.DedupStatus{Entries: 5}, shielded: true},
+		{name: "a store, no target shielded", d: relay.DedupStatus{Shared: true, StoreDown: true}},
+		{name: "shared", d: relay.DedupStatus{Shared: true}, shielded: true, want: &shieldStoreView{Fallbacks: "0 fallbacks"}},
+		{name: "shared again after a fallback", d: relay.DedupStatus{Shared: true, StoreFallbacks: 1}, shielded: true, want: &shieldStoreView{Fallbacks: "1 fallback"}},
+		{name: "down", d: relay.DedupStatus{Shared: true, StoreDown: true, StoreFallbacks: 7}, shielded: true, want: &shieldStoreView{Down: true, Fallbacks: "7 fallbacks"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, shieldStoreText(tt.d, tt.shielded))
+		})
+	}
+}
