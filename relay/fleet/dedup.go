@@ -133,17 +133,16 @@ func (s *DedupStore) Claim(ctx context.Context, target, txid string, rec dedup.R
 	}
 }
 
-// Settle replaces target's txid with rec, Answered or InDoubt, for ttl.
-// The message is stored as a client is answered with it (control
-// characters as spaces, cut to protocol.MaxMessageBytes), which keeps the
-// record bounded and its replay the same answer.
+// Settle replaces target's txid with rec for ttl, whatever was there:
+// Answered or InDoubt, or InFlight for a hub that takes over a transaction
+// in doubt once its target said it never applied it. The message is
+// stored as a client is answered with it (control characters as spaces,
+// cut to protocol.MaxMessageBytes), which keeps the record bounded and its
+// replay the same answer.
 func (s *DedupStore) Settle(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) error {
 	key, err := txKey(target, txid)
 	if err != nil {
 		return err
-	}
-	if rec.State != dedup.Answered && rec.State != dedup.InDoubt {
-		return fmt.Errorf("fleet: settle %s: state %s, want answered or in_doubt", target, rec.State)
 	}
 	value, err := appendTxRecord(nil, rec)
 	if err != nil {

@@ -116,6 +116,26 @@ func TestDedupSettleThenClaim(t *testing.T) {
 	}
 }
 
+func TestDedupSettleTakesOverATransactionInDoubt(t *testing.T) {
+	d := newDedup(t, time.Second)
+	ctx := context.Background()
+
+	// Given a call in doubt on hub a,
+	doubt := dedup.Record{State: dedup.InDoubt, Hash: dedup.HashPayload([]byte("p")), Hub: "a", Code: "E901", Message: "no answer in time"}
+	require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", doubt, time.Minute))
+
+	// when hub b learns the target never applied it and takes it over,
+	require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", inFlight("b", "p"), time.Minute))
+
+	// then the fleet sees b's call in flight, and b may release it.
+	existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("c", "p"), time.Minute)
+	require.NoError(t, err)
+	assert.False(t, claimed)
+	assert.Equal(t, inFlight("b", "p"), existing)
+	require.NoError(t, d.store.Release(ctx, "CORE", "tx-1", "b"))
+	assert.Equal(t, int64(0), d.rdb.Exists(ctx, "rh:{CORE}:tx:tx-1").Val())
+}
+
 func TestDedupSettleStoresTheAnswerAClientGets(t *testing.T) {
 	d := newDedup(t, time.Second)
 	ctx := context.Background()
@@ -344,7 +364,7 @@ func TestDedupRefusesBadArguments(t *testing.T) {
 		{"claim with an answer", claim("CORE", "tx-1", dedup.Record{State: dedup.InFlight, Hub: "a", Code: "0000"}, time.Minute)},
 		{"claim by a bad hub", claim("CORE", "tx-1", inFlight("a|b", "p"), time.Minute)},
 		{"claim for no time", claim("CORE", "tx-1", inFlight("a", "p"), 0)},
-		{"settle in flight", settle("CORE", "tx-1", inFlight("a", "p"), time.Minute)},
+		{"settle in flight with an answer", settle("CORE", "tx-1", dedup.Record{State: dedup.InFlight, Hub: "a", Code: "0000"}, time.Minute)},
 		{"settle absent", settle("CORE", "tx-1", dedup.Record{Hub: "a", Code: "0000"}, time.Minute)},
 		{"settle without a code", settle("CORE", "tx-1", dedup.Record{State: dedup.Answered, Hub: "a"}, time.Minute)},
 		{"settle with a code holding '|'", settle("CORE", "tx-1", dedup.Record{State: dedup.Answered, Hub: "a", Code: "0|00"}, time.Minute)},
