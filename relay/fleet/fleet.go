@@ -12,6 +12,12 @@
 // falls back to its own breaker and gives its own probe permits; when the
 // store is back, the hubs resynchronise.
 //
+// Dedup shares the duplicate-TXID shield (relay/dedup) through the same
+// store, so that a client's resend to any hub finds its transaction. Unlike
+// the breakers' state it is on the request path: each of its commands is
+// bounded by the OpTimeout, and a failure sends the hub back to its own
+// memory.
+//
 // Typical use, in the relay binary:
 //
 //	fl, err := fleet.New(fleet.Config{

@@ -15,7 +15,7 @@ import (
 
 // The store's layout (docs/FLEET.md, "In the store"). Every key of a target
 // carries the target's name as a hash tag, so that each script touches one
-// Redis Cluster slot.
+// Redis Cluster slot; the duplicate-TXID shield's records (dedup.go) too.
 const (
 	keyPrefix = "rh:"
 	// Channel is the one pub/sub channel every change is announced on.
