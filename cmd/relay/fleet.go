@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -14,6 +16,7 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/fleet"
 )
 
@@ -69,9 +72,9 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-// fleetObserver passes breaker transitions to the fleet once it is built.
-// Until then (the hub is not serving yet) there are none to pass. It is
-// safe for concurrent use.
+// fleetObserver passes breaker transitions, and the shield's store
+// commands, to the fleet once it is built. Until then (the hub is not
+// serving yet) there are none to pass. It is safe for concurrent use.
 type fleetObserver struct {
 	fleet atomic.Pointer[fleet.Fleet]
 }
@@ -82,6 +85,37 @@ func (o *fleetObserver) Observe(t breaker.Transition) {
 	if f := o.fleet.Load(); f != nil {
 		f.Observe(t)
 	}
+}
+
+// errFleetNotStarted is what the shield's store commands return before
+// the fleet is built: the hub then shields on its own memory.
+var errFleetNotStarted = errors.New("fleet not started")
+
+// The fleet's duplicate-TXID store, once the fleet is built
+// (dedup.Store).
+
+// Claim implements dedup.Store.
+func (o *fleetObserver) Claim(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) (dedup.Record, bool, error) {
+	if f := o.fleet.Load(); f != nil {
+		return f.Dedup().Claim(ctx, target, txid, rec, ttl)
+	}
+	return dedup.Record{}, false, errFleetNotStarted
+}
+
+// Settle implements dedup.Store.
+func (o *fleetObserver) Settle(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) error {
+	if f := o.fleet.Load(); f != nil {
+		return f.Dedup().Settle(ctx, target, txid, rec, ttl)
+	}
+	return errFleetNotStarted
+}
+
+// Release implements dedup.Store.
+func (o *fleetObserver) Release(ctx context.Context, target, txid, hub string) error {
+	if f := o.fleet.Load(); f != nil {
+		return f.Dedup().Release(ctx, target, txid, hub)
+	}
+	return errFleetNotStarted
 }
 
 // chainObservers returns an observer that calls each of obs in turn.

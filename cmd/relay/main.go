@@ -215,6 +215,9 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 
 		DedupMaxEntries: c.DedupMaxEntries,
 	}
+	if c.StateStore != "" {
+		cfg.DedupStore = &shared
+	}
 	rec := statusPageRecorder(c)
 	if rec != nil {
 		cfg.OnTransition = alsoObserve(cfg.OnTransition, rec.Observe)

@@ -28,8 +28,9 @@ type Store interface {
 	// Claim stores rec (InFlight) for target's txid, kept for ttl, unless
 	// a record is there already: then it returns that record and false.
 	Claim(ctx context.Context, target, txid string, rec Record, ttl time.Duration) (existing Record, claimed bool, err error)
-	// Settle replaces target's txid with rec (Answered or InDoubt), kept
-	// for ttl.
+	// Settle replaces target's txid with rec, kept for ttl: Answered or
+	// InDoubt once a call has ended, or InFlight when a hub takes over a
+	// transaction in doubt that its target never applied.
 	Settle(ctx context.Context, target, txid string, rec Record, ttl time.Duration) error
 	// Release deletes target's txid, when it is still the InFlight record
 	// hub claimed: the call was not sent.
