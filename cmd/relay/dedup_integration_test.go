@@ -178,3 +178,38 @@ func TestWithoutTheShieldEveryLineIsACall(t *testing.T) {
 	c.Exchange("W5|CORE|WD 1001 200")
 	assert.Equal(t, []string{"W5", "W5"}, core.Received(t))
 }
+
+func TestFleetShieldsAResendToAnotherHubAndFallsBackWhenRedisDies(t *testing.T) {
+	// Given three hubs sharing a real Redis, with the shield on,
+	r := startFleetRig(t, same(3, "--dedup")...)
+	a, b, c := r.hubs[0], r.hubs[1], r.hubs[2]
+	ca := proctest.Dial(t, a.Addr())
+
+	// when W3 is answered by hub a and resent to hubs b and c, once with
+	// another amount,
+	first := ca.Exchange("W3|CORE|WD 1001 300").String()
+	again := proctest.Dial(t, b.Addr()).Exchange("W3|CORE|WD 1001 300").String()
+	other := proctest.Dial(t, c.Addr()).Exchange("W3|CORE|WD 1001 900").String()
+
+	// then b answers from the store, c refuses the other payload, and
+	// CORE saw one call.
+	assert.Equal(t, "W3|0000|balance=99700", first)
+	assert.Equal(t, first, again)
+	assert.Equal(t, "W3|E909|TXID reused with a different payload", other)
+	assert.Equal(t, []string{"W3"}, r.core.Received(t))
+	assert.Equal(t, 1.0, b.metric(t, `relay_dedup_total{outcome="replayed",target="CORE"}`))
+	assert.Equal(t, "shared", b.status(t).Dedup.Store)
+
+	// And when Redis is killed, a hub shields on its own memory: its
+	// resend is still answered without a call, and the fallbacks are
+	// counted and shown.
+	r.redis.Kill()
+	w4 := ca.Exchange("W4|CORE|WD 1001 100").String()
+	assert.Equal(t, "W4|0000|balance=99600", w4)
+	assert.Equal(t, w4, ca.Exchange("W4|CORE|WD 1001 100").String())
+	assert.Equal(t, []string{"W3", "W4"}, r.core.Received(t))
+	assert.Positive(t, a.metric(t, "relay_dedup_store_fallbacks_total"))
+	st := a.status(t)
+	assert.Equal(t, "local_fallback", st.Dedup.Store)
+	assert.Positive(t, st.Dedup.StoreFallbacks)
+}
