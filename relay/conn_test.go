@@ -469,13 +469,19 @@ func openCoreServer(t *testing.T, cfg Config) *Server {
 // open for an hour.
 func e904AllocsPerLine(t *testing.T, c *conn, client net.Conn) float64 {
 	t.Helper()
-	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
-	want := "TX-000123|E904|circuit open; retry after 3600s\n"
+	return allocsPerLine(t, c, client, "TX-000123|core|XFER 1001 1002 2500\n", "TX-000123|E904|circuit open; retry after 3600s\n")
+}
+
+// allocsPerLine writes request to c from client over and over, serving
+// each as the read loop does and reading its answer, which must be want,
+// and returns the allocations per line. A request must not start a call.
+func allocsPerLine(t *testing.T, c *conn, client net.Conn, request, want string) float64 {
+	t.Helper()
 	got := make([]byte, len(want))
 	require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
 	var failed error
 	allocs := testing.AllocsPerRun(200, func() {
-		if _, err := client.Write(request); err != nil {
+		if _, err := client.Write([]byte(request)); err != nil {
 			failed = err
 			return
 		}
@@ -485,7 +491,10 @@ func e904AllocsPerLine(t *testing.T, c *conn, client net.Conn) float64 {
 			failed = err
 			return
 		}
-		c.serveLine(line)
+		if c.serveLine(line) {
+			failed = errors.New("the line started a call")
+			return
+		}
 		if !c.in.lineHeld() {
 			c.flush()
 		}

@@ -48,31 +48,6 @@ func TestReplayedLineDoesNotAllocate(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	c, client, ft := shieldedConn(t)
-	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
-	want := "TX-000123|0000|booked\n"
-	got := make([]byte, len(want))
-	var failed error
-	allocs := testing.AllocsPerRun(200, func() {
-		if _, err := client.Write(request); err != nil {
-			failed = err
-			return
-		}
-		c.armReadDeadline(time.Now())
-		line, _, err := c.readLine()
-		if err != nil {
-			failed = err
-			return
-		}
-		if c.serveLine(line) {
-			failed = io.ErrUnexpectedEOF
-		}
-		c.flush()
-		if _, err := io.ReadFull(client, got); err != nil {
-			failed = err
-		}
-	})
-	require.NoError(t, failed)
-	assert.Equal(t, want, string(got))
-	assert.Zero(t, allocs)
+	assert.Zero(t, allocsPerLine(t, c, client, "TX-000123|core|XFER 1001 1002 2500\n", "TX-000123|0000|booked\n"))
 	assert.Equal(t, 1, ft.Calls(), "one call, every copy answered from memory")
 }

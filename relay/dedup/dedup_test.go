@@ -10,29 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 	"github.com/relayhub/relayhub/relay/dedup"
 )
 
-// clock is a settable clock for the windows.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newShield(maxEntries int) (*dedup.Shield, *clock) {
-	c := &clock{now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+func newShield(maxEntries int) (*dedup.Shield, *fakeclock.Clock) {
+	c := fakeclock.New(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 	return dedup.New(dedup.Config{MaxEntries: maxEntries, Now: c.Now}), c
 }
 
