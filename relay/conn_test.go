@@ -477,11 +477,11 @@ func e904AllocsPerLine(t *testing.T, c *conn, client net.Conn) float64 {
 // and returns the allocations per line. A request must not start a call.
 func allocsPerLine(t *testing.T, c *conn, client net.Conn, request, want string) float64 {
 	t.Helper()
-	got := make([]byte, len(want))
+	req, got := []byte(request), make([]byte, len(want))
 	require.NoError(t, client.SetDeadline(time.Now().Add(hubtest.IOTimeout)))
 	var failed error
 	allocs := testing.AllocsPerRun(200, func() {
-		if _, err := client.Write([]byte(request)); err != nil {
+		if _, err := client.Write(req); err != nil {
 			failed = err
 			return
 		}
