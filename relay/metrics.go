@@ -269,7 +269,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			func(s *Server) int64 { return s.shieldMem.Evictions() }),
 		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
 			func(s *Server) int64 { return s.shieldMem.Len() }),
-		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Shielded requests for which the fleet's store could not be used, so that the hub shielded them on its own memory only.",
+		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Commands of the duplicate-TXID shield to the fleet's store that failed (a shielded call makes two: its claim and its outcome), each leaving the hub to shield on its own memory.",
 			func(s *Server) int64 { return s.dedupFallbacks.Load() }),
 	} {
 		if err := reg.Register(c); err != nil {

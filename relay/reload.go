@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/reconcile"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -45,6 +47,9 @@ type routeConf struct {
 	probePayload []byte             // the synthetic probe's payload; nil when the target has none
 	probeExpect  []string           // the answer codes of a healthy synthetic probe, canonical
 	statusURL    string             // Target.StatusURL; empty when none
+	// lookup asks the target about a resend in doubt, at statusURL, with
+	// the target's TLS settings; nil without a status URL.
+	lookup *reconcile.Checker
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -180,6 +185,13 @@ func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, e
 		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect, statusURL: p.statusURL}
 	if p.settings.ProbePayload != "" {
 		rc.probePayload = []byte(p.settings.ProbePayload)
+	}
+	if p.statusURL != "" {
+		tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}
+		if p.tls != nil {
+			tr.TLSClientConfig = p.tls.Clone()
+		}
+		rc.lookup = reconcile.New(reconcile.Config{Client: &http.Client{Transport: tr}})
 	}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
 		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&

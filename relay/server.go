@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/reconcile"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -97,13 +95,12 @@ type Server struct {
 	hubID         atomic.Pointer[string]
 
 	// The duplicate-TXID shield: the hub's memory of transactions, the
-	// fleet's store (nil: none), the look-ups of a resend in doubt, and
-	// the count of shielded requests the store could not serve.
+	// fleet's store (nil: none), and the count of the store's commands
+	// that failed.
 	shieldMem      *dedup.Shield
 	dedupStore     dedup.Store
 	dedupStoreDown atomic.Bool
 	dedupFallbacks atomic.Int64
-	statusLookup   *reconcile.Checker
 
 	// lane holds refusal-heavy connections back in turn (see refusalLane).
 	lane refusalLane
@@ -213,8 +210,7 @@ func New(cfg Config) (*Server, error) {
 		shieldClock = cfg.Clock.Now
 	}
 	s.shieldMem = dedup.New(dedup.Config{MaxEntries: cfg.DedupMaxEntries, Now: shieldClock})
-	// A look-up is bounded by its target's timeout, set per call.
-	s.statusLookup = reconcile.New(reconcile.Config{Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}})
+
 	if id := cfg.HubID; id != "" {
 		s.hubID.Store(&id)
 	}

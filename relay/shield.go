@@ -65,22 +65,45 @@ func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedu
 		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
 		return nil, true, false
 	}
-	// dedup.Resolve: the first call ended in doubt.
-	if conf.statusURL == "" {
-		c.unresolved(rt, f, req)
-		return nil, true, false
-	}
-	c.lookUp(rt, conf, f, req)
-	return nil, true, true
+	// dedup.Resolve: the first call ended in doubt, answered msg.
+	return nil, true, c.lookUp(rt, f, req, msg)
 }
 
-// lookUp starts the look-up of req's outcome, in doubt, on a goroutine of
-// its own, which leads f (see resolve).
-func (c *conn) lookUp(rt *route, conf *routeConf, f *dedup.Flight, req protocol.Request) {
+// lookUp starts the look-up of the outcome of req, a resend of a
+// transaction in doubt to rt whose first call was answered doubt, on a
+// goroutine of its own, which leads f (see resolve). When the target that
+// made that call has no status URL, or is no longer configured, it
+// answers at once instead (unresolved). It reports whether the look-up
+// started.
+func (c *conn) lookUp(rt *route, f *dedup.Flight, req protocol.Request, doubt string) bool {
+	called := c.srv.calledTarget(rt, doubt)
+	if called == nil || called.conf.Load().statusURL == "" {
+		c.unresolved(rt, f, req)
+		return false
+	}
 	own := protocol.Request{TxID: clone(req.TxID), Target: rt.nameBytes, Payload: clone(req.Payload)}
 	c.calls.Add(1)
 	c.srv.activeCalls.Add(1)
-	c.srv.goCatching(taskResolver, func() { c.resolve(rt, conf, f, own) })
+	c.srv.goCatching(taskResolver, func() { c.resolve(rt, called, f, own) })
+	return true
+}
+
+// calledTarget returns the route whose call left a transaction to rt in
+// doubt, answered doubt: rt's fallback when the answer names it ("via
+// NAME: ", as a fallback's answers begin; an answer in doubt is the hub's
+// own, never a target's), else rt. Nil when that fallback is no longer
+// configured. Asking rt about a call its fallback made would read "not
+// applied" and send it a second time.
+func (s *Server) calledTarget(rt *route, doubt string) *route {
+	rest, ok := strings.CutPrefix(doubt, "via ")
+	if !ok {
+		return rt
+	}
+	name, _, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return rt
+	}
+	return s.lookup([]byte(name))
 }
 
 // clone returns a copy of b that the connection's next read cannot
@@ -137,14 +160,16 @@ func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
 	answerAll(ws, protocol.CodeTimeout, msg)
 }
 
-// resolve asks rt's target whether it applied req, a resend of a
-// transaction in doubt whose flight f this goroutine leads: applied, req
-// and its copies get the target's recorded answer and the journal records
-// it; not applied, req is sent now as a fresh call; no answer, E901 and no
+// resolve asks called, the target that made the first call of req (rt or
+// its fallback), whether it applied req, a resend to rt of a transaction
+// in doubt whose flight f this goroutine leads: applied, req and its
+// copies get the target's recorded answer and the journal records it; not
+// applied, req is sent now as a fresh call to rt; no answer, E901 and no
 // call. It owns one of the connection's calls and one active call, taken
-// by shield; the active call passes to the fresh call, if one starts.
-func (c *conn) resolve(rt *route, conf *routeConf, f *dedup.Flight, req protocol.Request) {
+// by lookUp; the active call passes to the fresh call, if one starts.
+func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request) {
 	s := c.srv
+	conf, cconf := rt.conf.Load(), called.conf.Load()
 	a := admission{rt: rt, flight: f, inDoubt: true}
 	defer func() {
 		if !a.async {
@@ -155,9 +180,9 @@ func (c *conn) resolve(rt *route, conf *routeConf, f *dedup.Flight, req protocol
 		}
 		c.calls.Done()
 	}()
-	u := strings.Replace(conf.statusURL, StatusTxID, string(req.TxID), 1)
-	ctx, cancel := context.WithTimeout(context.Background(), conf.settings.TargetTimeout)
-	outcome, ans, reason := s.statusLookup.Lookup(ctx, u, string(req.TxID))
+	u := strings.Replace(cconf.statusURL, StatusTxID, string(req.TxID), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), cconf.settings.TargetTimeout)
+	outcome, ans, reason := cconf.lookup.Lookup(ctx, u, string(req.TxID))
 	cancel()
 	switch outcome {
 	case reconcile.Applied:
@@ -167,9 +192,12 @@ func (c *conn) resolve(rt *route, conf *routeConf, f *dedup.Flight, req protocol
 			code = protocol.CodeTargetFailed
 		}
 		msg := []byte(ans.Message)
+		if called != rt {
+			msg = append([]byte(called.viaPrefix), msg...)
+		}
 		a.flight = nil
 		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
-		s.noteResolved(rt, conf, req, code)
+		s.noteResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f.Hash(), code, msg)
 		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
 		answer(c, req.TxID, code, msg, true)

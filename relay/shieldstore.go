@@ -67,11 +67,8 @@ func (cl *call) answerShared(ex dedup.Record) {
 		named.countDedup(dedupReplayed)
 		code, msg = ex.Code, ex.Message
 		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.dedupWindow()), code, []byte(msg))
-	case ex.State == dedup.InDoubt && conf.statusURL != "":
-		c.lookUp(named, conf, f, req)
-		return
 	case ex.State == dedup.InDoubt:
-		c.unresolved(named, f, req)
+		c.lookUp(named, f, req, ex.Message)
 		return
 	default: // in flight on another hub
 		named.countDedup(dedupUnresolved)

@@ -213,3 +213,53 @@ func TestFleetShieldsAResendToAnotherHubAndFallsBackWhenRedisDies(t *testing.T) 
 	assert.Equal(t, "local_fallback", st.Dedup.Store)
 	assert.Positive(t, st.Dedup.StoreFallbacks)
 }
+
+func TestARefusedCallIsNotRememberedAndItsResendIsAFreshTry(t *testing.T) {
+	// Given the shield on CORE, and CORE's breaker held open by an
+	// operator,
+	core := proctest.StartFixture(t, "CORE", "core")
+	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--dedup")
+	h.mustControl(t, "CORE", "open", "")
+	c := proctest.Dial(t, h.Addr())
+
+	// when W1 is refused E904, the breaker closed, and W1 sent again,
+	assert.Equal(t, "W1|E904|circuit open; held open by operator", c.Exchange("W1|CORE|WD 1001 500").String())
+	h.mustControl(t, "CORE", "close", "")
+	resent := c.Exchange("W1|CORE|WD 1001 500").String()
+
+	// then the resend was a call, the first CORE saw.
+	assert.Equal(t, "W1|0000|balance=99500", resent)
+	assert.Equal(t, []string{"W1"}, core.Received(t))
+	assert.Zero(t, h.metric(t, `relay_dedup_total{outcome="replayed",target="CORE"}`))
+}
+
+func TestAResendInDoubtIsLookedUpAtTheFallbackThatMadeTheCall(t *testing.T) {
+	// Given CORE held open, its fallback CORE_DR booking at once and
+	// answering late, both with the shield and a status URL,
+	core := proctest.StartFixture(t, "CORE", "core")
+	dr := proctest.StartFixture(t, "CORE_DR", "core")
+	dr.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	conf := writeFile(t, "relay.toml", fmt.Sprintf(`[CORE]
+dedup = true
+status_url = %q
+fallback = "CORE_DR"
+
+[CORE_DR]
+url = %q
+dedup = true
+status_url = %q
+`, core.URL+"/tx/{txid}", dr.URL, dr.URL+"/tx/{txid}"))
+	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--config", conf, "--target-timeout", "300ms")
+	h.mustControl(t, "CORE", "open", "")
+	c := proctest.Dial(t, h.Addr())
+
+	// when W1, taken by CORE_DR, times out, and is sent again to CORE,
+	require.Equal(t, "W1|E901|via CORE_DR: no answer within target timeout; outcome unknown", c.Exchange("W1|CORE|WD 1001 500").String())
+	resent := c.Exchange("W1|CORE|WD 1001 500").String()
+
+	// then CORE_DR, which booked it, was asked, not CORE, which never saw
+	// it: the resend gets the booking and no one a second call.
+	assert.Equal(t, "W1|0000|via CORE_DR: balance=99500", resent)
+	assert.Empty(t, core.Received(t))
+	assert.Equal(t, []string{"W1"}, dr.Received(t))
+}

@@ -45,6 +45,7 @@ import (
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/settingsfile"
@@ -312,6 +313,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", c.AdminToken != "").
+		Bool("dedup", c.Dedup).Stringer("dedup_window", dedupWindow(c.DedupWindow)).Int("dedup_max_entries", c.DedupMaxEntries).
 		Str("probe_payload", c.ProbePayload).Strs("probe_expect", c.probeExpect()).
 		Int("probe_successes", max(policy.ProbeSuccesses, 1)).Stringer("probe_interval", policy.ProbeInterval)
 	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).
@@ -456,4 +458,13 @@ func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breake
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
 		}
 	}
+}
+
+// dedupWindow is --dedup-window as the shield uses it: 0 means
+// dedup.DefaultWindow.
+func dedupWindow(d duration) time.Duration {
+	if d == 0 {
+		return dedup.DefaultWindow
+	}
+	return time.Duration(d)
 }

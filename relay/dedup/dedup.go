@@ -157,7 +157,8 @@ func (f *Flight) Hash() Hash { return f.hash }
 // same payload, the Waiter join returns joins it (Joined; join is called
 // under the Shield's lock, and only then); answered within its window, its
 // answer comes back (Replayed, code and message); in doubt, the caller
-// claims its look-up (Resolve, with its Flight); remembered with another
+// claims its look-up (Resolve, with its Flight and the answer the first
+// call got); remembered with another
 // payload, Conflict.
 func (s *Shield) Begin(target string, txid []byte, h Hash, join func() Waiter) (v Verdict, f *Flight, code, msg string) {
 	var keyBuf [160]byte
@@ -186,10 +187,11 @@ func (s *Shield) Begin(target string, txid []byte, h Hash, join func() Waiter) (
 		case e.state == Answered:
 			return Replayed, nil, e.code(), e.message()
 		default: // InDoubt
+			code, msg = e.code(), e.message()
 			e.state = InFlight
 			f = &Flight{shard: sh, seq: seq, key: kh, hash: h}
 			sh.flights[seq] = f
-			return Resolve, f, "", ""
+			return Resolve, f, code, msg
 		}
 	}
 	f = &Flight{shard: sh, key: kh, hash: h}
@@ -285,9 +287,11 @@ func (sh *shard) owned(f *Flight) (*entry, bool) {
 // insert adds key, whose hash is kh, in flight and returns its sequence
 // number. To make room it first drops the freed and expired slots at sh's
 // head, then, while the Shield is at its limit, the shard's oldest entry
-// (an eviction): the bound holds over all shards, give or take an entry a
-// shard.
+// (an eviction), though one in flight or in doubt is moved to the back
+// instead, up to maxMoves of them: the bound holds over all shards, give
+// or take an entry a shard.
 func (s *Shield) insert(sh *shard, key string, kh uint64, h Hash, now uint32) uint32 {
+	moved := 0
 	for sh.tail != sh.head {
 		e := sh.at(sh.head)
 		switch {
@@ -295,6 +299,11 @@ func (s *Shield) insert(sh *shard, key string, kh uint64, h Hash, now uint32) ui
 		case e.state != InFlight && e.expires <= now:
 			sh.remove(sh.head, e, maphash.String(s.seed, e.key()))
 			s.entries.Add(-1)
+		case s.entries.Load() >= s.limit && e.state != Answered && moved < maxMoves:
+			// Forgetting a transaction in flight or in doubt could let a
+			// second call through: it goes to the back instead.
+			moved++
+			s.moveToTail(sh, sh.head)
 		case s.entries.Load() >= s.limit:
 			sh.remove(sh.head, e, maphash.String(s.seed, e.key()))
 			s.entries.Add(-1)
@@ -314,6 +323,30 @@ room:
 	sh.index[kh] = seq
 	s.entries.Add(1)
 	return seq
+}
+
+// maxMoves bounds the entries in flight or in doubt that one insert moves
+// to the back rather than evict: past it, or in a shard that holds nothing
+// else, the oldest goes whatever its state, so that the bound is firm.
+const maxMoves = 8
+
+// moveToTail moves the entry at seq to a new slot at the tail, with its
+// index entry and its flight; seq's slot is left free.
+func (s *Shield) moveToTail(sh *shard, seq uint32) {
+	if int(sh.tail-sh.head) == len(sh.ring) {
+		sh.grow()
+	}
+	e := sh.at(seq)
+	to := sh.tail
+	sh.tail++
+	*sh.at(to) = *e
+	sh.index[maphash.String(s.seed, e.key())] = to
+	if f := sh.flights[seq]; f != nil {
+		delete(sh.flights, seq)
+		sh.flights[to] = f
+		f.seq = to
+	}
+	*e = entry{}
 }
 
 // remove frees seq's slot, its index entry (kh is its key's hash) and its

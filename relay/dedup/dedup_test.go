@@ -152,20 +152,34 @@ func TestTheOldestAreEvictedAtTheBound(t *testing.T) {
 	assert.Equal(t, dedup.Claimed, v)
 }
 
-func TestAnEvictedFlightStillHandsBackItsCopies(t *testing.T) {
-	s, _ := newShield(1) // one entry a shard
+func TestACallInFlightOrInDoubtIsNotEvicted(t *testing.T) {
+	s, _ := newShield(64 * 8) // about eight entries a shard
 	_, f, _, _ := s.Begin("CORE", []byte("LONG"), h, noJoin(t))
 	a := &copyOf{}
 	s.Begin("CORE", []byte("LONG"), h, joinAs(a))
-	// Fill the shield until LONG's shard has surely had to evict it.
+	_, g, _, _ := s.Begin("CORE", []byte("DOUBT"), h, noJoin(t))
+	s.Settle(g, dedup.InDoubt, "E901", []byte("outcome unknown"), window)
+	// Fill the shield until every shard has had to evict many times.
 	for i := range 64 * 40 {
 		_, g, _, _ := s.Begin("CORE", fmt.Appendf(nil, "T%d", i), h, noJoin(t))
 		s.Settle(g, dedup.Answered, "0000", []byte("ok"), window)
 	}
-	assert.Equal(t, []dedup.Waiter{a}, s.Settle(f, dedup.Answered, "0000", []byte("late"), window))
-	// The evicted entry is not brought back, nor anything else changed.
-	v, _, _, _ := s.Begin("CORE", []byte("LONG"), h, noJoin(t))
-	assert.Equal(t, dedup.Claimed, v)
+	assert.Positive(t, s.Evictions())
+	assert.LessOrEqual(t, s.Len(), int64(64*8+64))
+
+	// LONG is still in flight: a copy joins it, and its leader hands both
+	// copies their answer.
+	b := &copyOf{}
+	v, _, _, _ := s.Begin("CORE", []byte("LONG"), h, joinAs(b))
+	assert.Equal(t, dedup.Joined, v)
+	assert.Equal(t, []dedup.Waiter{a, b}, s.Settle(f, dedup.Answered, "0000", []byte("late"), window))
+	v, _, code, msg := s.Begin("CORE", []byte("LONG"), h, noJoin(t))
+	assert.Equal(t, dedup.Replayed, v)
+	assert.Equal(t, "0000 late", code+" "+msg)
+	// DOUBT is still in doubt: its resend is looked up, never sent afresh.
+	v, _, code, msg = s.Begin("CORE", []byte("DOUBT"), h, noJoin(t))
+	assert.Equal(t, dedup.Resolve, v)
+	assert.Equal(t, "E901 outcome unknown", code+" "+msg)
 }
 
 func TestExpiredEntriesAreSweptAsNewOnesArrive(t *testing.T) {
