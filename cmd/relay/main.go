@@ -197,6 +197,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if err != nil {
 		return err
 	}
+	ops, err := registerOpsMetrics(reg, htls)
+	if err != nil {
+		return err
+	}
 	// The fleet is built once the hub's port is known (it names the hub);
 	// its observer is in place before the hub can change a breaker.
 	var shared fleetObserver
@@ -208,7 +212,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		IdleTimeout:    time.Duration(c.IdleTimeout),
 		WriteTimeout:   time.Duration(c.WriteTimeout),
 		Logger:         logger,
-		OnTransition:   chainObservers(transitionObserver(blog, logger), shared.Observe),
+		OnTransition:   chainObservers(transitionObserver(blog, ops.breakerLogErrors, logger), shared.Observe),
 		Metrics:        metrics,
 		ProbePermits:   c.StateStore != "",
 		InDoubtLog:     inDoubtLog,
@@ -452,9 +456,10 @@ func (w debugWriter) Write(p []byte) (int, error) {
 // It runs under the breaker's lock: one write, never a call back into the
 // relay. A failed write is logged and serving goes on (docs/PROTOCOL.md, "Breaker log"). The relay
 // itself logs each change, with its failure count and retry hint.
-func transitionObserver(blog *breakerlog.Log, logger zerolog.Logger) func(breaker.Transition) {
+func transitionObserver(blog *breakerlog.Log, errs prometheus.Counter, logger zerolog.Logger) func(breaker.Transition) {
 	return func(t breaker.Transition) {
 		if err := blog.Write(t); err != nil {
+			errs.Inc()
 			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
 		}
 	}
