@@ -211,6 +211,48 @@ func TestStoreDownEachBreakerDecidesAlone(t *testing.T) {
 	assert.Equal(t, fleet.SourceRemote, ts.Source)
 }
 
+func TestAStoreBehindTheFleetGetsTheOpenBreakerBack(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+
+	// Given a fleet with a history (its epoch is 5, CORE closed) whose
+	// breaker A's trip opened at epoch 6,
+	require.NoError(t, rdb.Set(ctx, "rh:{CORE}:epoch", "5", 0).Err())
+	fl := startFleet(t, srv.URL(), time.Minute, time.Second, "a", "b", "c")
+	fl[0].trip(t)
+	for _, h := range fl {
+		eventually(t, h.id+" opens at epoch 6", func() bool {
+			ts, _ := h.fl.Target("CORE")
+			return state(h) == breaker.Open && ts.Epoch == 6
+		})
+	}
+
+	// when the store goes back to what it held before the trip, as a
+	// replica promoted before the trip reached it does,
+	require.NoError(t, rdb.Set(ctx, "rh:{CORE}:epoch", "5", 0).Err())
+	require.NoError(t, rdb.Del(ctx, "rh:{CORE}:open", "rh:{CORE}:probe").Err())
+
+	// then the hubs holding the open breaker write it again, past the
+	// epoch they knew, and every hub stays open for the rest of its
+	// period: none takes the store's older state for news.
+	eventually(t, "the open breaker is written again", func() bool {
+		return rdb.Get(ctx, "rh:{CORE}:epoch").Val() == "7" && rdb.Exists(ctx, "rh:{CORE}:open").Val() == 1
+	})
+	assert.True(t, strings.HasPrefix(rdb.Get(ctx, "rh:{CORE}:open").Val(), "7|"), "the record is of epoch 7")
+	for _, h := range fl {
+		eventually(t, h.id+" holds epoch 7", func() bool {
+			ts, _ := h.fl.Target("CORE")
+			return ts.Epoch == 7
+		})
+		snap := h.b.Snapshot()
+		assert.Equal(t, breaker.Open, snap.State, h.id)
+		assert.Greater(t, snap.RetryAfter, 50*time.Second, "%s: the period goes on", h.id)
+		assert.NotContains(t, h.trans.List(), "CORE:OPEN->CLOSED", "%s never closed", h.id)
+	}
+}
+
 func TestHammerConverges(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})

@@ -317,9 +317,13 @@ func (f *Fleet) control(ctx context.Context, t *target, a relay.BreakerAction) e
 }
 
 // reconcile brings the breaker to the state the store holds, when the
-// store's epoch is newer than the one this hub knows. A store that lost
-// its memory (an epoch older than the one known: a restart, a flush) gets
-// this hub's open breaker written again, with its remaining time.
+// store's epoch is newer than the one this hub knows. A store whose epoch
+// is older than the one known lost writes: a restart or a flush emptied
+// it, or a failover promoted a replica that had not received the latest
+// (replication is asynchronous). What it holds is then no news: a hub
+// whose open, held or disabled breaker the store lacks writes it again,
+// with its remaining time, past the epoch it knows; any other hub takes
+// the store's state.
 func (f *Fleet) reconcile(t *target, st storeState) {
 	if st.bad != "" {
 		f.metrics.contentIgnored()
@@ -327,13 +331,17 @@ func (f *Fleet) reconcile(t *target, st storeState) {
 			Msg("state store content is not the fleet's; ignored (the next change overwrites it)")
 	}
 	if st.epoch < t.known {
-		f.log.Warn().Str("target", t.name).Int64("store_epoch", st.epoch).Int64("known_epoch", t.known).
-			Msg("state store lost the target's state; writing this hub's again")
-		t.known = 0
-		if st.epoch == 0 {
+		if lacks(t.b.Snapshot(), st) {
+			f.log.Warn().Str("target", t.name).Int64("store_epoch", st.epoch).Int64("known_epoch", t.known).
+				Msg("state store lost the target's state; writing this hub's again")
+			// t.known stays: the write moves the epoch past it, so that
+			// no hub takes the state written again for one it has seen.
 			f.republish(t)
 			return
 		}
+		f.log.Warn().Str("target", t.name).Int64("store_epoch", st.epoch).Int64("known_epoch", t.known).
+			Msg("state store lost the target's latest state; taking what it holds")
+		t.known = 0
 	}
 	if st.epoch == t.known {
 		return
@@ -349,6 +357,22 @@ func (f *Fleet) reconcile(t *target, st storeState) {
 	f.log.Info().Str("target", t.name).Int64("epoch", st.epoch).Bool("open", st.open).Str("opened_by", openedBy).
 		Dur("remaining", st.remaining).Bool("held", st.held).Bool("disabled", st.disabled).
 		Msg("fleet's breaker change applied")
+}
+
+// lacks reports whether the store's state st is without what the breaker
+// snap holds and a store must not lose: an operator's hold or disable, or
+// an open period. A half-open breaker is left out: its probe is out, and
+// the outcome is written when it comes.
+func lacks(snap breaker.Snapshot, st storeState) bool {
+	switch {
+	case snap.Held:
+		return !st.open || !st.held
+	case snap.Disabled:
+		return !st.disabled
+	case snap.State == breaker.Open:
+		return !st.open
+	}
+	return false
 }
 
 // republish queues this hub's breaker state to be written again to a store
