@@ -19,7 +19,7 @@ UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DOCDIR      ?= $(PREFIX)/share/doc/relayhub
 
-.PHONY: all build test run demo fleet-demo bench fuzz lint clean install
+.PHONY: all build test run demo fleet-demo bench fuzz lint clean install soak
 
 all: build
 
@@ -51,6 +51,13 @@ bench:
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
+# The soak (cmd/relay/soak_integration_test.go), never part of make test:
+# SOAK_DURATION (30m) of paced load at SOAK_RATE lines a second through
+# three hubs on a Sentinel-managed store, with toxiproxy's faults on every
+# link, a failover every SOAK_FAILOVER_EVERY (5m) and a hub restarted.
+soak:
+	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 90m -v ./cmd/relay/
+
 # The status page's screenshots, docs/status-page.png and
 # docs/status-page-dark.png: a CORE outage played against the real binaries
 # and taken in a headless chromium (about 3 minutes).
@@ -62,6 +69,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags soak ./cmd/relay/
 	$(GO) run $(STATICCHECK) ./...
 
 clean:
