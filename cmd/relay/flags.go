@@ -61,7 +61,8 @@ type cli struct {
 	Dedup           bool     `help:"Duplicate-TXID shield for every target (a settings file's dedup sets it per target): a resend of a TXID in flight joins its call, one answered within --dedup-window gets the same answer without a call, one reused with another payload gets E909, one in doubt is looked up at the target's status_url (docs/PROTOCOL.md, \"Resending a transaction\")." env:"RELAY_DEDUP"`
 	DedupWindow     duration `help:"How long the shield remembers an answered or in-doubt TXID; 0 means 10m." default:"0" env:"RELAY_DEDUP_WINDOW"`
 	DedupMaxEntries int      `help:"Most TXIDs the shield remembers, over all targets (about 130 bytes each); past it the oldest are forgotten first, and counted in relay_dedup_evictions_total." default:"1000000" env:"RELAY_DEDUP_MAX_ENTRIES"`
-	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; required when --admin-listen is beyond loopback. Prefer the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; this or --admin-token-file is required when --admin-listen is beyond loopback. Prefer --admin-token-file or the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
+	AdminTokenFile  string   `help:"File holding the bearer token of --admin-token, instead of that flag: read at start and again on SIGHUP, so the token can be rotated without a restart. The whole file is the token, one line, a trailing newline dropped. A file that is empty, or that group or others have any access to (chmod 600 it), stops the relay at start; on SIGHUP it is refused and logged, and the token in force stays. Empty means none." placeholder:"FILE" env:"RELAY_ADMIN_TOKEN_FILE"`
 
 	// Fleet mode, off by default (docs/FLEET.md).
 	StateStore string `help:"Fleet mode: share every target's breaker state with the other hubs through this Redis (redis://[user:pass@]host:port/db, rediss:// for TLS, ?master_name=NAME for Sentinel, ?addr=HOST:PORT for Cluster seeds). Requests never wait for it; while it is unreachable each breaker decides alone. Empty means a hub on its own." placeholder:"URL" env:"RELAY_STATE_STORE"`
@@ -309,6 +310,12 @@ func (c *cli) validatePolicies() error {
 	}
 	if c.AdminToken != "" && strings.TrimSpace(c.AdminToken) != c.AdminToken {
 		return errors.New("--admin-token: must not begin or end with spaces")
+	}
+	if c.AdminToken != "" && c.AdminTokenFile != "" {
+		return errors.New("--admin-token and --admin-token-file: give one or the other")
+	}
+	if c.AdminTokenFile != "" && strings.TrimSpace(c.AdminTokenFile) == "" {
+		return errors.New("--admin-token-file: must name a file, or be empty for none")
 	}
 	if c.DedupWindow < 0 {
 		return fmt.Errorf("--dedup-window: must not be negative, got %s", time.Duration(c.DedupWindow))

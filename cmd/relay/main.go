@@ -150,6 +150,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if err != nil {
 		return usageError{err}
 	}
+	token, err := newAdminToken(c, logger)
+	if err != nil {
+		return usageError{err}
+	}
 
 	rl := &reloader{path: c.Config, defaults: c.targetDefaults(codes), base: baseTargets(c), mutualTLS: c.TLSClientCA != "", log: logger}
 
@@ -192,7 +196,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		hangup = append(hangup, func() { reopenLog("in-doubt journal", "in_doubt_log", inDoubtLog, logger) })
 	}
 	hangup = append(hangup, htls.reloads(logger)...)
-	defer onHangup(append(hangup, rl.reloadOnHangup)...)()
+	defer onHangup(append(hangup, token.rereadOnHangup, rl.reloadOnHangup)...)()
 	reg, metrics, err := newMetrics()
 	if err != nil {
 		return err
@@ -268,7 +272,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		adminAddr string
 	)
 	// Closed on every return from here, after the admin server.
-	page := newStatusPage(hub, reg, rec, c.AdminToken != "", logger)
+	page := newStatusPage(hub, reg, rec, token.value() != "", logger)
 	if page != nil {
 		defer page.Close()
 	}
@@ -283,7 +287,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		// The PROXY header comes first, in the clear; the TLS handshake
 		// follows it.
 		adminLn = htls.adminListener(adminLn, c)
-		if admin, err = newAdminServer(hub, reg, c.AdminToken, rl, page, logger); err != nil {
+		if admin, err = newAdminServer(hub, reg, token, rl, page, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -316,7 +320,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
-		Bool("admin_token", c.AdminToken != "").
+		Bool("admin_token", token.value() != "").Str("admin_token_file", c.AdminTokenFile).
 		Bool("dedup", c.Dedup).Stringer("dedup_window", dedupWindow(c.DedupWindow)).Int("dedup_max_entries", c.DedupMaxEntries).
 		Str("probe_payload", c.ProbePayload).Strs("probe_expect", c.probeExpect()).
 		Int("probe_successes", max(policy.ProbeSuccesses, 1)).Stringer("probe_interval", policy.ProbeInterval)
@@ -408,15 +412,16 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 }
 
 // newAdminServer returns the HTTP server of the admin port, where token,
-// when not empty, guards every POST and rl serves POST /reload, with the
-// status page when page is not nil. Its timeouts keep a slow or idle admin
-// client from holding a connection for long; its own errors (a client that
-// sends garbage) are logged at debug.
-func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token string, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token, Reload: rl.reloadForAdmin, Page: pageHandler(page)})
+// when it holds one, guards every POST (and follows its rotations) and rl
+// serves POST /reload, with the status page when page is not nil. Its
+// timeouts keep a slow or idle admin client from holding a connection for
+// long; its own errors (a client that sends garbage) are logged at debug.
+func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token *adminToken, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token.value(), Reload: rl.reloadForAdmin, Page: pageHandler(page)})
 	if err != nil {
 		return nil, err
 	}
+	token.attach(h)
 	return withStatusPage(&http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,

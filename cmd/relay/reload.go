@@ -153,3 +153,81 @@ func reopenLog(name, key string, f reopener, logger zerolog.Logger) {
 	}
 	logger.Info().Str(key, f.Path()).Msg(name + " reopened")
 }
+
+// adminToken is the admin port's bearer token: --admin-token, or the
+// content of --admin-token-file, which SIGHUP re-reads so that the token
+// can be rotated without a restart. It is safe for concurrent use.
+type adminToken struct {
+	file string // --admin-token-file; empty when the token is not in a file
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	token   string         // guarded by mu: the token in force; empty for none
+	handler *admin.Handler // guarded by mu: the admin port's, nil until it is built
+}
+
+// newAdminToken returns the token the flags give, reading
+// --admin-token-file when it is set; its error names the flag.
+func newAdminToken(c *cli, logger zerolog.Logger) (*adminToken, error) {
+	t := &adminToken{file: c.AdminTokenFile, log: logger, token: c.AdminToken}
+	if t.file != "" {
+		token, err := admin.ReadTokenFile(t.file)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		t.token = token
+	}
+	return t, nil
+}
+
+// value returns the token in force; empty for none.
+func (t *adminToken) value() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.token
+}
+
+// attach makes h, the admin port's handler built with value(), follow the
+// token from now on. A token re-read in between is handed to it at once.
+func (t *adminToken) attach(h *admin.Handler) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.handler = h
+	if t.token != "" {
+		t.setLocked(t.token)
+	}
+}
+
+// rereadOnHangup is the SIGHUP action of --admin-token-file: it reads the
+// file again and gives the admin port its token, logging "admin token file
+// re-read" with whether the token changed; a file it cannot take (gone,
+// empty, open to group or others) is logged, "admin token file refused;
+// the token in force stays", and the token in force does stay. Without
+// the file there is nothing to do.
+func (t *adminToken) rereadOnHangup() {
+	if t.file == "" {
+		return
+	}
+	token, err := admin.ReadTokenFile(t.file)
+	if err != nil {
+		t.log.Error().Err(err).Str("admin_token_file", t.file).Msg("admin token file refused; the token in force stays")
+		return
+	}
+	t.mu.Lock()
+	changed := token != t.token
+	t.token = token
+	if t.handler != nil {
+		t.setLocked(token)
+	}
+	t.mu.Unlock()
+	t.log.Info().Str("admin_token_file", t.file).Bool("changed", changed).Msg("admin token file re-read")
+}
+
+// setLocked hands token to the admin port's handler; t.mu is held and the
+// handler is set.
+func (t *adminToken) setLocked(token string) {
+	if err := t.handler.SetToken(token); err != nil {
+		// The handler was built with a token and token is not empty.
+		t.log.Error().Err(err).Msg("admin token not applied")
+	}
+}

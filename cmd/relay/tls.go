@@ -40,8 +40,8 @@ func (c *cli) validateTLS() error {
 		return errors.New("--admin-tls-cert and --admin-tls-key: give both, or neither for plain HTTP")
 	case c.AdminTLSCert != "" && c.AdminListen == "":
 		return errors.New("--admin-tls-cert: the admin port is off (--admin-listen is empty)")
-	case c.AdminListen != "" && c.AdminToken == "" && beyondLoopback(c.AdminListen):
-		return fmt.Errorf("--admin-listen %q: beyond loopback the admin port needs --admin-token (better RELAY_ADMIN_TOKEN): anyone who reaches it could hold every breaker open", c.AdminListen)
+	case c.AdminListen != "" && c.AdminToken == "" && c.AdminTokenFile == "" && beyondLoopback(c.AdminListen):
+		return fmt.Errorf("--admin-listen %q: beyond loopback the admin port needs --admin-token (better RELAY_ADMIN_TOKEN) or --admin-token-file: anyone who reaches it could hold every breaker open", c.AdminListen)
 	}
 	return nil
 }

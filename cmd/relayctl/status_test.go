@@ -50,7 +50,7 @@ func runStatus(t *testing.T, c statusCmd) (string, int, error) {
 func TestStatusTable(t *testing.T) {
 	srv := newStatusServer(t, http.StatusOK, statusJSON)
 
-	out, code, err := runStatus(t, statusCmd{Admin: strings.TrimPrefix(srv.URL, "http://")})
+	out, code, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: strings.TrimPrefix(srv.URL, "http://")}})
 
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
@@ -71,7 +71,7 @@ func TestStatusOfAHubInAFleet(t *testing.T) {
 		`"fleet":{"epoch":0,"opened_by":"","source":"","probe_lease":false}}`+
 		`],"fleet":{"hub_id":"hub-b","store_connected":false}}`)
 
-	out, _, err := runStatus(t, statusCmd{Admin: srv.URL})
+	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL}})
 
 	require.NoError(t, err)
 	want := "" +
@@ -84,14 +84,14 @@ func TestStatusOfAHubInAFleet(t *testing.T) {
 
 func TestStatusDraining(t *testing.T) {
 	srv := newStatusServer(t, http.StatusOK, `{"draining":true,"goroutines":3,"targets":[]}`)
-	out, _, err := runStatus(t, statusCmd{Admin: srv.URL + "/"})
+	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL + "/"}})
 	require.NoError(t, err)
 	assert.Equal(t, "TARGET  STATE  FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  URL\nhub draining, 3 goroutines\n", out)
 }
 
 func TestStatusJSONIsRaw(t *testing.T) {
 	srv := newStatusServer(t, http.StatusOK, statusJSON)
-	out, code, err := runStatus(t, statusCmd{Admin: srv.URL, JSON: true})
+	out, code, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL}, JSON: true})
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, statusJSON+"\n", out)
@@ -115,7 +115,7 @@ func TestStatusErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, code, err := runStatus(t, statusCmd{Admin: tt.admin})
+			out, code, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: tt.admin}})
 			assert.Equal(t, tt.wantCode, code)
 			assert.ErrorContains(t, err, tt.wantErr)
 			assert.Empty(t, out)
@@ -143,23 +143,23 @@ func TestFormatRetryAfter(t *testing.T) {
 	}
 }
 
-func TestStatusURL(t *testing.T) {
+func TestAdminBase(t *testing.T) {
 	for _, tt := range []struct {
 		admin  string
 		useTLS bool
 		want   string
 	}{
-		{"127.0.0.1:9280", false, "http://127.0.0.1:9280/status"},
-		{"127.0.0.1:9280", true, "https://127.0.0.1:9280/status"},
-		{"https://hub.example/admin/", false, "https://hub.example/admin/status"},
-		{"https://hub.example/admin/", true, "https://hub.example/admin/status"},
-		{"http://hub.example/admin/", false, "http://hub.example/admin/status"},
+		{"127.0.0.1:9280", false, "http://127.0.0.1:9280"},
+		{"127.0.0.1:9280", true, "https://127.0.0.1:9280"},
+		{"https://hub.example/admin/", false, "https://hub.example/admin"},
+		{"https://hub.example/admin/", true, "https://hub.example/admin"},
+		{"http://hub.example/admin/", false, "http://hub.example/admin"},
 	} {
-		got, err := statusURL(tt.admin, tt.useTLS)
+		got, err := adminBase(tt.admin, tt.useTLS)
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, got)
 	}
-	_, err := statusURL("http://hub.example", true)
+	_, err := adminBase("http://hub.example", true)
 	assert.ErrorContains(t, err, "--tls wants https://")
 }
 
@@ -168,8 +168,23 @@ func TestStatusTellsTheLastSyntheticProbe(t *testing.T) {
 		`{"name":"CORE","url":"http://127.0.0.1:9201","state":"HALF_OPEN","consecutive_failures":3,"inflight":0,"max_inflight":10,"retry_after_seconds":1.5,`+
 		`"last_probe":{"txid":"PROBE-hub-a-1","at":"2026-12-01T18:00:00.123Z","outcome":"healthy","code":"0000","duration_seconds":0.0021}}]}`)
 
-	out, _, err := runStatus(t, statusCmd{Admin: strings.TrimPrefix(srv.URL, "http://")})
+	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: strings.TrimPrefix(srv.URL, "http://")}})
 
 	require.NoError(t, err)
 	assert.Contains(t, out, "CORE last synthetic probe: healthy 0000 in 2.1ms at 2026-12-01T18:00:00.123Z (PROBE-hub-a-1)\nhub accepting, 7 goroutines\n")
+}
+
+func TestStatusShowsAnOperatorsHoldOrDisable(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, `{"draining":false,"goroutines":5,"targets":[`+
+		`{"name":"CORE","url":"http://127.0.0.1:9201","state":"OPEN","consecutive_failures":0,"inflight":0,"max_inflight":10,"retry_after_seconds":0,"held":true,"disabled":false},`+
+		`{"name":"CLAIM","url":"http://127.0.0.1:9202","state":"CLOSED","consecutive_failures":3,"inflight":2,"max_inflight":10,"retry_after_seconds":0,"held":false,"disabled":true}]}`)
+
+	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL}})
+
+	require.NoError(t, err)
+	assert.Equal(t, ""+
+		"TARGET  STATE              FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  URL\n"+
+		"CORE    OPEN (held)        0         0/10            -            http://127.0.0.1:9201\n"+
+		"CLAIM   CLOSED (disabled)  3         2/10            -            http://127.0.0.1:9202\n"+
+		"hub accepting, 5 goroutines\n", out)
 }

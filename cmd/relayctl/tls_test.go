@@ -73,12 +73,12 @@ func TestStatusOverHTTPSWithToken(t *testing.T) {
 	admin := strings.TrimPrefix(srv.URL, "https://")
 	flags := loadgen.TLSFlags{CA: ca.WriteFile(t, t.TempDir(), "ca")}
 
-	out, code, err := runStatus(t, statusCmd{Admin: admin, Token: "t0ken", TLSFlags: flags})
+	out, code, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: admin, Token: "t0ken", TLSFlags: flags}})
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "CORE    OPEN")
 
-	_, code, err = runStatus(t, statusCmd{Admin: admin, TLSFlags: flags})
+	_, code, err = runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: admin, TLSFlags: flags}})
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "401")
 }

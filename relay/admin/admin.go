@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -376,7 +377,7 @@ type Config struct {
 	// GET and HEAD from a client not on loopback but those of /healthz and
 	// /readyz (see needsToken); one without it is answered 401. Empty means
 	// no check: keep the admin port on loopback or a management network
-	// then.
+	// then. Handler.SetToken replaces it while the handler serves.
 	Token string
 	// Reload, when set, serves POST /reload: it re-reads the hub's settings
 	// and applies them, returning what changed, or why nothing did (the
@@ -412,14 +413,16 @@ type Config struct {
 // "WWW-Authenticate: Bearer". Other paths answer 404, other methods 405.
 // It is safe for concurrent use.
 type Handler struct {
-	hub       Hub
-	mux       *http.ServeMux
-	page      http.Handler                // nil without the status page
-	origins   *http.CrossOriginProtection // refuses other sites' POSTs (ServeHTTP)
-	log       zerolog.Logger
-	denyLog   zerolog.Logger // log sampled to denyLogBurst lines a second
-	tokenHash [sha256.Size]byte
-	hasToken  bool
+	hub     Hub
+	mux     *http.ServeMux
+	page    http.Handler                // nil without the status page
+	origins *http.CrossOriginProtection // refuses other sites' POSTs (ServeHTTP)
+	log     zerolog.Logger
+	denyLog zerolog.Logger // log sampled to denyLogBurst lines a second
+	// tokenHash is the SHA-256 of the bearer token, replaced whole by
+	// SetToken; nil without one.
+	tokenHash atomic.Pointer[[sha256.Size]byte]
+	hasToken  bool                               // set by New, never changed: SetToken cannot turn the check on or off
 	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
 	index     string                             // the text index: adminIndex and the lines of what else is served
 }
@@ -446,10 +449,8 @@ func New(cfg Config) (*Handler, error) {
 	a.page, a.origins = cfg.Page, http.NewCrossOriginProtection()
 	a.denyLog = a.log.Sample(&zerolog.BurstSampler{Burst: denyLogBurst, Period: time.Second})
 	if cfg.Token != "" {
-		// Only the hash is kept: hashes of equal length compared in
-		// constant time tell a guesser neither the token's bytes nor its
-		// length.
-		a.tokenHash, a.hasToken = sha256.Sum256([]byte(cfg.Token)), true
+		a.setTokenHash(cfg.Token)
+		a.hasToken = true
 	}
 	a.mux.HandleFunc("GET /{$}", a.serveIndex)
 	a.mux.HandleFunc("GET /healthz", a.serveHealthz)
@@ -522,7 +523,33 @@ func (a *Handler) authorized(r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+	want := a.tokenHash.Load() // not nil: needsToken asks only with a token
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+// SetToken replaces the bearer token: every request checked from then on
+// needs the new one, and the old one is refused. It is for rotating the
+// token without a restart (the relay's --admin-token-file, re-read on
+// SIGHUP), and cannot turn the check on or off: it returns an error,
+// changing nothing, for an empty token or a handler built without
+// Config.Token. It is safe to call while the handler serves.
+func (a *Handler) SetToken(token string) error {
+	switch {
+	case !a.hasToken:
+		return errors.New("admin: the admin port was started without a token")
+	case token == "":
+		return errors.New("admin: empty token")
+	}
+	a.setTokenHash(token)
+	return nil
+}
+
+// setTokenHash stores the hash of token, the only form in which it is
+// kept: hashes of equal length compared in constant time tell a guesser
+// neither the token's bytes nor its length.
+func (a *Handler) setTokenHash(token string) {
+	sum := sha256.Sum256([]byte(token))
+	a.tokenHash.Store(&sum)
 }
 
 // actionRequest is the body of POST /breakers/{target}.
