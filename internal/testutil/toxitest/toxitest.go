@@ -191,6 +191,9 @@ func start(t testing.TB, bin string) (*Server, error) {
 	}
 	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", port), out: &logtest.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, "-host", "127.0.0.1", "-port", port)
+	// Its default level logs every chunk; info keeps one line per
+	// connection, enough to read a failure by.
+	s.cmd.Env = append(os.Environ(), "LOG_LEVEL=info")
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start: %w", err)
