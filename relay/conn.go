@@ -188,6 +188,9 @@ func (c *conn) serveInput() readEnd {
 	batch := true // the next line is the first of a read
 	for {
 		line, tooLong, err := c.in.readLine(c.nc)
+		if err == io.EOF {
+			line, tooLong, err = c.checkEOF(line, tooLong)
+		}
 		if isTimeout(err) {
 			end, stop := c.afterDeadline()
 			if !stop {
@@ -235,6 +238,23 @@ func (c *conn) serveInput() readEnd {
 			batch = true
 		}
 	}
+}
+
+// checkEOF vets the end of a client's input and the unterminated last line
+// that came with it. A reset reaches only the first call to see it: when a
+// write of the answers took it, the read that follows reports a plain end
+// of input, and a line cut by the reset would look like the last line of
+// a client that closed its side. So once a write has failed, the end is
+// the write's error and the line is dropped, never served. The lock makes
+// the check see a write that failed before the read.
+func (c *conn) checkEOF(line []byte, tooLong bool) ([]byte, bool, error) {
+	c.wmu.Lock()
+	werr := c.werr
+	c.wmu.Unlock()
+	if werr != nil {
+		return nil, false, werr
+	}
+	return line, tooLong, io.EOF
 }
 
 // serveLine answers a malformed line E900 (E906 once shutting down, like

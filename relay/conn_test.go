@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -791,6 +793,80 @@ func TestLastLinesAndCloseReadTogether(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resetByWriteConn is a client connection reset after its input, where a
+// write takes the reset: its reads hand out in, then wait for a write,
+// which fails with the reset, and then report a plain end of input, as the
+// kernel does once a write has taken a reset's error. Reads time out after
+// hubtest.IOTimeout when no write comes.
+type resetByWriteConn struct {
+	net.Conn // nil: only the methods below are used
+	mu       sync.Mutex
+	in       []byte // guarded by mu
+	once     sync.Once
+	reset    chan struct{} // closed by the first write
+}
+
+func newResetByWriteConn(in string) *resetByWriteConn {
+	return &resetByWriteConn{in: []byte(in), reset: make(chan struct{})}
+}
+
+func (rc *resetByWriteConn) Read(p []byte) (int, error) {
+	rc.mu.Lock()
+	n := copy(p, rc.in)
+	rc.in = rc.in[n:]
+	rc.mu.Unlock()
+	if n > 0 {
+		return n, nil
+	}
+	select {
+	case <-rc.reset:
+		return 0, io.EOF
+	case <-time.After(hubtest.IOTimeout):
+		return 0, errors.New("no write took the reset")
+	}
+}
+
+func (rc *resetByWriteConn) Write([]byte) (int, error) {
+	rc.once.Do(func() { close(rc.reset) })
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+func (rc *resetByWriteConn) Close() error                     { return nil }
+func (rc *resetByWriteConn) SetDeadline(time.Time) error      { return nil }
+func (rc *resetByWriteConn) SetReadDeadline(time.Time) error  { return nil }
+func (rc *resetByWriteConn) SetWriteDeadline(time.Time) error { return nil }
+func (rc *resetByWriteConn) LocalAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9200}
+}
+func (rc *resetByWriteConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
+}
+
+// TestResetTakenByAWriteDropsTheCutLine: a reset is reported to the first
+// call that meets it. When the write of an answer takes it, the read loop
+// sees a plain end of input after the start of a line the reset cut; that
+// line must not be served as a client's last one, or the target gets a
+// withdrawal of 5 for one of 500.
+func TestResetTakenByAWriteDropsTheCutLine(t *testing.T) {
+	// Given a client that sent a line and the start of another, then reset
+	// the connection, the reset taken by the write of the first answer,
+	core := hubtest.NewTarget(t, hubtest.Echo)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
+	c := newConn(srv, newResetByWriteConn("A|CORE|BAL 1001\nB|CORE|WD 1001 5"))
+
+	// when the read loop comes to the end of the input,
+	end := c.readLoop()
+	c.calls.Wait()
+
+	// then the connection ended in error and only the whole line reached
+	// the target.
+	assert.Equal(t, endError, end)
+	assert.Equal(t, 1, core.Calls())
 }
 
 func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {

@@ -265,7 +265,7 @@ func (t *Client) exchange(c *targetConn, fresh bool, txid, payload []byte, deadl
 		c.Close()
 	}
 	if err != nil {
-		code, m := classifyCallError(t.conns.abort, err)
+		code, m := classifyCallError(t.conns.abort, p.callError(err))
 		stage := p.stage()
 		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: p.sent}
 	}
@@ -322,9 +322,9 @@ func releaseReader(br *bufio.Reader) {
 // reached, or closed or reset the connection before a full answer) or E500
 // (the target answered, but not in HTTP: a malformed status line or header,
 // broken chunked framing, headers or body over the cap). A reset before the
-// first byte of an answer reads as a close: fasthttp's answer parser reports
-// any failure to read that byte as the end of the stream. abort is done
-// with ErrAborted when Abort gave up on the call.
+// first byte of an answer is told from a close by the connection's own read
+// error (progress.callError), not by err. abort is done with ErrAborted when
+// Abort gave up on the call.
 func classifyCallError(abort context.Context, err error) (code, msg string) {
 	if errors.Is(context.Cause(abort), ErrAborted) {
 		// The target may have processed the transaction; like a timeout,

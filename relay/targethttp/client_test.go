@@ -216,8 +216,8 @@ func TestTargetCallClassifies(t *testing.T) {
 			wantCode: "E902", wantMsg: msgClosedEarly + suffixInDoubt, wantStage: Sent,
 		},
 		{
-			// Before the first byte of an answer, the client cannot tell a
-			// reset from a close.
+			// fasthttp reads a reset before the first byte of an answer as
+			// the end of the stream; the connection's record tells it apart.
 			name: "reset before the answer",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				c, _, err := w.(http.Hijacker).Hijack()
@@ -226,7 +226,20 @@ func TestTargetCallClassifies(t *testing.T) {
 					c.Close()
 				}
 			},
-			wantCode: "E902", wantMsg: msgClosedEarly + suffixInDoubt, wantStage: Sent,
+			wantCode: "E902", wantMsg: msgResetConn + suffixInDoubt, wantStage: Sent,
+		},
+		{
+			name: "reset mid body",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				c, buf, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"code\":")
+					_ = buf.Flush()
+					_ = c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				}
+			},
+			wantCode: "E902", wantMsg: msgResetConn + suffixInDoubt, wantStage: AnswerPartlyRead,
 		},
 		{
 			name: "closed mid body",

@@ -2,6 +2,8 @@ package targethttp
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -101,9 +103,10 @@ type targetConn struct {
 
 // progress is how far the call on a connection got.
 type progress struct {
-	sent        int  // request bytes written
-	recv        int  // answer bytes read
-	writeFailed bool // a write of the request failed: it may have gone out in part
+	sent        int   // request bytes written
+	recv        int   // answer bytes read
+	writeFailed bool  // a write of the request failed: it may have gone out in part
+	readErr     error // the last error a read returned; the answer's parser hides it (callError)
 }
 
 // stage returns how far a call that failed got, given its progress.
@@ -132,7 +135,22 @@ func (c *targetConn) Write(b []byte) (int, error) {
 func (c *targetConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.recv += n
+	if err != nil {
+		c.readErr = err
+	}
 	return n, err
+}
+
+// callError returns the error that ended a call, given err, the one the
+// exchange failed with. fasthttp's answer parser reports any failure to
+// read an answer's first byte as io.EOF, so a target that reset the
+// connection before answering would read as one that closed it; the
+// connection's own read error tells them apart.
+func (p progress) callError(err error) error {
+	if p.recv == 0 && errors.Is(err, io.EOF) && errors.Is(p.readErr, syscall.ECONNRESET) {
+		return p.readErr
+	}
+	return err
 }
 
 func (c *targetConn) Close() error {
