@@ -581,7 +581,7 @@ func TestToxiClientLinkResetMidStream(t *testing.T) {
 		ledger.add(t, r.lines, r.answers)
 		for _, a := range r.answers {
 			assert.Equal(t, "0000", a.Code, "%s", a)
-			assert.Less(t, indexOf(r.lines, a.TxID), whole, "%s answers a line the relay never got whole", a)
+			assert.Less(t, lineIndex(r.lines, a.TxID), whole, "%s answers a line the relay never got whole", a)
 		}
 		assert.GreaterOrEqual(t, len(r.answers), whole+1-window, "client %d", i)
 		assert.LessOrEqual(t, len(r.answers), whole, "client %d", i)
@@ -619,8 +619,8 @@ func TestToxiClientLinkResetMidStream(t *testing.T) {
 	assert.False(t, exited, "the relay is still running")
 }
 
-// indexOf returns the index of the line with txid in lines, or -1.
-func indexOf(lines []toxiLine, txid string) int {
+// lineIndex returns the index of the line with txid in lines, or -1.
+func lineIndex(lines []toxiLine, txid string) int {
 	for i, l := range lines {
 		if l.txid == txid {
 			return i
