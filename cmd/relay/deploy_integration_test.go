@@ -575,3 +575,63 @@ func TestShippedSettingsRelayOnlyToTheTargetsTheyName(t *testing.T) {
 		assert.NoError(t, err, "the breaker log where the settings put it")
 	})
 }
+
+// balancerSettings returns the lines docs/OPERATING.md, "Behind a load
+// balancer", puts in each hub's relayhub.env: the sh block after "On each
+// hub, in `relayhub.env`".
+func balancerSettings(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "OPERATING.md"))
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "\nOn each hub, in `relayhub.env`")
+	require.True(t, ok, "docs/OPERATING.md has no balancer settings for relayhub.env")
+	_, block, ok := strings.Cut(rest, "\n```sh\n")
+	require.True(t, ok, "no sh block after the balancer settings' heading")
+	block, _, ok = strings.Cut(block, "\n```\n")
+	require.True(t, ok, "the balancer settings' block does not end")
+	return block + "\n"
+}
+
+// TestOperatingBalancerSettingsStartAHub starts a hub with the settings
+// docs/OPERATING.md gives each hub behind a load balancer, over the shipped
+// relayhub.env with the targets an install names, in the environment
+// systemd would give it, on free ports: it starts, its admin port beyond
+// loopback answers /readyz 200 without a token, as a balancer's check
+// asks it, and 503 from the moment it is told to stop, for the settings'
+// shutdown delay.
+func TestOperatingBalancerSettingsStartAHub(t *testing.T) {
+	shipped, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "relayhub.env"))
+	require.NoError(t, err)
+	core := proctest.StartFixture(t, "CORE", "core")
+	settings := balancerSettings(t)
+	doc := systemdEnvironment(t, "docs/OPERATING.md", settings)
+	require.Contains(t, doc, "RELAY_PROXY_PROTOCOL=required", "the block read is the balancer's")
+
+	// The operator's relayhub.env: the shipped one with its targets, and
+	// the block's lines after it (the later assignment wins, as when each
+	// line is edited in place).
+	file := withLine(t, string(shipped), "RELAY_TARGET", "CORE="+core.URL) + "\n" + settings
+	env := onThisMachine(t, serviceEnvironment(t, file), t.TempDir())
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "RELAY_ADMIN_LISTEN="); ok {
+			require.Equal(t, "0.0.0.0:0", v, "the block's admin address, beyond loopback as written")
+		}
+	}
+	// StartEnv fails the test, with the relay's error, if it refuses them.
+	r := proctest.StartEnv(t, relayPkg, env)
+	start := startupLine(t, r)
+	assert.Equal(t, "required", start["proxy_protocol"])
+	assert.Equal(t, true, start["admin_token"])
+	adminAddr, _ := start["admin_addr"].(string)
+	require.NotEmpty(t, adminAddr)
+	assert.Equal(t, http.StatusOK, readyz(t, adminAddr), "the balancer's check, which carries no token")
+
+	r.Signal(syscall.SIGTERM)
+	proctest.Eventually(t, 5*time.Second, "/readyz answers 503 once told to stop", func() bool {
+		return readyz(t, adminAddr) == http.StatusServiceUnavailable
+	})
+	_, exited := r.WaitFor(0)
+	assert.False(t, exited, "the hub serves on through its shutdown delay")
+	r.Signal(syscall.SIGTERM)
+	assert.Equal(t, 0, r.Wait())
+}
