@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -369,4 +370,268 @@ func TestHAProxyRecipeTakesAStoppingHubOutOfRotation(t *testing.T) {
 		}
 	}
 	assert.Equal(t, n, seen, "every client's line is in a hub's access log")
+}
+
+// systemdEnvironment reads text as systemd reads an EnvironmentFile
+// (systemd.exec(5)) and returns its assignments in order: blank lines and
+// lines starting with # or ; are skipped, every other line is KEY=VALUE,
+// with the whitespace around the key and the value dropped. There is no
+// comment after a value: a # there is part of the value, as systemd has
+// it. Quotes and backslashes, which systemd would interpret, fail the
+// test: the files of deploy/ and the docs do without them.
+func systemdEnvironment(t *testing.T, name, text string) []string {
+	t.Helper()
+	var out []string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		require.NotRegexp(t, `\s#`, line, "%s:%d: systemd takes a comment after a value as part of the value", name, i+1)
+		require.NotContains(t, line, `"`, "%s:%d: quotes are read by systemd's rules, not kept", name, i+1)
+		require.NotContains(t, line, `'`, "%s:%d: quotes are read by systemd's rules, not kept", name, i+1)
+		require.NotContains(t, line, `\`, "%s:%d: a backslash is read by systemd's rules, not kept", name, i+1)
+		k, v, ok := strings.Cut(line, "=")
+		require.True(t, ok, "%s:%d: %q is no KEY=VALUE line (systemd ignores it)", name, i+1, line)
+		k = strings.TrimSpace(k)
+		require.Regexp(t, `^[A-Za-z_][A-Za-z0-9_]*$`, k, "%s:%d: systemd ignores the key %q", name, i+1, k)
+		out = append(out, k+"="+strings.TrimSpace(v))
+	}
+	return out
+}
+
+// serviceEnvironment returns the relay's environment under
+// deploy/relayhub.service with envFile as its EnvironmentFile, as systemd
+// builds it: the unit's Environment= assignments first, then the file's,
+// a later assignment of a name replacing an earlier one.
+func serviceEnvironment(t *testing.T, envFile string) []string {
+	t.Helper()
+	unit, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "relayhub.service"))
+	require.NoError(t, err)
+	var assigned []string
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Environment="); ok {
+			require.NotContainsf(t, v, `"`, "relayhub.service: the test reads Environment= without quotes")
+			assigned = append(assigned, strings.Fields(v)...)
+		}
+	}
+	assigned = append(assigned, systemdEnvironment(t, "relayhub.env", envFile)...)
+	var order []string
+	value := map[string]string{}
+	for _, kv := range assigned {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, seen := value[k]; !seen {
+			order = append(order, k)
+		}
+		value[k] = v
+	}
+	env := make([]string, len(order))
+	for i, k := range order {
+		env[i] = k + "=" + value[k]
+	}
+	return env
+}
+
+// onThisMachine returns env as the test's machine can run it: the ports of
+// RELAY_LISTEN and RELAY_ADMIN_LISTEN made 0, so that the relay picks free
+// ones (and logs them), a host address the machine lacks made 0.0.0.0,
+// which is beyond loopback as it was, and the paths under /var/log/relayhub
+// and /var/lib/relayhub moved into dir. Every other setting is kept.
+func onThisMachine(t *testing.T, env []string, dir string) []string {
+	t.Helper()
+	out := make([]string, len(env))
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "RELAY_LISTEN" || (k == "RELAY_ADMIN_LISTEN" && v != ""):
+			host, _, err := net.SplitHostPort(v)
+			require.NoError(t, err, "%s=%s", k, v)
+			if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+				host = "0.0.0.0"
+			}
+			v = net.JoinHostPort(host, "0")
+		case strings.HasPrefix(v, "/var/log/relayhub/"), strings.HasPrefix(v, "/var/lib/relayhub/"):
+			v = filepath.Join(dir, filepath.Base(v))
+		}
+		out[i] = k + "=" + v
+	}
+	return out
+}
+
+// withLine returns the settings file text with the line of key set to
+// value, failing the test unless the file has exactly one such line.
+func withLine(t *testing.T, text, key, value string) string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	i := lineOf(t, lines, key)
+	lines[i] = key + "=" + value
+	return strings.Join(lines, "\n")
+}
+
+// withoutLine returns the settings file text without the line of key,
+// failing the test unless the file has exactly one such line.
+func withoutLine(t *testing.T, text, key string) string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	i := lineOf(t, lines, key)
+	return strings.Join(append(lines[:i:i], lines[i+1:]...), "\n")
+}
+
+// lineOf returns the index of the one line of lines that sets key.
+func lineOf(t *testing.T, lines []string, key string) int {
+	t.Helper()
+	found := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, key+"=") {
+			require.Equal(t, -1, found, "relayhub.env sets %s twice", key)
+			found = i
+		}
+	}
+	require.GreaterOrEqual(t, found, 0, "relayhub.env has no line %s=", key)
+	return found
+}
+
+// startupLine returns the relay's "relay listening" log line.
+func startupLine(t *testing.T, p *proctest.Process) map[string]any {
+	t.Helper()
+	for _, l := range p.LogLines() {
+		if l["message"] == "relay listening" {
+			return l
+		}
+	}
+	t.Fatalf("no start-up line in the relay's log:\n%s", p.Stderr())
+	return nil
+}
+
+// readyz returns the status of GET /readyz on the admin port whose bound
+// address is adminAddr, over loopback.
+func readyz(t *testing.T, adminAddr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(adminAddr)
+	require.NoError(t, err)
+	resp, err := adminClient.Get("http://127.0.0.1:" + port + "/readyz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestShippedSettingsRelayOnlyToTheTargetsTheyName starts the relay with
+// the environment systemd gives it from deploy/relayhub.service and
+// deploy/relayhub.env, on free ports: as shipped, and with a file that
+// lacks the targets' line, it refuses to start with one line naming
+// --target, never relaying to its defaults (the fixtures' loopback ports
+// of make run); with the targets but no admin token it refuses with one
+// line naming the admin port; with both, it relays to exactly the targets
+// the file names and serves /readyz.
+func TestShippedSettingsRelayOnlyToTheTargetsTheyName(t *testing.T) {
+	shipped, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "relayhub.env"))
+	require.NoError(t, err)
+	core := proctest.StartFixture(t, "CORE", "core")
+	const token = "3f9c0a7e51d84b26c9e07f1a5b3d8e42"
+
+	refusals := []struct {
+		name string
+		file string
+		want string // the one line on stderr
+	}{
+		{"as shipped", string(shipped), "relay: error: --target: name at least one target"},
+		{"without the targets' line", withoutLine(t, string(shipped), "RELAY_TARGET"), "relay: error: --target: name at least one target"},
+		{"with the targets, without the token", withLine(t, string(shipped), "RELAY_TARGET", "CORE="+core.URL),
+			`relay: error: --admin-listen "0.0.0.0:0": beyond loopback the admin port needs --admin-token (better RELAY_ADMIN_TOKEN): anyone who reaches it could hold every breaker open`},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			env := onThisMachine(t, serviceEnvironment(t, tt.file), t.TempDir())
+			res := proctest.RunEnv(t, relayPkg, env)
+			assert.Equal(t, 2, res.ExitCode, "a mistake in the configuration, which systemd does not retry")
+			assert.Equal(t, tt.want+"\n", res.Stderr)
+		})
+	}
+
+	t.Run("with the targets and the token", func(t *testing.T) {
+		file := withLine(t, string(shipped), "RELAY_TARGET", "CORE="+core.URL)
+		file = withLine(t, file, "RELAY_ADMIN_TOKEN", token)
+		dir := t.TempDir()
+		r := proctest.StartEnv(t, relayPkg, onThisMachine(t, serviceEnvironment(t, file), dir))
+		start := startupLine(t, r)
+		assert.Equal(t, []any{"CORE=" + core.URL}, start["targets"], "exactly the targets the file names")
+		adminAddr, _ := start["admin_addr"].(string)
+		require.NotEmpty(t, adminAddr, "the shipped settings serve the admin port")
+		assert.Equal(t, http.StatusOK, readyz(t, adminAddr))
+
+		c := proctest.Dial(t, r.Addr())
+		assert.Equal(t, "0000", c.Exchange("T1|CORE|BAL 1001").Code)
+		assert.Equal(t, "E903", c.Exchange("T2|CLAIM|STATUS C1").Code, "no default CLAIM beside the targets named")
+		assert.Equal(t, int64(1), core.SettledStats(t).Calls)
+		c.Close()
+		// The shipped shutdown delay; a second signal cuts it short.
+		r.Signal(syscall.SIGTERM)
+		proctest.Eventually(t, 5*time.Second, "/readyz answers 503 once told to stop", func() bool {
+			return readyz(t, adminAddr) == http.StatusServiceUnavailable
+		})
+		r.Signal(syscall.SIGTERM)
+		assert.Equal(t, 0, r.Wait())
+		_, err := os.Stat(filepath.Join(dir, "breaker.log"))
+		assert.NoError(t, err, "the breaker log where the settings put it")
+	})
+}
+
+// balancerSettings returns the lines docs/OPERATING.md, "Behind a load
+// balancer", puts in each hub's relayhub.env: the sh block after "On each
+// hub, in `relayhub.env`".
+func balancerSettings(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "OPERATING.md"))
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "\nOn each hub, in `relayhub.env`")
+	require.True(t, ok, "docs/OPERATING.md has no balancer settings for relayhub.env")
+	_, block, ok := strings.Cut(rest, "\n```sh\n")
+	require.True(t, ok, "no sh block after the balancer settings' heading")
+	block, _, ok = strings.Cut(block, "\n```\n")
+	require.True(t, ok, "the balancer settings' block does not end")
+	return block + "\n"
+}
+
+// TestOperatingBalancerSettingsStartAHub starts a hub with the settings
+// docs/OPERATING.md gives each hub behind a load balancer, over the shipped
+// relayhub.env with the targets an install names, in the environment
+// systemd would give it, on free ports: it starts, its admin port beyond
+// loopback answers /readyz 200 without a token, as a balancer's check
+// asks it, and 503 from the moment it is told to stop, for the settings'
+// shutdown delay.
+func TestOperatingBalancerSettingsStartAHub(t *testing.T) {
+	shipped, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "relayhub.env"))
+	require.NoError(t, err)
+	core := proctest.StartFixture(t, "CORE", "core")
+	settings := balancerSettings(t)
+	doc := systemdEnvironment(t, "docs/OPERATING.md", settings)
+	require.Contains(t, doc, "RELAY_PROXY_PROTOCOL=required", "the block read is the balancer's")
+
+	// The operator's relayhub.env: the shipped one with its targets, and
+	// the block's lines after it (the later assignment wins, as when each
+	// line is edited in place).
+	file := withLine(t, string(shipped), "RELAY_TARGET", "CORE="+core.URL) + "\n" + settings
+	env := onThisMachine(t, serviceEnvironment(t, file), t.TempDir())
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "RELAY_ADMIN_LISTEN="); ok {
+			require.Equal(t, "0.0.0.0:0", v, "the block's admin address, beyond loopback as written")
+		}
+	}
+	// StartEnv fails the test, with the relay's error, if it refuses them.
+	r := proctest.StartEnv(t, relayPkg, env)
+	start := startupLine(t, r)
+	assert.Equal(t, "required", start["proxy_protocol"])
+	assert.Equal(t, true, start["admin_token"])
+	adminAddr, _ := start["admin_addr"].(string)
+	require.NotEmpty(t, adminAddr)
+	assert.Equal(t, http.StatusOK, readyz(t, adminAddr), "the balancer's check, which carries no token")
+
+	r.Signal(syscall.SIGTERM)
+	proctest.Eventually(t, 5*time.Second, "/readyz answers 503 once told to stop", func() bool {
+		return readyz(t, adminAddr) == http.StatusServiceUnavailable
+	})
+	_, exited := r.WaitFor(0)
+	assert.False(t, exited, "the hub serves on through its shutdown delay")
+	r.Signal(syscall.SIGTERM)
+	assert.Equal(t, 0, r.Wait())
 }

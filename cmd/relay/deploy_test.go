@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,8 +59,27 @@ func TestDeployEnvironmentFileIsValid(t *testing.T) {
 		assert.True(t, strings.HasPrefix(k, "RELAY_"), "%s is no relay setting", k)
 		vars = append(vars, k+"="+vs[len(vs)-1])
 	}
-	c, err := parse(t, vars)
-	require.NoError(t, err, "the relay refuses deploy/relayhub.env")
+
+	// As shipped, the file names no target and no admin token: the two
+	// settings an install must give, which the relay refuses to start
+	// without rather than relay to the fixtures' loopback ports or open
+	// its admin port to the network unguarded.
+	assert.Equal(t, []string{""}, env["RELAY_TARGET"], "the shipped file must leave the targets to the install")
+	assert.Equal(t, []string{""}, env["RELAY_ADMIN_TOKEN"], "the shipped file must leave the admin token to the install")
+	_, err := parse(t, vars)
+	require.EqualError(t, err, "--target: name at least one target")
+
+	// With the targets alone, the admin port beyond loopback still wants
+	// its token;
+	c, err := parse(t, append(vars, "RELAY_TARGET=CORE=https://core.bank.internal:8443"))
+	require.ErrorContains(t, err, "--admin-listen")
+	require.ErrorContains(t, err, "needs --admin-token")
+	assert.True(t, beyondLoopback(c.AdminListen), "the balancer's check reads /readyz from its own machine")
+
+	// with both, the relay takes the file.
+	c, err = parse(t, append(vars, "RELAY_TARGET=CORE=https://core.bank.internal:8443", "RELAY_ADMIN_TOKEN=secret"))
+	require.NoError(t, err, "the relay refuses deploy/relayhub.env with its targets and token")
+	assert.Equal(t, []targetFlag{{Name: "CORE", URL: "https://core.bank.internal:8443"}}, c.Target)
 	assert.Equal(t, "/var/log/relayhub/breaker.log", c.BreakerLog)
 	assert.Equal(t, "/var/log/relayhub/access.log", c.AccessLog)
 	assert.Equal(t, "/var/lib/relayhub/in-doubt.log", c.InDoubtLog, "in the unit's StateDirectory")
@@ -94,4 +114,42 @@ func TestDeployUnitFitsTheEnvironmentFile(t *testing.T) {
 	assert.Equal(t, "relayhub", one(t, unit, "User"))
 	assert.Equal(t, "strict", one(t, unit, "ProtectSystem"))
 	assert.Equal(t, "/etc/relayhub/relayhub.env", one(t, unit, "EnvironmentFile"))
+	// A settings file without RELAY_TARGET gets no target, not the
+	// relay's defaults (the EnvironmentFile overrides it).
+	assert.Equal(t, "RELAY_TARGET=", one(t, unit, "Environment"))
+}
+
+// TestDeployBalancerReachesTheShippedPorts holds deploy/relayhub.env to
+// deploy/haproxy.cfg: the balancer, on a machine of its own, sends clients
+// to each hub's client port and checks /readyz on its admin port, so both
+// are the recipe's ports and listen beyond loopback (where the admin port
+// needs the token: TestDeployEnvironmentFileIsValid).
+func TestDeployBalancerReachesTheShippedPorts(t *testing.T) {
+	env := keyValues(t, deployFile("relayhub.env"))
+	recipe, err := os.ReadFile(deployFile("haproxy.cfg"))
+	require.NoError(t, err)
+	servers := 0
+	for _, line := range strings.Split(string(recipe), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "server" {
+			continue
+		}
+		servers++
+		// server NAME HOST:PORT check port ADMIN_PORT
+		require.Len(t, f, 6, "haproxy.cfg: %q", line)
+		require.Equal(t, []string{"check", "port"}, f[3:5], "haproxy.cfg: %q", line)
+		_, port, err := net.SplitHostPort(f[2])
+		require.NoError(t, err, "haproxy.cfg: %q", line)
+		for _, p := range []struct{ key, port string }{
+			{"RELAY_LISTEN", port},
+			{"RELAY_ADMIN_LISTEN", f[5]},
+		} {
+			addr := one(t, env, p.key)
+			_, got, err := net.SplitHostPort(addr)
+			require.NoError(t, err, "%s=%s", p.key, addr)
+			assert.Equal(t, p.port, got, "%s=%s: haproxy.cfg's %s", p.key, addr, f[1])
+			assert.True(t, beyondLoopback(addr), "%s=%s: the balancer's machine cannot reach it", p.key, addr)
+		}
+	}
+	require.Positive(t, servers, "haproxy.cfg has no server line")
 }
