@@ -9,9 +9,10 @@ FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # make install: the relay and relayctl, the systemd unit, its settings,
-# user and logrotate snippets, and the docs (docs/OPERATING.md, "Running it
-# in production"). DESTDIR stages the files for a package; the paths
-# inside them are those of PREFIX and SYSCONFDIR.
+# user and logrotate snippets, and the docs with the alert rules
+# (docs/OPERATING.md, "Running it in production"). DESTDIR stages the
+# files for a package; the paths inside them are those of PREFIX and
+# SYSCONFDIR.
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
 SYSCONFDIR  ?= /etc
@@ -78,7 +79,7 @@ install: build
 	chmod 0644 $(DESTDIR)$(UNITDIR)/relayhub.service
 	install -m 0644 deploy/relayhub.sysusers $(DESTDIR)$(SYSUSERSDIR)/relayhub.conf
 	install -m 0644 deploy/relayhub.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/relayhub
-	install -m 0644 README.md docs/*.md docs/*.png docs/relay.example.toml $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/*.md docs/*.png docs/relay.example.toml deploy/prometheus/*.yml $(DESTDIR)$(DOCDIR)/
 	@env=$(DESTDIR)$(SYSCONFDIR)/relayhub/relayhub.env; \
 	if [ -e "$$env" ]; then \
 		install -m 0640 deploy/relayhub.env "$$env.dist"; \
