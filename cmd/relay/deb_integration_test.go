@@ -153,9 +153,20 @@ func TestDebPackageBuildsLintsInstallsAndPurges(t *testing.T) {
 	require.NoError(t, err, "systemd-analyze verify:\n%s", out)
 	assert.Empty(t, string(out), "systemd-analyze verify must have nothing to say")
 
-	// and the installed binaries are the package's build.
+	// the installed binaries are the package's build,
 	assert.Equal(t, version, runOK(t, "/usr/bin/relay", "--version"))
 	assert.Equal(t, version, runOK(t, "/usr/bin/relayctl", "--version"))
+
+	// and the copyright file names every Go module built into them.
+	copyright, err := os.ReadFile("/usr/share/doc/relayhub/copyright")
+	require.NoError(t, err)
+	for _, bin := range []string{"/usr/bin/relay", "/usr/bin/relayctl"} {
+		for _, line := range strings.Split(runOK(t, "go", "version", "-m", bin), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "dep" {
+				assert.Contains(t, string(copyright), "\nFiles: "+f[1]+"/*\n", "deploy/debian/copyright names %s, built into %s", f[1], bin)
+			}
+		}
+	}
 
 	// When the operator has enabled the service, changed the settings and
 	// installed the package again, as an upgrade does,
