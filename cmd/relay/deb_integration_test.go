@@ -222,7 +222,7 @@ func needRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
 		return
 	}
-	const why = "installs a package with dpkg: run as root (CI does)"
+	why := "not root (uid " + strconv.Itoa(os.Geteuid()) + "): this test installs a package with dpkg; run it as root, as CI does"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(why)
 	}
