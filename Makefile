@@ -9,9 +9,10 @@ FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # make install: the relay and relayctl, the systemd unit, its settings,
-# user and logrotate snippets, and the docs (docs/OPERATING.md, "Running it
-# in production"). DESTDIR stages the files for a package; the paths
-# inside them are those of PREFIX and SYSCONFDIR.
+# user and logrotate snippets, and the docs with the alert rules
+# (docs/OPERATING.md, "Running it in production"). DESTDIR stages the
+# files for a package; the paths inside them are those of PREFIX and
+# SYSCONFDIR.
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
 SYSCONFDIR  ?= /etc
@@ -19,12 +20,29 @@ UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DOCDIR      ?= $(PREFIX)/share/doc/relayhub
 
-.PHONY: all build test run demo fleet-demo bench fuzz lint clean install soak docs
+# make deb: a Debian package of what make install installs, with
+# PREFIX=/usr and the unit in /lib/systemd/system, where Debian 12 keeps
+# units, built by nfpm from deploy/nfpm.yaml into $(DIST) beside its
+# SHA256SUMS (docs/OPERATING.md, "Installing the package"). Its version is
+# the commit's time, UTC, and hash, 0.YYYYMMDD.HHMMSS+gHASH, which sorts as
+# the commits do; .dirty marks a build of uncommitted changes. Without git,
+# set DEB_VERSION and SOURCE_DATE_EPOCH.
+DIST        ?= dist
+NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DEB_VERSION ?= $(shell v=$$(TZ=UTC0 git log -1 --format='0.%cd+g%h' --date=format-local:%Y%m%d.%H%M%S 2>/dev/null) && \
+	{ git diff --quiet HEAD 2>/dev/null && echo "$$v" || echo "$$v.dirty"; })
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+DEB_MAINTAINER ?= relayhub <dev@relayhub.invalid>
+
+.PHONY: all build test run demo fleet-demo bench fuzz lint clean install deb soak docs
 
 all: build
 
+# CMDS narrows the build, as make deb does to the two binaries it ships.
+CMDS ?= ./cmd/...
+
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(CMDS)
 
 # The race detector makes sync.Pool drop items at random, so the tests
 # that count allocations run once more without it; so do those that
@@ -78,7 +96,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
 # The settings file is the operator's: an upgrade installs the shipped one
 # beside it as relayhub.env.dist and never overwrites it.
@@ -91,7 +109,7 @@ install: build
 	chmod 0644 $(DESTDIR)$(UNITDIR)/relayhub.service
 	install -m 0644 deploy/relayhub.sysusers $(DESTDIR)$(SYSUSERSDIR)/relayhub.conf
 	install -m 0644 deploy/relayhub.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/relayhub
-	install -m 0644 README.md docs/*.md docs/*.png docs/relay.example.toml $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/*.md docs/*.png docs/relay.example.toml deploy/prometheus/*.yml $(DESTDIR)$(DOCDIR)/
 	@env=$(DESTDIR)$(SYSCONFDIR)/relayhub/relayhub.env; \
 	if [ -e "$$env" ]; then \
 		install -m 0640 deploy/relayhub.env "$$env.dist"; \
@@ -99,3 +117,23 @@ install: build
 	else \
 		install -m 0640 deploy/relayhub.env "$$env"; \
 	fi
+
+# The binaries are built static (Go's own resolver, no libc to depend on),
+# stripped and without the build's paths; the files get the commit's time
+# (SOURCE_DATE_EPOCH), so one commit gives the same package twice.
+deb:
+	@test -n "$(DEB_VERSION)" -a -n "$(SOURCE_DATE_EPOCH)" || \
+		{ echo "make deb: no git history: set DEB_VERSION and SOURCE_DATE_EPOCH"; exit 2; }
+	rm -rf $(DIST)/stage $(DIST)/bin $(DIST)/relayhub_*.deb $(DIST)/SHA256SUMS
+	CGO_ENABLED=0 GOFLAGS=-trimpath $(MAKE) --no-print-directory install BIN=$(abspath $(DIST))/bin \
+		CMDS='./cmd/relay ./cmd/relayctl' LDFLAGS='-s -w -X main.version=$(DEB_VERSION)' DESTDIR=$(abspath $(DIST))/stage \
+		PREFIX=/usr UNITDIR=/lib/systemd/system
+	doc=$(DIST)/stage/usr/share/doc/relayhub; \
+	install -m 0644 deploy/debian/copyright $$doc/copyright; \
+	printf 'relayhub (%s) unstable; urgency=medium\n\n  * relayhub at commit %s.\n\n -- %s  %s\n' \
+		'$(DEB_VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" '$(DEB_MAINTAINER)' \
+		"$$(date -u -R -d @$(SOURCE_DATE_EPOCH))" | gzip -9n > $$doc/changelog.gz
+	install -D -m 0644 deploy/debian/lintian-overrides $(DIST)/stage/usr/share/lintian/overrides/relayhub
+	DEB_VERSION='$(DEB_VERSION)' DEB_MAINTAINER='$(DEB_MAINTAINER)' DEB_ARCH=$$($(GO) env GOARCH) DEB_STAGE=$(abspath $(DIST))/stage \
+		SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DIST)/
+	cd $(DIST) && sha256sum relayhub_*.deb > SHA256SUMS && cat SHA256SUMS
