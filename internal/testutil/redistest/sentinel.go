@@ -288,8 +288,8 @@ func (s *Sentinel) WaitFailover(old *SentinelNode) *SentinelNode {
 
 // Restart starts a stopped server again on its port, empty, as a replica
 // of the current master, as an operator bringing it back would, and waits
-// until it is in sync and every sentinel takes it for a replica that a
-// failover may promote.
+// until the two are in sync and every sentinel takes one for the master
+// and the other for a replica that a failover may promote.
 func (s *Sentinel) Restart(n *SentinelNode) {
 	s.t.Helper()
 	if n.sentinel {
@@ -301,7 +301,17 @@ func (s *Sentinel) Restart(n *SentinelNode) {
 	master := s.Master()
 	// The old process's port may linger briefly in the kernel; retry.
 	s.waitFor("restart "+n.String(), func() error { return n.start(master) })
-	s.waitFor(n.String()+" to join as a replica", func() error { return s.ready(master, n) })
+	// On a loaded machine the sentinels may take the new master for down
+	// and fail over once more, to the server just restarted: wait for the
+	// pair to be ready whichever way round it ends.
+	s.waitFor(n.String()+" to join as a replica", func() error {
+		m := s.Master()
+		if err := s.ready(m, s.other(m)); err != nil {
+			return err
+		}
+		s.master = m
+		return nil
+	})
 }
 
 // ready reports why a failover of master to replica could not be
