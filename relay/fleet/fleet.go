@@ -269,6 +269,18 @@ func New(cfg Config) (*Fleet, error) {
 	return f, nil
 }
 
+// relearn has a Redis Cluster client read the cluster's layout again, in
+// the background, after a command or the subscription failed. go-redis
+// does so on its own only on a MOVED reply or once a minute, and a dead
+// master sends none: without it, a hub would knock at a dead master for
+// up to a minute after its replica took over. go-redis runs at most one
+// reload at a time, 200 ms apart.
+func (f *Fleet) relearn() {
+	if cc, ok := f.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
+
 // Observe is the breakers' transition observer (relay.Config.OnTransition):
 // it hands each change of a breaker's results to the sync loop, which
 // writes it to the store. Changes the fleet applied itself (CauseShared) and

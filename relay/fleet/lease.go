@@ -21,6 +21,7 @@ func (f *Fleet) renewLease(ctx context.Context, t *target, now time.Time) time.T
 	if err != nil {
 		f.setUp(false, err)
 		f.metrics.commandFailed()
+		f.relearn()
 		return time.Time{}
 	}
 	if st.code < 0 {
@@ -79,6 +80,7 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 	if err != nil {
 		f.setUp(false, err)
 		f.metrics.commandFailed()
+		f.relearn()
 		t.b.PermitProbe()
 		return time.Time{}
 	}

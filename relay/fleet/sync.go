@@ -36,6 +36,8 @@ func (f *Fleet) subscribeLoop(ctx context.Context) {
 				f.log.Debug().Err(err).Msg("change subscription lost")
 				f.poke()
 			}
+			// The channel's node may be a Cluster master that died.
+			f.relearn()
 			backoff = min(max(2*backoff, 50*time.Millisecond), f.resync)
 			if !sleep(ctx, backoff) {
 				return
@@ -140,6 +142,7 @@ func (f *Fleet) step(ctx context.Context) time.Time {
 	switch {
 	case failure != nil:
 		f.metrics.commandFailed()
+		f.relearn()
 		f.setUp(false, failure)
 	case ok && f.subscribed.Load():
 		f.setUp(true, nil)
