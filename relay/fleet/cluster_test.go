@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/redistest"
+	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/fleet"
 )
 
@@ -20,9 +23,10 @@ import (
 // multiHub is a hub of a test fleet sharing the breakers of several
 // targets.
 type multiHub struct {
-	id string
-	fl *fleet.Fleet
-	bs map[string]*breaker.Breaker
+	id   string
+	fl   *fleet.Fleet
+	bs   map[string]*breaker.Breaker
+	logs *logtest.Buffer // the fleet's log, also passed to the test's
 }
 
 // Breaker implements fleet.Hub.
@@ -33,12 +37,12 @@ func (h *multiHub) Breaker(name string) *breaker.Breaker { return h.bs[name] }
 // each of targets, in that order.
 func startMultiHub(t *testing.T, url, id string, reset time.Duration, targets ...string) *multiHub {
 	t.Helper()
-	h := &multiHub{id: id, bs: map[string]*breaker.Breaker{}}
+	h := &multiHub{id: id, bs: map[string]*breaker.Breaker{}, logs: &logtest.Buffer{}}
 	fl, err := fleet.New(fleet.Config{
 		Store:          url,
 		HubID:          id,
 		Targets:        targets,
-		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger:         zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), h.logs)).Level(zerolog.InfoLevel),
 		ResyncInterval: 200 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -67,6 +71,14 @@ func (h *multiHub) trip(t *testing.T, target string) {
 		b.Done(tk, true, 0)
 	}
 	require.Equal(t, breaker.Open, b.Snapshot().State)
+}
+
+// close closes the target's breaker by an operator's action shared with
+// the fleet.
+func (h *multiHub) close(t *testing.T, target string) {
+	t.Helper()
+	h.bs[target].ForceClose()
+	require.NoError(t, h.fl.Control(target, relay.ActionClose))
 }
 
 func (h *multiHub) state(target string) breaker.State { return h.bs[target].Snapshot().State }
@@ -108,4 +120,131 @@ func TestClusterFailoverIsFollowedAtOnce(t *testing.T) {
 	eventually(t, "b opens CORE", func() bool { return b.state("CORE") == breaker.Open })
 	ts, _ := b.fl.Target("CORE")
 	assert.Equal(t, "a", ts.OpenedBy)
+}
+
+func TestClusterShardWithNoNodeLeftLeavesOnlyItsTargetsAlone(t *testing.T) {
+	// Given two hubs sharing CORE and CLAIM through a cluster, CORE
+	// first, so that its shard is the first the hubs find gone,
+	cl, a, b := startClusterFleet(t, 300*time.Millisecond)
+
+	// when CORE's shard loses its replica and then its master,
+	m := cl.MasterOfKey("rh:{CORE}:epoch")
+	r := cl.ReplicaOf(m)
+	cl.Kill(r)
+	cl.Kill(m)
+	for _, h := range []*multiHub{a, b} {
+		eventually(t, h.id+" sees a shard gone", func() bool { return !h.fl.Status().StoreUp })
+		eventually(t, h.id+" has CORE alone", func() bool { ts, _ := h.fl.Target("CORE"); return ts.Alone })
+		ts, _ := h.fl.Target("CLAIM")
+		assert.False(t, ts.Alone, "%s: CLAIM is still shared", h.id)
+		lines := h.logs.Messages(t, "state store unreachable for some targets: their breakers decide alone until it is back")
+		require.NotEmpty(t, lines, h.id)
+		assert.Equal(t, []any{"CORE"}, lines[0]["targets"])
+	}
+
+	// then CLAIM's trip still reaches the other hub, and one hub alone
+	// gets CLAIM's probe,
+	a.trip(t, "CLAIM")
+	eventually(t, "b opens CLAIM", func() bool { return b.state("CLAIM") == breaker.Open })
+	eventually(t, "one hub admits CLAIM's probe", func() bool {
+		for i, h := range []*multiHub{a, b} {
+			tk, _, err := h.bs["CLAIM"].Allow()
+			if err != nil {
+				continue
+			}
+			other := []*multiHub{b, a}[i]
+			_, _, err = other.bs["CLAIM"].Allow()
+			assert.ErrorIs(t, err, breaker.ErrOpen, "%s refuses while %s probes", other.id, h.id)
+			h.bs["CLAIM"].Done(tk, false, 0)
+			return true
+		}
+		return false
+	})
+	eventually(t, "CLAIM closes on both", func() bool {
+		return a.state("CLAIM") == breaker.Closed && b.state("CLAIM") == breaker.Closed
+	})
+
+	// while CORE's breakers decide alone: A's trip stays A's, and A
+	// probes on its own once its period has passed.
+	a.trip(t, "CORE")
+	eventually(t, "a admits its own probe of CORE", func() bool {
+		tk, _, err := a.bs["CORE"].Allow()
+		if err != nil {
+			return false
+		}
+		a.bs["CORE"].Done(tk, true, 0) // still failing: open again
+		return true
+	})
+	assert.Equal(t, breaker.Closed, b.state("CORE"))
+
+	// When the shard is back, empty, A's open breaker is written to it
+	// again and B adopts it.
+	cl.Restart(r)
+	cl.Restart(m)
+	back := time.Now()
+	eventually(t, "b adopts a's open CORE", func() bool { return b.state("CORE") == breaker.Open })
+	for _, h := range []*multiHub{a, b} {
+		eventually(t, h.id+" shares every target again", func() bool { return h.fl.Status().StoreUp })
+	}
+	t.Logf("shared again %v after the shard came back", time.Since(back))
+	a.close(t, "CORE")
+	eventually(t, "b closes CORE", func() bool { return b.state("CORE") == breaker.Closed })
+}
+
+func TestClusterChannelShardGoneTheTargetsStayShared(t *testing.T) {
+	// Given two hubs sharing CORE and CLAIM through a cluster,
+	cl, a, b := startClusterFleet(t, 300*time.Millisecond)
+
+	// when the shard of the change channel (neither CORE's nor CLAIM's)
+	// loses its replica and then its master,
+	m := cl.MasterOfKey(fleet.Channel)
+	cl.Kill(cl.ReplicaOf(m))
+	cl.Kill(m)
+	for _, h := range []*multiHub{a, b} {
+		eventually(t, h.id+" loses the channel", func() bool { return !h.fl.Status().StoreUp })
+		for _, name := range []string{"CORE", "CLAIM"} {
+			ts, _ := h.fl.Target(name)
+			assert.False(t, ts.Alone, "%s: %s is still shared", h.id, name)
+		}
+		assert.NotEmpty(t, h.logs.Messages(t, "change channel not subscribed: the other hubs' changes arrive at each resync until it is back"), h.id)
+	}
+
+	// then CORE's trip on A still reaches B, at B's next resync,
+	a.trip(t, "CORE")
+	eventually(t, "b opens CORE", func() bool { return b.state("CORE") == breaker.Open })
+
+	// and only one hub gets CORE's probe, whose success closes both.
+	eventually(t, "one hub admits CORE's probe", func() bool {
+		for i, h := range []*multiHub{a, b} {
+			tk, _, err := h.bs["CORE"].Allow()
+			if err != nil {
+				continue
+			}
+			other := []*multiHub{b, a}[i]
+			_, _, err = other.bs["CORE"].Allow()
+			assert.ErrorIs(t, err, breaker.ErrOpen, "%s refuses while %s probes", other.id, h.id)
+			h.bs["CORE"].Done(tk, false, 0)
+			return true
+		}
+		return false
+	})
+	eventually(t, "CORE closes on both", func() bool {
+		return a.state("CORE") == breaker.Closed && b.state("CORE") == breaker.Closed
+	})
+}
+
+func TestOneServerDownEveryTargetIsAlone(t *testing.T) {
+	// Given a hub sharing CORE and CLAIM through one redis-server,
+	srv := redistest.Start(t)
+	a := startMultiHub(t, srv.URL(), "a", time.Minute, "CORE", "CLAIM")
+	eventually(t, "a reaches the store", func() bool { return a.fl.Status().StoreUp })
+
+	// when the server is killed, then both targets decide alone: the
+	// first failure says the server is gone, not only CORE's part of it.
+	srv.Kill()
+	eventually(t, "a sees the store gone", func() bool { return !a.fl.Status().StoreUp })
+	for _, name := range []string{"CORE", "CLAIM"} {
+		eventually(t, name+" decides alone", func() bool { ts, _ := a.fl.Target(name); return ts.Alone })
+	}
+	assert.Contains(t, a.logs.String(), "state store unreachable: each breaker decides alone")
 }
