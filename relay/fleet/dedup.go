@@ -182,11 +182,13 @@ func (s *DedupStore) Release(ctx context.Context, target, txid, hub string) erro
 	return nil
 }
 
-// failed counts a command the store failed or did not answer in time; one
-// given up because the caller's ctx ended is not the store's failure.
+// failed counts a command the store failed or did not answer in time, and
+// has a Redis Cluster client read the cluster's layout again; one given up
+// because the caller's ctx ended is not the store's failure.
 func (s *DedupStore) failed(ctx context.Context) {
 	if ctx.Err() == nil {
 		s.f.metrics.commandFailed()
+		s.f.relearn()
 	}
 }
 

@@ -154,12 +154,21 @@ type Fleet struct {
 	firstSubOnce sync.Once
 	// readAll asks the sync loop to read every target's state.
 	readAll atomic.Bool
-	// up is whether the store answered the sync loop's last command and
-	// the subscription stands; upKnown is set once the first try ended.
+	// up is whether the store answered the sync loop's last command of
+	// every target and the subscription stands; upKnown is set once the
+	// first try ended.
 	up      atomic.Bool
 	upKnown atomic.Bool
+	// cluster is set for a Redis Cluster store, whose shards may fail one
+	// by one: a command that fails for one target says nothing of the
+	// others'.
+	cluster bool
 
-	nextResync time.Time // owned by the sync loop
+	// Owned by the sync loop: when to read every target again, and the
+	// targets found alone and whether the channel stood, as last logged.
+	nextResync time.Time
+	alone      []string
+	heard      bool
 
 	startOnce sync.Once
 	closeOnce sync.Once
@@ -196,6 +205,10 @@ type target struct {
 	renewAt   time.Time     // when to renew the lease held through a half-open period
 	period    time.Duration // base period of the last local change
 	readAgain bool          // read the state at the next step
+	// down is set while the store does not answer the target's commands
+	// (its shard of a Redis Cluster, or the whole store, is gone): the
+	// target's breaker gives its own probe permits.
+	down bool
 
 	viewMu sync.Mutex
 	view   TargetStatus // guarded by viewMu
@@ -266,7 +279,20 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, err
 	}
 	f.client = client
+	_, f.cluster = client.(*redis.ClusterClient)
 	return f, nil
+}
+
+// relearn has a Redis Cluster client read the cluster's layout again, in
+// the background, after a command or the subscription failed. go-redis
+// does so on its own only on a MOVED reply or once a minute, and a dead
+// master sends none: without it, a hub would knock at a dead master for
+// up to a minute after its replica took over. go-redis runs at most one
+// reload at a time, 200 ms apart.
+func (f *Fleet) relearn() {
+	if cc, ok := f.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
 }
 
 // Observe is the breakers' transition observer (relay.Config.OnTransition):

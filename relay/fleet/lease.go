@@ -19,8 +19,8 @@ func (f *Fleet) renewLease(ctx context.Context, t *target, now time.Time) time.T
 	}
 	st, err := f.runScript(ctx, scriptLease, t, 0, msText(t.lease))
 	if err != nil {
-		f.setUp(false, err)
-		f.metrics.commandFailed()
+		f.failed(t)
+		f.report(err)
 		return time.Time{}
 	}
 	if st.code < 0 {
@@ -32,7 +32,8 @@ func (f *Fleet) renewLease(ctx context.Context, t *target, now time.Time) time.T
 }
 
 // permit gives the breaker its probe permit once its open period has ended:
-// through the probe lease while the store is up, at once while it is down.
+// through the probe lease while the store answers for the target, at once
+// while it does not (the store, or the target's shard of it, is down).
 // A hub whose breaker is half-open on the lease it won keeps the lease for
 // as long as it stays so: a breaker that needs several healthy probes
 // (breaker.Policy.ProbeSuccesses) stays half-open between them, and no
@@ -40,7 +41,7 @@ func (f *Fleet) renewLease(ctx context.Context, t *target, now time.Time) time.T
 // need).
 func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time {
 	snap := t.b.Snapshot()
-	if snap.State == breaker.HalfOpen && t.permitted == t.known && f.up.Load() {
+	if snap.State == breaker.HalfOpen && t.permitted == t.known && !t.down {
 		return f.renewLease(ctx, t, now)
 	}
 	if snap.State != breaker.Open || snap.Held {
@@ -49,7 +50,7 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 	if snap.RetryAfter > 0 {
 		return now.Add(snap.RetryAfter)
 	}
-	if !f.up.Load() {
+	if t.down {
 		t.b.PermitProbe()
 		return time.Time{}
 	}
@@ -77,8 +78,8 @@ func (f *Fleet) permit(ctx context.Context, t *target, now time.Time) time.Time 
 	t.renewAt = time.Time{}
 	st, err := f.runScript(ctx, scriptLease, t, 0, msText(t.lease))
 	if err != nil {
-		f.setUp(false, err)
-		f.metrics.commandFailed()
+		f.failed(t)
+		f.report(err)
 		t.b.PermitProbe()
 		return time.Time{}
 	}

@@ -7,8 +7,10 @@ import "strings"
 type Status struct {
 	// HubID is this hub's name in the fleet.
 	HubID string
-	// StoreUp reports that the hub reaches the store and shares its
-	// breakers' state; false while each breaker decides alone.
+	// StoreUp reports that the hub reaches the store, shares the state
+	// of every target's breaker and hears the change channel; false while
+	// any decides alone (TargetStatus.Alone says which) or the channel is
+	// lost.
 	StoreUp bool
 	// Targets are the targets, in configuration order.
 	Targets []TargetStatus
@@ -31,6 +33,10 @@ type TargetStatus struct {
 	// ProbeLease reports that this hub won the probe lease of the current
 	// open period: its breaker sends the fleet's one probe.
 	ProbeLease bool
+	// Alone reports that the target's breaker decides alone: the store
+	// does not answer for it (the whole store, or the target's shard of a
+	// Redis Cluster, is down).
+	Alone bool
 }
 
 // Status returns the fleet's state as this hub sees it.
@@ -81,4 +87,11 @@ func (t *target) unsetLease() {
 	t.viewMu.Lock()
 	defer t.viewMu.Unlock()
 	t.view.ProbeLease = false
+}
+
+// setAlone records whether the target's breaker decides alone.
+func (t *target) setAlone(alone bool) {
+	t.viewMu.Lock()
+	defer t.viewMu.Unlock()
+	t.view.Alone = alone
 }

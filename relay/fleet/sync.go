@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,9 +34,14 @@ func (f *Fleet) subscribeLoop(ctx context.Context) {
 			}
 			f.firstSubOnce.Do(func() { close(f.firstSub) })
 			if f.subscribed.Swap(false) {
+				// Whether the store went with the channel, or only the
+				// channel's node, the targets' commands tell at once.
 				f.log.Debug().Err(err).Msg("change subscription lost")
+				f.readAll.Store(true)
 				f.poke()
 			}
+			// The channel's node may be a Cluster master that died.
+			f.relearn()
 			backoff = min(max(2*backoff, 50*time.Millisecond), f.resync)
 			if !sleep(ctx, backoff) {
 				return
@@ -117,9 +123,15 @@ func (f *Fleet) syncLoop(ctx context.Context) {
 // step does what waits: for each target, write its operator actions and
 // its local change, renew the probe lease of a probe just sent, read its
 // state when a message or the resync asks for it, and give a probe permit
-// when its open period has ended. While the store is down it only tries
-// again once per resync interval, and gives every permit itself. It
-// returns when it wants to run again at the latest.
+// when its open period has ended. A target the store does not answer for
+// is only tried again once per resync interval, and gives its permits
+// itself. With one server (or Sentinel's master) the first failure ends
+// the step, as the others would fail too; with a Redis Cluster each
+// target is tried, as its shard may be up while another is down. While
+// the change channel is lost, a target the store answers for stays
+// shared (its writes and its probe lease are the store's), and the other
+// hubs' changes reach this hub at each resync. It returns when it wants
+// to run again at the latest.
 func (f *Fleet) step(ctx context.Context) time.Time {
 	now := time.Now()
 	readAll := f.readAll.Swap(false)
@@ -128,24 +140,22 @@ func (f *Fleet) step(ctx context.Context) time.Time {
 		f.nextResync = now.Add(f.resync)
 	}
 	next := f.nextResync
-	ok := f.up.Load() || readAll
 	var failure error
-	if ok {
-		for _, t := range f.targets {
-			if failure = f.syncTarget(ctx, t, readAll); failure != nil {
+	for _, t := range f.targets {
+		if t.down && !readAll {
+			continue
+		}
+		if err := f.syncTarget(ctx, t, readAll); err != nil {
+			f.failed(t)
+			failure = err
+			if !f.cluster {
 				break
 			}
+			continue
 		}
+		t.down = false
 	}
-	switch {
-	case failure != nil:
-		f.metrics.commandFailed()
-		f.setUp(false, failure)
-	case ok && f.subscribed.Load():
-		f.setUp(true, nil)
-	case ok:
-		f.setUp(false, errors.New("change channel not subscribed"))
-	}
+	f.report(failure)
 	for _, t := range f.targets {
 		if w := f.permit(ctx, t, now); !w.IsZero() && w.Before(next) {
 			next = w
@@ -157,18 +167,58 @@ func (f *Fleet) step(ctx context.Context) time.Time {
 	return next
 }
 
-// setUp records whether the store is up, logging and counting each change.
-func (f *Fleet) setUp(up bool, err error) {
-	if f.up.Swap(up) == up && f.upKnown.Swap(true) {
+// failed records that a command of target t failed: the failure is
+// counted, and the target is down until one succeeds; with one server
+// (or Sentinel's master) every target is, as their commands would fail
+// too. A Redis Cluster client is told to read the cluster's layout again.
+func (f *Fleet) failed(t *target) {
+	f.metrics.commandFailed()
+	if f.cluster {
+		t.down = true
+		f.relearn()
+		return
+	}
+	for _, o := range f.targets {
+		o.down = true
+	}
+}
+
+// report records which targets decide alone (the store did not answer
+// their last command) and whether the store is up: no target alone and the
+// change channel subscribed. err is the last failure of a command, if any.
+func (f *Fleet) report(err error) {
+	var alone []string
+	for _, t := range f.targets {
+		t.setAlone(t.down)
+		if t.down {
+			alone = append(alone, t.name)
+		}
+	}
+	subscribed := f.subscribed.Load()
+	f.setUp(subscribed && len(alone) == 0, alone, subscribed, err)
+}
+
+// setUp records whether the store is up, logging and counting each
+// change: alone names the targets the store does not answer for, and
+// subscribed is whether the change channel stands.
+func (f *Fleet) setUp(up bool, alone []string, subscribed bool, err error) {
+	if f.up.Swap(up) == up && f.upKnown.Swap(true) && slices.Equal(alone, f.alone) && subscribed == f.heard {
 		return
 	}
 	f.upKnown.Store(true)
+	f.alone, f.heard = alone, subscribed
 	f.metrics.setUp(up)
-	if up {
+	switch {
+	case up:
 		f.log.Info().Msg("state store reached: breaker state is shared with the fleet")
-		return
+	case len(alone) == len(f.targets):
+		f.log.Warn().Err(err).Msg("state store unreachable: each breaker decides alone until it is back")
+	case len(alone) > 0:
+		f.log.Warn().Err(err).Strs("targets", alone).Bool("channel", subscribed).
+			Msg("state store unreachable for some targets: their breakers decide alone until it is back")
+	default:
+		f.log.Warn().Msg("change channel not subscribed: the other hubs' changes arrive at each resync until it is back")
 	}
-	f.log.Warn().Err(err).Msg("state store unreachable: each breaker decides alone until it is back")
 }
 
 // take empties the target's slot.
