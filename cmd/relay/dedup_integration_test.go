@@ -1,10 +1,13 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -188,6 +191,12 @@ func TestFleetShieldsAResendToAnotherHubAndFallsBackWhenRedisDies(t *testing.T) 
 	// when W3 is answered by hub a and resent to hubs b and c, once with
 	// another amount,
 	first := ca.Exchange("W3|CORE|WD 1001 300").String()
+	// Hub a stores the answer just after its client has it; a resend
+	// sooner would be told the outcome is still unknown.
+	proctest.Eventually(t, 5*time.Second, "hub a stores W3's answer", func() bool {
+		v, _ := r.rdb.Get(context.Background(), "rh:{CORE}:tx:W3").Result()
+		return strings.HasPrefix(v, "1|A|")
+	})
 	again := proctest.Dial(t, b.Addr()).Exchange("W3|CORE|WD 1001 300").String()
 	other := proctest.Dial(t, c.Addr()).Exchange("W3|CORE|WD 1001 900").String()
 
