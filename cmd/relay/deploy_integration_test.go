@@ -537,7 +537,7 @@ func TestShippedSettingsRelayOnlyToTheTargetsTheyName(t *testing.T) {
 		{"as shipped", string(shipped), "relay: error: --target: name at least one target"},
 		{"without the targets' line", withoutLine(t, string(shipped), "RELAY_TARGET"), "relay: error: --target: name at least one target"},
 		{"with the targets, without the token", withLine(t, string(shipped), "RELAY_TARGET", "CORE="+core.URL),
-			`relay: error: --admin-listen "0.0.0.0:0": beyond loopback the admin port needs --admin-token (better RELAY_ADMIN_TOKEN): anyone who reaches it could hold every breaker open`},
+			`relay: error: --admin-listen "0.0.0.0:0": beyond loopback the admin port needs --admin-token (better RELAY_ADMIN_TOKEN) or --admin-token-file: anyone who reaches it could hold every breaker open`},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.name, func(t *testing.T) {

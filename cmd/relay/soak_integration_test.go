@@ -249,7 +249,7 @@ var targetFaults = []struct {
 	{"slow", "latency", toxitest.Downstream, toxitest.Attributes{"latency": 800}},
 	{"silent", "timeout", toxitest.Downstream, toxitest.Attributes{"timeout": 0}},
 	{"reset", "reset_peer", toxitest.Downstream, toxitest.Attributes{"timeout": 50}},
-	{"sliced", "slicer", toxitest.Downstream, toxitest.Attributes{"average_size": 1, "size_variation": 0, "delay": 10}},
+	{"sliced", "slicer", toxitest.Downstream, toxitest.Attributes{"average_size": 8, "size_variation": 4, "delay": 100}},
 	{"cut", "limit_data", toxitest.Downstream, toxitest.Attributes{"bytes": 60}},
 }
 
