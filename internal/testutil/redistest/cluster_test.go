@@ -42,9 +42,15 @@ func TestClusterFailsOverAndADeadShardStopsOnlyItsSlots(t *testing.T) {
 	assert.Equal(t, cl.KeySlot("CORE"), cl.KeySlot("rh:{CORE}:tx:T1"))
 	for _, key := range []string{"rh:{CORE}:epoch", "rh:{CLAIM}:epoch", "rh:{LOANS}:epoch"} {
 		require.NoError(t, rdb.Set(ctx, key, "7", 0).Err())
-		got, err := cl.MasterOfKey(key).Client().Get(ctx, key).Result()
+		master := cl.MasterOfKey(key).Client()
+		got, err := master.Get(ctx, key).Result()
 		require.NoError(t, err, key)
 		assert.Equal(t, "7", got, key)
+		// Replication is asynchronous: wait until the replica has it,
+		// since the failover below expects it there.
+		n, err := master.Do(ctx, "WAIT", 1, 5000).Int()
+		require.NoError(t, err, key)
+		require.Equal(t, 1, n, "%s reached the replica", key)
 	}
 	assert.Len(t, map[*redistest.ClusterNode]bool{
 		cl.MasterOfKey("rh:{CORE}:epoch"):  true,
