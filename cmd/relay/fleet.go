@@ -162,7 +162,7 @@ func (h fleetHub) TargetFleet(name string) (admin.TargetFleet, bool) {
 	if !ok {
 		return admin.TargetFleet{}, false
 	}
-	return admin.TargetFleet{Epoch: ts.Epoch, OpenedBy: ts.OpenedBy, Source: ts.Source, ProbeLease: ts.ProbeLease}, true
+	return admin.TargetFleet{Epoch: ts.Epoch, OpenedBy: ts.OpenedBy, Source: ts.Source, ProbeLease: ts.ProbeLease, Alone: ts.Alone}, true
 }
 
 // redisLogger passes go-redis's own messages (reconnects and the like) to

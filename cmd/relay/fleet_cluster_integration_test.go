@@ -291,10 +291,13 @@ func TestFleetOnAClusterShardWithNoNodeLeftLeavesOnlyItsTargetsAlone(t *testing.
 	cl.Kill(replica)
 	cl.Kill(m)
 
-	// then every hub shows the store as not connected, its one flag, and
-	// logs CORE as the target whose breaker decides alone;
+	// then every hub shows the store as not connected, its one flag, CORE
+	// alone and CLAIM not on /status, and logs CORE as the target whose
+	// breaker decides alone;
 	for _, h := range r.hubs {
 		proctest.Eventually(t, 3*time.Second, h.id+" finds CORE's shard gone", func() bool { return !h.connected(t) })
+		proctest.Eventually(t, time.Second, h.id+" shows CORE alone", func() bool { return h.of(t, "CORE").Fleet.Alone })
+		assert.False(t, h.of(t, "CLAIM").Fleet.Alone, "%s: CLAIM's shard answers", h.id)
 		proctest.Eventually(t, time.Second, h.id+" logs CORE alone", func() bool {
 			for _, l := range h.LogLines() {
 				if strings.HasPrefix(fmt.Sprint(l["message"]), "state store unreachable for some targets") {
@@ -335,6 +338,9 @@ func TestFleetOnAClusterShardWithNoNodeLeftLeavesOnlyItsTargetsAlone(t *testing.
 	cl.Restart(replica)
 	cl.Restart(m)
 	t.Logf("every hub shares every target again %v after CORE's shard came back", r.waitConnected(t, 10*time.Second))
+	for _, h := range r.hubs {
+		assert.False(t, h.of(t, "CORE").Fleet.Alone, "%s: CORE's shard is back", h.id)
+	}
 	r.trip(t, a, "CORE")
 	t.Logf("CORE's trip on a adopted by b and c within %v", r.waitAdopted(t, "CORE", "a", b, c))
 }

@@ -138,8 +138,8 @@ func TestSoak(t *testing.T) {
 	for _, h := range hubs {
 		var rss, gor []float64
 		for _, s := range samples {
-			// The restarted hub from a shield window and a minute after its
-			// restart, once its window has filled again.
+			// The restarted hub from three minutes after its restart: its
+			// 2-minute shield window has filled again by then.
 			if s.hub == h.id && s.at >= from && (h.id != hubs[1].id || s.at >= duration/2+3*time.Minute) {
 				rss = append(rss, float64(s.rssKiB))
 				gor = append(gor, float64(s.goroutines))

@@ -60,6 +60,7 @@ type targetStatus struct {
 		Epoch    int64  `json:"epoch"`
 		OpenedBy string `json:"opened_by"`
 		Source   string `json:"source"`
+		Alone    bool   `json:"alone"`
 	} `json:"fleet"`
 }
 
@@ -114,11 +115,28 @@ func writeStatus(w io.Writer, st hubStatus) error {
 		store := "store connected"
 		if !st.Fleet.StoreConnected {
 			store = "store unreachable: breakers decide alone"
+			if alone, shared := countAlone(st.Targets); alone > 0 && alone < shared {
+				store = fmt.Sprintf("store unreachable for %d of %d targets: their breakers decide alone", alone, shared)
+			}
 		}
 		fleet = fmt.Sprintf("; fleet hub %s, %s", st.Fleet.HubID, store)
 	}
 	_, err := fmt.Fprintf(w, "hub %s, %d goroutines%s\n", state, st.Goroutines, fleet)
 	return err
+}
+
+// countAlone counts the targets the fleet shares, and those of them whose
+// breakers decide alone (the store's shard of theirs is down).
+func countAlone(targets []targetStatus) (alone, shared int) {
+	for _, t := range targets {
+		if t.Fleet != nil {
+			shared++
+			if t.Fleet.Alone {
+				alone++
+			}
+		}
+	}
+	return alone, shared
 }
 
 // writeTargets prints targets as a table, a line each, with the columns
@@ -133,7 +151,11 @@ func writeTargets(w io.Writer, targets []targetStatus, fleet bool) error {
 	for _, t := range targets {
 		fleetCells := ""
 		if fleet && t.Fleet != nil {
-			fleetCells = fmt.Sprintf("%d\t%s\t%s\t", t.Fleet.Epoch, orDash(t.Fleet.OpenedBy), orDash(t.Fleet.Source))
+			source := orDash(t.Fleet.Source)
+			if t.Fleet.Alone {
+				source = "alone"
+			}
+			fleetCells = fmt.Sprintf("%d\t%s\t%s\t", t.Fleet.Epoch, orDash(t.Fleet.OpenedBy), source)
 		} else if fleet {
 			fleetCells = "-\t-\t-\t"
 		}

@@ -82,6 +82,25 @@ func TestStatusOfAHubInAFleet(t *testing.T) {
 	assert.Equal(t, want, out)
 }
 
+func TestStatusOfAHubWhoseClusterShardIsDown(t *testing.T) {
+	srv := newStatusServer(t, http.StatusOK, `{"draining":false,"goroutines":9,"targets":[`+
+		`{"name":"CORE","url":"http://127.0.0.1:9201","state":"CLOSED","consecutive_failures":0,"inflight":0,"max_inflight":10,"retry_after_seconds":0,`+
+		`"fleet":{"epoch":4,"opened_by":"","source":"remote","probe_lease":false,"alone":true}},`+
+		`{"name":"CLAIM","url":"http://127.0.0.1:9202","state":"CLOSED","consecutive_failures":0,"inflight":0,"max_inflight":10,"retry_after_seconds":0,`+
+		`"fleet":{"epoch":2,"opened_by":"","source":"remote","probe_lease":false,"alone":false}}`+
+		`],"fleet":{"hub_id":"hub-b","store_connected":false}}`)
+
+	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL}})
+
+	require.NoError(t, err)
+	want := "" +
+		"TARGET  STATE   FAILURES  INFLIGHT/LIMIT  RETRY-AFTER  EPOCH  OPENED-BY  SOURCE  URL\n" +
+		"CORE    CLOSED  0         0/10            -            4      -          alone   http://127.0.0.1:9201\n" +
+		"CLAIM   CLOSED  0         0/10            -            2      -          remote  http://127.0.0.1:9202\n" +
+		"hub accepting, 9 goroutines; fleet hub hub-b, store unreachable for 1 of 2 targets: their breakers decide alone\n"
+	assert.Equal(t, want, out)
+}
+
 func TestStatusDraining(t *testing.T) {
 	srv := newStatusServer(t, http.StatusOK, `{"draining":true,"goroutines":3,"targets":[]}`)
 	out, _, err := runStatus(t, statusCmd{AdminFlags: AdminFlags{Admin: srv.URL + "/"}})

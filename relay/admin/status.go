@@ -32,6 +32,10 @@ type TargetFleet struct {
 	// ProbeLease reports that this hub won the probe lease of the current
 	// open period: it sends the fleet's one probe.
 	ProbeLease bool `json:"probe_lease"`
+	// Alone reports that the store does not answer for this target (the
+	// whole store is down, or the target's shard of a Redis Cluster): its
+	// breaker decides alone until the store answers again.
+	Alone bool `json:"alone"`
 }
 
 // Status is the hub's state at one instant, as GET /status serves it. Field names and JSON keys are a contract that tools such as

@@ -99,7 +99,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 	// When the store goes away and this hub wins CORE's probe lease, the
 	// next frame sends the header and CORE's state, and not CLAIM's.
 	p.publish(p.now())
-	fh.set(admin.Fleet{HubID: "a", StoreConnected: false}, admin.TargetFleet{Epoch: 7, OpenedBy: "b", Source: "remote", ProbeLease: true})
+	fh.set(admin.Fleet{HubID: "a", StoreConnected: false}, admin.TargetFleet{Epoch: 7, OpenedBy: "b", Source: "remote", ProbeLease: true, Alone: true})
 	p.publish(p.now())
 	delta := p.frame.delta
 	assert.Contains(t, delta, `class="badge store down"`)
@@ -107,6 +107,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 	assert.Contains(t, delta, "fleet hub a: each breaker decides alone")
 	assert.Contains(t, delta, `id="t-CORE-state"`)
 	assert.Contains(t, delta, "probe lease: this hub")
+	assert.Contains(t, delta, "deciding alone: the store does not answer for it")
 	assert.NotContains(t, delta, `id="t-CLAIM-state"`)
 }
 

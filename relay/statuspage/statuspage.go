@@ -275,6 +275,7 @@ func (p *Page) view(now time.Time) pageView {
 		byName[snaps[i].Name] = &snaps[i]
 	}
 	shielded := false
+	alone, shared := 0, 0
 	for _, s := range snaps {
 		shielded = shielded || s.Settings.Dedup
 		in := targetInput{
@@ -292,10 +293,19 @@ func (p *Page) view(now time.Time) pageView {
 		tv := newTargetView(in)
 		v.InDoubt += tv.InDoubt
 		if inFleet {
-			tf, shared := fh.TargetFleet(s.Name)
-			tv.Fleet = fleetText(tf, shared, s, v.Fleet.HubID)
+			tf, ok := fh.TargetFleet(s.Name)
+			tv.Fleet = fleetText(tf, ok, s, v.Fleet.HubID)
+			if ok {
+				shared++
+				if tf.Alone {
+					alone++
+				}
+			}
 		}
 		v.Targets = append(v.Targets, tv)
+	}
+	if inFleet && !v.Fleet.Connected {
+		v.Fleet.Alone = aloneText(alone, shared)
 	}
 	if dh, ok := p.hub.(admin.DedupHub); ok {
 		v.ShieldStore = shieldStoreText(dh.Dedup(), shielded)

@@ -39,6 +39,22 @@ type pageView struct {
 type fleetView struct {
 	HubID     string
 	Connected bool // the hub reaches the state store
+	// Alone says, while the hub is not connected, which breakers decide
+	// alone: "each breaker decides alone", or how many do when a Cluster
+	// shard is down, or none when only the change channel is lost.
+	Alone string
+}
+
+// aloneText is fleetView.Alone for alone of shared targets deciding alone.
+func aloneText(alone, shared int) string {
+	switch {
+	case alone == 0 && shared > 0:
+		return "change channel lost: changes reach this hub at each resync"
+	case alone < shared:
+		return strconv.Itoa(alone) + " of " + strconv.Itoa(shared) + " breakers decide alone"
+	default:
+		return "each breaker decides alone"
+	}
 }
 
 // shieldStoreView is the shield's store in the header.
@@ -309,6 +325,9 @@ func fleetText(tf admin.TargetFleet, shared bool, snap relay.TargetSnapshot, hub
 		return []string{"not shared with the fleet"}
 	}
 	out := []string{"fleet epoch " + strconv.FormatInt(tf.Epoch, 10)}
+	if tf.Alone {
+		out = append(out, "deciding alone: the store does not answer for it")
+	}
 	switch {
 	case tf.OpenedBy == "":
 	case tf.OpenedBy == hubID:

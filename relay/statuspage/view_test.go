@@ -275,6 +275,11 @@ func TestFleetText(t *testing.T) {
 			tf:   admin.TargetFleet{Epoch: 9, OpenedBy: "c", Source: "remote"},
 			want: []string{"fleet epoch 9", "opened by c", "last change: the fleet", "no probe while held"},
 		},
+		{
+			name: "its shard of the store down", shared: true, snap: breaker.Snapshot{State: breaker.Open},
+			tf:   admin.TargetFleet{Epoch: 3, OpenedBy: "a", Source: "local", ProbeLease: true, Alone: true},
+			want: []string{"fleet epoch 3", "deciding alone: the store does not answer for it", "opened by a (this hub)", "last change: this hub", "probe lease: this hub"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,4 +335,11 @@ func TestShieldStoreText(t *testing.T) {
 			assert.Equal(t, tt.want, shieldStoreText(tt.d, tt.shielded))
 		})
 	}
+}
+
+func TestAloneTextSaysWhichBreakersDecideAlone(t *testing.T) {
+	assert.Equal(t, "each breaker decides alone", aloneText(3, 3))
+	assert.Equal(t, "each breaker decides alone", aloneText(0, 0), "a fleet sharing no target")
+	assert.Equal(t, "1 of 3 breakers decide alone", aloneText(1, 3), "one Cluster shard down")
+	assert.Equal(t, "change channel lost: changes reach this hub at each resync", aloneText(0, 3))
 }

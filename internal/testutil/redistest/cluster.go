@@ -75,9 +75,7 @@ type ClusterNode struct {
 	dir  string
 	id   string // the cluster's name for the node, kept across restarts
 
-	mu  sync.Mutex
-	cmd *exec.Cmd     // guarded by mu; nil while stopped
-	end chan struct{} // guarded by mu; closed when cmd has been reaped
+	process
 }
 
 // StartCluster starts six redis-servers in cluster mode, joins them with
@@ -215,18 +213,11 @@ func (n *ClusterNode) ID() string { return n.id }
 func (n *ClusterNode) String() string { return n.Addr() }
 
 // Pid returns the running node's process id, or 0 while it is stopped.
-func (n *ClusterNode) Pid() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return 0
-	}
-	return n.cmd.Process.Pid
-}
+func (n *ClusterNode) Pid() int { return n.pid() }
 
 // start runs the node's redis-server and waits for it to answer PING.
 func (n *ClusterNode) start() error {
-	cmd := exec.Command(n.c.bin,
+	args := []string{
 		"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1",
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
@@ -236,63 +227,17 @@ func (n *ClusterNode) start() error {
 		// for others to share the transfer with.
 		"--repl-diskless-sync-delay", "0",
 		"--save", "", "--appendonly", "no", "--dir", n.dir,
-		"--daemonize", "no", "--loglevel", "warning")
-	out := &output{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start: %w", err)
+		"--daemonize", "no", "--loglevel", "warning",
 	}
-	end := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(end)
-	}()
-	n.mu.Lock()
-	n.cmd, n.end = cmd, end
-	n.mu.Unlock()
-
-	deadline := time.Now().Add(StartTimeout)
-	for {
-		if err := ping(n.Addr()); err == nil {
-			return nil
-		}
-		select {
-		case <-end:
-			n.mu.Lock()
-			n.cmd = nil
-			n.mu.Unlock()
-			return fmt.Errorf("exited before answering PING on port %d:\n%s", n.port, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			n.signal(syscall.SIGKILL, 0)
-			return fmt.Errorf("no answer to PING on port %d within %v:\n%s", n.port, StartTimeout, out.String())
-		}
-	}
+	return n.run(n.Addr(), n.c.bin, args...)
 }
 
 // signal sends sig to the running node and waits for it to end; after
 // grace (when above zero) it kills it.
 func (n *ClusterNode) signal(sig syscall.Signal, grace time.Duration) {
-	n.mu.Lock()
-	cmd, end := n.cmd, n.end
-	n.cmd = nil
-	n.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := n.process.signal(sig, grace); err != nil {
 		n.c.t.Errorf("redis cluster node %s: signal %v: %v", n.Addr(), sig, err)
 	}
-	if grace > 0 {
-		select {
-		case <-end:
-			return
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-		}
-	}
-	<-end
 }
 
 // stopAll stops every node with SIGTERM, then SIGKILL after StopTimeout.

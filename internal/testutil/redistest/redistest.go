@@ -18,10 +18,8 @@ package redistest
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -49,10 +47,7 @@ type Server struct {
 	port int
 	dir  string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd     // guarded by mu; nil while stopped
-	out *output       // guarded by mu; the running server's output
-	end chan struct{} // guarded by mu; closed when cmd has been reaped
+	process
 }
 
 // output is what one redis-server process printed, safe for concurrent
@@ -113,42 +108,10 @@ func freePort(t testing.TB) int {
 
 // start runs redis-server on s.port and waits for it to answer PING.
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
+	return s.run(s.Addr(), s.bin,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
-	out := &output{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	end := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(end)
-	}()
-	s.mu.Lock()
-	s.cmd, s.out, s.end = cmd, out, end
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(StartTimeout)
-	for {
-		if err := ping(s.Addr()); err == nil {
-			return nil
-		}
-		select {
-		case <-end:
-			s.mu.Lock()
-			s.cmd = nil
-			s.mu.Unlock()
-			return fmt.Errorf("exited before answering PING on port %d:\n%s", s.port, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return fmt.Errorf("no answer to PING on port %d within %v:\n%s", s.port, StartTimeout, out.String())
-		}
-	}
 }
 
 // ping sends PING to addr and reports an error unless it answers +PONG.
@@ -180,14 +143,7 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *Server) URL() string { return "redis://" + s.Addr() }
 
 // Pid returns the running server's process id, or 0 while it is stopped.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.pid() }
 
 // Kill kills the server with SIGKILL, as kill -9 would, and waits until it
 // is reaped. Clients see their connections reset and new ones refused.
@@ -205,25 +161,9 @@ func (s *Server) Stop() {
 // signal sends sig to the running server and waits for it to end; after
 // grace (when above zero) it kills it.
 func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
-	s.mu.Lock()
-	cmd, end := s.cmd, s.end
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.process.signal(sig, grace); err != nil {
 		s.t.Errorf("redis-server: signal %v: %v", sig, err)
 	}
-	if grace > 0 {
-		select {
-		case <-end:
-			return
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-		}
-	}
-	<-end
 }
 
 // Restart starts a fresh, empty server on the same port after Kill or

@@ -89,10 +89,7 @@ type SentinelNode struct {
 	dir      string
 	sentinel bool
 
-	mu  sync.Mutex
-	cmd *exec.Cmd     // guarded by mu; nil while stopped
-	out *output       // guarded by mu; the running (or last) process's output
-	end chan struct{} // guarded by mu; closed when cmd has been reaped
+	process
 }
 
 // StartSentinel starts a master, its replica and three sentinels, and
@@ -425,24 +422,10 @@ func (n *SentinelNode) role() string {
 }
 
 // Pid returns the running node's process id, or 0 while it is stopped.
-func (n *SentinelNode) Pid() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return 0
-	}
-	return n.cmd.Process.Pid
-}
+func (n *SentinelNode) Pid() int { return n.pid() }
 
 // Output returns what the node's running (or last) process printed.
-func (n *SentinelNode) Output() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.out == nil {
-		return ""
-	}
-	return n.out.String()
-}
+func (n *SentinelNode) Output() string { return n.output() }
 
 // Client returns a client of this one server (not through the
 // sentinels), closed when the test ends.
@@ -545,61 +528,16 @@ func (n *SentinelNode) start(master *SentinelNode) error {
 			args = append(args, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
 		}
 	}
-	cmd := exec.Command(n.s.bin, args...)
-	out := &output{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start: %w", err)
+	if err := n.run(n.Addr(), n.s.bin, args...); err != nil {
+		return fmt.Errorf("%s: %w", n.role(), err)
 	}
-	end := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(end)
-	}()
-	n.mu.Lock()
-	n.cmd, n.out, n.end = cmd, out, end
-	n.mu.Unlock()
-
-	deadline := time.Now().Add(StartTimeout)
-	for {
-		if err := ping(n.Addr()); err == nil {
-			return nil
-		}
-		select {
-		case <-end:
-			n.mu.Lock()
-			n.cmd = nil
-			n.mu.Unlock()
-			return fmt.Errorf("%s exited before answering PING on port %d:\n%s", n.role(), n.port, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			n.signal(syscall.SIGKILL, 0)
-			return fmt.Errorf("%s: no answer to PING on port %d within %v:\n%s", n.role(), n.port, StartTimeout, out.String())
-		}
-	}
+	return nil
 }
 
 // signal sends sig to the running node and waits for it to end; after
 // grace (when above zero) it kills it.
 func (n *SentinelNode) signal(sig syscall.Signal, grace time.Duration) {
-	n.mu.Lock()
-	cmd, end := n.cmd, n.end
-	n.cmd = nil
-	n.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := n.process.signal(sig, grace); err != nil {
 		n.s.t.Errorf("redis sentinel: %s %s: signal %v: %v", n.role(), n, sig, err)
 	}
-	if grace > 0 {
-		select {
-		case <-end:
-			return
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-		}
-	}
-	<-end
 }
