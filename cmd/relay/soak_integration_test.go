@@ -134,6 +134,7 @@ func TestSoak(t *testing.T) {
 	}
 
 	// RSS and goroutines flat over the last two thirds of the run.
+	logMemory(t, hubs, samples)
 	from := duration / 3
 	for _, h := range hubs {
 		var rss, gor []float64
@@ -179,19 +180,76 @@ func (h *soakHub) stop(t *testing.T) {
 	require.Equal(t, 0, h.proc.Wait(), "%s stops cleanly", h.id)
 }
 
-// soakSample is one reading of a hub.
+// soakSample is one reading of a hub: its RSS and goroutines, and what
+// its Go runtime and shield report on /metrics, so that the log tells what
+// the RSS is made of.
 type soakSample struct {
 	hub        string
 	at         time.Duration
 	rssKiB     int
 	goroutines int
+	runtime    map[string]float64 // soakMetrics by name
+}
+
+// soakMetrics are the series of /metrics a soakSample keeps.
+var soakMetrics = []string{
+	"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes",
+	"go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "relay_dedup_entries",
+}
+
+// readMetrics returns the soakMetrics of the hub's /metrics, summed over
+// their labels; nil when the hub does not answer.
+func readMetrics(h *soakHub) map[string]float64 {
+	resp, err := adminClient.Get("http://" + h.admin + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	out := make(map[string]float64)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, rest, _ := strings.Cut(sc.Text(), " ")
+		name, _, _ = strings.Cut(name, "{")
+		if !slices.Contains(soakMetrics, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64); err == nil {
+			out[name] += v
+		}
+	}
+	return out
+}
+
+// logMemory logs every other reading of each hub (a minute apart): RSS, the Go heap in
+// use, the heap's free memory not yet handed back, stacks (all KiB), and
+// the shield's entries.
+func logMemory(t *testing.T, hubs []*soakHub, samples []soakSample) {
+	t.Helper()
+	kib := func(s soakSample, name string) int { return int(s.runtime[name] / 1024) }
+	for _, h := range hubs {
+		var b strings.Builder
+		n := 0
+		for _, s := range samples {
+			if s.hub != h.id || s.runtime == nil {
+				continue
+			}
+			if n++; n%2 == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "\n  %5.1f min  rss %6d  heap %6d  free %6d  stacks %5d  shield %7.0f",
+				s.at.Minutes(), s.rssKiB, kib(s, "go_memstats_heap_inuse_bytes"),
+				kib(s, "go_memstats_heap_idle_bytes")-kib(s, "go_memstats_heap_released_bytes"),
+				kib(s, "go_memstats_stack_inuse_bytes"), s.runtime["relay_dedup_entries"])
+		}
+		t.Logf("soak: %s memory (KiB), a minute apart:%s", h.id, b.String())
+	}
 }
 
 func sampleHubs(t *testing.T, hubs []*soakHub, at time.Duration) []soakSample {
 	t.Helper()
 	var out []soakSample
 	for _, h := range hubs {
-		s := soakSample{hub: h.id, at: at, rssKiB: rssKiB(t, h.proc.Pid())}
+		s := soakSample{hub: h.id, at: at, rssKiB: rssKiB(t, h.proc.Pid()), runtime: readMetrics(h)}
 		resp, err := adminClient.Get("http://" + h.admin + "/status")
 		if err == nil {
 			var st struct {
