@@ -199,7 +199,7 @@ type soakSample struct {
 // soakMetrics are the series of /metrics a soakSample keeps.
 var soakMetrics = []string{
 	"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes",
-	"go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "relay_dedup_entries",
+	"go_memstats_stack_inuse_bytes", "relay_dedup_entries",
 }
 
 // readMetrics returns the soakMetrics of the hub's /metrics, summed over
@@ -297,8 +297,11 @@ func flatness(vs []float64, stat string, of func([]float64) float64) (float64, s
 	if growth < 0 {
 		growth = -growth
 	}
-	return growth, fmt.Sprintf("%s of the first quarter %.0f, of the last %.0f (%.1f %%), median of the first %.0f, of the last %.0f, min %.0f, max %.0f, %d samples",
-		stat, first, last, 100*growth, median(vs[:q]), median(vs[len(vs)-q:]), lo, hi, len(vs))
+	summary := fmt.Sprintf("%s of the first quarter %.0f, of the last %.0f (%.1f %%), ", stat, first, last, 100*growth)
+	if stat != "median" {
+		summary += fmt.Sprintf("median of the first %.0f, of the last %.0f, ", median(vs[:q]), median(vs[len(vs)-q:]))
+	}
+	return growth, summary + fmt.Sprintf("min %.0f, max %.0f, %d samples", lo, hi, len(vs))
 }
 
 func median(vs []float64) float64 {

@@ -126,7 +126,7 @@ func writeStatus(w io.Writer, st hubStatus) error {
 }
 
 // countAlone counts the targets the fleet shares, and those of them whose
-// breakers decide alone (the store's shard of theirs is down).
+// breakers decide alone (the store does not answer for them).
 func countAlone(targets []targetStatus) (alone, shared int) {
 	for _, t := range targets {
 		if t.Fleet != nil {

@@ -11,8 +11,10 @@ import (
 type Fleet struct {
 	// HubID is the hub's name in the fleet (--hub-id).
 	HubID string `json:"hub_id"`
-	// StoreConnected reports that the hub reaches the state store and
-	// shares its breakers' state; false while each breaker decides alone.
+	// StoreConnected reports that the hub reaches the state store, shares
+	// every target's breaker and hears the change channel; false while any
+	// breaker decides alone (TargetFleet.Alone says which) or the channel
+	// is lost.
 	StoreConnected bool `json:"store_connected"`
 }
 

@@ -105,3 +105,23 @@ func (p *process) signal(sig syscall.Signal, grace time.Duration) error {
 	<-end
 	return err
 }
+
+// output is what one redis-server process printed, safe for concurrent
+// writes and reads.
+type output struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (b *output) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	return len(p), nil
+}
+
+func (b *output) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
+}

@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,26 +47,6 @@ type Server struct {
 	dir  string
 
 	process
-}
-
-// output is what one redis-server process printed, safe for concurrent
-// writes and reads.
-type output struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (b *output) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	return len(p), nil
-}
-
-func (b *output) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.b)
 }
 
 // Start starts redis-server on a free loopback port and waits until it
