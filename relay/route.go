@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"runtime/debug"
@@ -147,13 +146,11 @@ func RetryAfterSeconds(d time.Duration) float64 {
 }
 
 // lookup returns the route for a target name as a client wrote it, matched
-// case-insensitively, or nil. A linear scan: there are few targets, and it
-// needs no allocation to fold case.
+// in ASCII case only (protocol.MatchesTarget), or nil. A linear scan: there
+// are few targets, and it needs no allocation to fold case.
 func (s *Server) lookup(name []byte) *route {
 	for _, r := range s.routeList() {
-		// Most clients name a target in its canonical upper case: a plain
-		// comparison first spares most lines EqualFold's loop.
-		if bytes.Equal(r.nameBytes, name) || bytes.EqualFold(r.nameBytes, name) {
+		if protocol.MatchesTarget(r.nameBytes, name) {
 			return r
 		}
 	}

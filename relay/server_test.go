@@ -51,6 +51,23 @@ func TestRelayAnswers(t *testing.T) {
 	}
 }
 
+// A filter in front of the hub that compares bytes must not be bypassed:
+// only ASCII letters match in either case, never Unicode's folds of them.
+func TestTargetNamesMatchInASCIICaseOnly(t *testing.T) {
+	sk := hubtest.NewTarget(t, hubtest.Echo)
+	cfg, _ := testConfig(t, Target{Name: "SK", URL: sk.URL})
+	_, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+	for line, want := range map[string]string{
+		"T1|SK|x":      "T1|0000|got x",
+		"T2|sK|x":      "T2|0000|got x",
+		"T3|\u017fK|x": "T3|E903|" + protocol.MsgUnknownTarget, // LATIN SMALL LETTER LONG S
+		"T4|S\u212a|x": "T4|E903|" + protocol.MsgUnknownTarget, // KELVIN SIGN
+	} {
+		assert.Equal(t, want, c.RoundTrip(line), line)
+	}
+}
+
 func TestBreakerTripsAndRecovers(t *testing.T) {
 	// Given a target that fails, with threshold 3 and reset timeout 7 s.
 	core := hubtest.NewTarget(t, hubtest.AnswerStatus(503))

@@ -59,6 +59,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay"
+	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -332,7 +333,7 @@ func (f *Fleet) Observe(t breaker.Transition) {
 // their own breakers without spreading it again. It returns at once (the
 // sync loop writes the action to the store), or ErrUnknownTarget.
 func (f *Fleet) Control(name string, action relay.BreakerAction) error {
-	tg := f.byName[strings.ToUpper(name)]
+	tg := f.byName[protocol.CanonicalTarget(name)]
 	if tg == nil {
 		return fmt.Errorf("%w %q", relay.ErrUnknownTarget, name)
 	}

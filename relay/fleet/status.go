@@ -1,6 +1,6 @@
 package fleet
 
-import "strings"
+import "github.com/relayhub/relayhub/relay/protocol"
 
 // Status is the fleet as one hub sees it, for status pages. It is a plain
 // value.
@@ -51,7 +51,7 @@ func (f *Fleet) Status() Status {
 // Target returns one target's shared state; false when the fleet does not
 // share it.
 func (f *Fleet) Target(name string) (TargetStatus, bool) {
-	t := f.byName[strings.ToUpper(name)]
+	t := f.byName[protocol.CanonicalTarget(name)]
 	if t == nil {
 		return TargetStatus{}, false
 	}

@@ -179,6 +179,45 @@ func ValidTxID(b []byte) bool {
 	return true
 }
 
+// MatchesTarget reports whether name, a target as a client wrote it,
+// names the target whose canonical name is canonical (upper case, as
+// CanonicalTarget gives it). Only ASCII letters match in either case:
+// Unicode case folding would route "ſK" (U+017F) to SK, past any filter in
+// front of the hub that compares bytes.
+func MatchesTarget[A, B ~string | ~[]byte](canonical A, name B) bool {
+	if len(canonical) != len(name) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c != canonical[i] && upperASCII(c) != canonical[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// CanonicalTarget returns a target's name in upper case, ASCII letters
+// only, so that a name outside the alphabet never becomes one inside it.
+func CanonicalTarget(name string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c != upperASCII(c) {
+			b := []byte(name)
+			for j := i; j < len(b); j++ {
+				b[j] = upperASCII(b[j])
+			}
+			return string(b)
+		}
+	}
+	return name
+}
+
+func upperASCII(c byte) byte {
+	if 'a' <= c && c <= 'z' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
 // txidByte is the TXID alphabet as a lookup table, so validating a TXID is
 // one load per byte.
 var txidByte = func() (t [256]bool) {

@@ -451,3 +451,22 @@ func BenchmarkParseResponse(b *testing.B) {
 		}
 	}
 }
+
+func TestMatchesTarget(t *testing.T) {
+	tests := []struct {
+		canonical, name string
+		want            bool
+	}{
+		{"CORE", "CORE", true}, {"CORE", "core", true}, {"CORE", "cOrE", true},
+		{"CORE", "COR", false}, {"CORE", "COREX", false}, {"CORE", "C0RE", false},
+		{"SK", "\u017fK", false}, // LATIN SMALL LETTER LONG S folds to S in Unicode, not in ASCII
+		{"SK", "S\u212a", false}, // KELVIN SIGN folds to K in Unicode, not in ASCII
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, MatchesTarget(tt.canonical, tt.name), tt.name)
+		assert.Equal(t, tt.want, MatchesTarget([]byte(tt.canonical), []byte(tt.name)), tt.name)
+	}
+	assert.Equal(t, "SK", CanonicalTarget("sk"))
+	assert.Equal(t, "\u017fK", CanonicalTarget("\u017fk"), "only ASCII letters change case")
+	assert.Equal(t, "CORE.2:A_B-C", CanonicalTarget("core.2:a_b-c"))
+}
