@@ -186,7 +186,7 @@ start_relay() {
   local name=$1
   shift
   : >"$out/relay-$name.log"
-  "${RELAY_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" "$@" \
+  "${RELAY_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" --in-doubt-log "$out/in-doubt-$name.log" "$@" \
     >/dev/null 2>"$out/relay-$name.log" &
   RELAY_PID=$!
   pids+=("$RELAY_PID")

@@ -112,7 +112,7 @@ claim=$URL
 bin/relay --listen 127.0.0.1:0 --admin-listen "" \
   --target "CORE=$core" --target "CLAIM=$claim" \
   --fail-threshold 3 --reset-timeout "$RESET_TIMEOUT" --max-inflight "$MAX_INFLIGHT" \
-  --target-timeout 3s --breaker-log "$work/breaker.log" >/dev/null 2>"$work/relay.log" &
+  --target-timeout 3s --breaker-log "$work/breaker.log" --in-doubt-log "$work/in-doubt.log" >/dev/null 2>"$work/relay.log" &
 relay_pid=$!
 pids+=("$relay_pid")
 relay=$(wait_addr "$work/relay.log")

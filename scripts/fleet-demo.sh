@@ -63,7 +63,7 @@ start_hub() {
   bin/relay --listen "$2" --admin-listen 127.0.0.1:0 --hub-id "$1" \
     --state-store "redis://127.0.0.1:$redis_port" --target "CORE=$core" \
     --fail-threshold "$THRESHOLD" --reset-timeout "$RESET_TIMEOUT" --target-timeout 2s \
-    --breaker-log "$work/breaker-$1.log" 2>"$work/hub-$1.log" &
+    --breaker-log "$work/breaker-$1.log" --in-doubt-log "$work/in-doubt-$1.log" 2>"$work/hub-$1.log" &
   HUB_PID=$!
   pids+=("$HUB_PID")
   HUB_ADDR=$(wait_addr "$work/hub-$1.log")

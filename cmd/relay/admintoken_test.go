@@ -62,7 +62,7 @@ func TestRunRefusesATokenFileItCannotUse(t *testing.T) {
 			path := tokenFile(t, tt.token, tt.mode)
 			logPath := filepath.Join(t.TempDir(), "breaker.log")
 			c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-				"--admin-token-file", path, "--breaker-log", logPath)
+				"--admin-token-file", path, "--breaker-log", logPath, "--in-doubt-log", filepath.Join(filepath.Dir(logPath), "in-doubt.log"))
 			require.NoError(t, err)
 			err = run(context.Background(), c, zerolog.Nop(), nil)
 			require.Error(t, err)
@@ -75,7 +75,7 @@ func TestRunRefusesATokenFileItCannotUse(t *testing.T) {
 			assert.True(t, os.IsNotExist(statErr), "the breaker log is not created")
 		})
 	}
-	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-token-file", filepath.Join(t.TempDir(), "missing"))
+	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-token-file", filepath.Join(t.TempDir(), "missing"), "--in-doubt-log", "")
 	require.NoError(t, err)
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	assert.ErrorContains(t, err, "--admin-token-file: open ")

@@ -35,7 +35,7 @@ type cli struct {
 	LogLevel      string       `help:"Log level: debug logs every call and connection." enum:"debug,info,warn,error" default:"info" env:"RELAY_LOG_LEVEL"`
 	LogFormat     string       `help:"Log format on stderr: json or console (for humans)." enum:"json,console" default:"json" env:"RELAY_LOG_FORMAT"`
 	AccessLog     string       `help:"File to append one JSON line per answered transaction to, for audit; written off the answer path, lines dropped and counted when it falls behind. Empty turns it off." env:"RELAY_ACCESS_LOG"`
-	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Locked while the relay runs, reopened on SIGHUP (for logrotate). Empty turns it off." placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
+	InDoubtLog    string       `help:"File to append one JSON line to, and fsync, for every call that may have reached its target without an answer (E901, E902 or E500 in doubt), before the client gets its answer; for reconciliation. Locked while the relay runs, reopened on SIGHUP (for logrotate). Empty turns it off." default:"in-doubt.log" placeholder:"FILE" env:"RELAY_IN_DOUBT_LOG"`
 	StatusPage    bool         `help:"Serve the live status page on the admin port (GET / for browsers; curl still gets the text index) and keep the 15 minutes of history it draws." default:"true" negatable:"" env:"RELAY_STATUS_PAGE"`
 
 	// Off by default: an fsync per line makes every breaker state change

@@ -350,3 +350,29 @@ func TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn(t *testing.T) {
 	}
 	assert.Len(t, inFile, len(answered), "nothing in the files that no client was answered")
 }
+
+func TestInDoubtJournalIsOnByDefault(t *testing.T) {
+	// Given a relay started with no --in-doubt-log, and CORE slower than
+	// its target timeout,
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"slow","delay_ms":3000}`)
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms")
+
+	// its start-up line says where the journal is: in-doubt.log in its
+	// working directory, as an absolute path,
+	var journal string
+	for _, l := range h.LogLines() {
+		if l["message"] == "relay listening" {
+			journal, _ = l["in_doubt_log"].(string)
+		}
+	}
+	require.True(t, filepath.IsAbs(journal), "in_doubt_log %q", journal)
+	assert.Equal(t, "in-doubt.log", filepath.Base(journal))
+
+	// and a call in doubt is journalled there before its client hears.
+	c := proctest.Dial(t, h.Addr())
+	require.Equal(t, "D1|E901|no answer within target timeout; outcome unknown", c.Exchange("D1|CORE|WD 1001 5").String())
+	lines := logtest.FileLines(t, journal)
+	require.Len(t, lines, 1)
+	assert.Equal(t, "D1", lines[0]["txid"])
+}

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -312,11 +313,11 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
 		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
 		Stringer("target_idle_timeout", c.TargetIdleTimeout).
-		Str("breaker_log", c.BreakerLog).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
+		Str("breaker_log", absPath(c.BreakerLog)).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).
 		Stringer("idle_timeout", c.IdleTimeout).Stringer("drain_timeout", c.DrainTimeout).
 		Stringer("write_timeout", c.WriteTimeout).Str("admin_listen", c.AdminListen).
-		Str("access_log", c.AccessLog).Str("in_doubt_log", c.InDoubtLog).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
+		Str("access_log", c.AccessLog).Str("in_doubt_log", absPath(c.InDoubtLog)).Str("log_level", c.LogLevel).Str("log_format", c.LogFormat).
 		Str("config", c.Config).Float64("failure_rate", policy.FailureRate).Stringer("window", policy.Window).
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
@@ -477,4 +478,17 @@ func dedupWindow(d duration) time.Duration {
 		return dedup.DefaultWindow
 	}
 	return time.Duration(d)
+}
+
+// absPath is path made absolute for the start-up line, so that an operator
+// reads where a file is whatever the working directory was; empty (off)
+// stays empty.
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }

@@ -49,6 +49,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, duration(3*time.Second), c.TargetTimeout)
 	assert.Equal(t, duration(4*time.Second), c.TargetIdleTimeout)
 	assert.Equal(t, "breaker.log", c.BreakerLog)
+	assert.Equal(t, "in-doubt.log", c.InDoubtLog, "calls in doubt are journalled unless turned off")
 	assert.False(t, c.BreakerLogSync, "no fsync per breaker log line unless asked")
 	assert.Equal(t, []string{"E500", "E901", "E902"}, c.FailureCodes)
 	assert.Equal(t, 16384, c.MaxLineBytes)
@@ -306,7 +307,7 @@ func TestParseErrorsAreUsageErrors(t *testing.T) {
 }
 
 func TestRunFailsOnBreakerLogItCannotOpen(t *testing.T) {
-	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "missing", "b.log"))
+	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "missing", "b.log"), "--in-doubt-log", "")
 	require.NoError(t, err)
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
@@ -321,7 +322,7 @@ func TestRunServesAndLogsTransitions(t *testing.T) {
 	t.Cleanup(target.Close)
 	logPath := filepath.Join(t.TempDir(), "breaker.log")
 	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "", "--target", "CORE="+target.URL,
-		"--fail-threshold", "1", "--breaker-log", logPath)
+		"--fail-threshold", "1", "--breaker-log", logPath, "--in-doubt-log", filepath.Join(filepath.Dir(logPath), "in-doubt.log"))
 	require.NoError(t, err)
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -380,7 +381,7 @@ func TestRunServesAdminAndAccessLog(t *testing.T) {
 	dir := t.TempDir()
 	accessPath := filepath.Join(dir, "access.log")
 	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--target", "CORE="+target.URL,
-		"--fail-threshold", "1", "--breaker-log", filepath.Join(dir, "breaker.log"), "--access-log", accessPath)
+		"--fail-threshold", "1", "--breaker-log", filepath.Join(dir, "breaker.log"), "--in-doubt-log", filepath.Join(dir, "in-doubt.log"), "--access-log", accessPath)
 	require.NoError(t, err)
 	var logs logtest.Buffer
 	ctx, stop := context.WithCancel(context.Background())
@@ -474,7 +475,7 @@ func TestRunFailsOnFilesAndAddressesItCannotUse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "b.log")}, tt.args...)
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--breaker-log", filepath.Join(t.TempDir(), "b.log"), "--in-doubt-log", ""}, tt.args...)
 			c, err := parse(t, nil, args...)
 			require.NoError(t, err)
 			err = run(context.Background(), c, zerolog.Nop(), nil)

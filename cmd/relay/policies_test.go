@@ -90,7 +90,7 @@ func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
 	conf := filepath.Join(dir, "relay.toml")
 	require.NoError(t, os.WriteFile(conf, []byte("[CORE]\nmax_inflight = 0\n"), 0o600))
 	logPath := filepath.Join(dir, "breaker.log")
-	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "", "--config", conf, "--breaker-log", logPath)
+	c, err := parse(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "", "--config", conf, "--breaker-log", logPath, "--in-doubt-log", filepath.Join(dir, "in-doubt.log"))
 	require.NoError(t, err)
 	err = run(context.Background(), c, zerolog.Nop(), nil)
 	require.Error(t, err)
@@ -105,7 +105,8 @@ func TestRunStopsOnABadConfigFileBeforeTouchingFiles(t *testing.T) {
 func startupLine(t *testing.T, args ...string) map[string]any {
 	t.Helper()
 	c, err := parse(t, nil, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "",
-		"--target", "CORE=http://127.0.0.1:9", "--breaker-log", filepath.Join(t.TempDir(), "breaker.log")}, args...)...)
+		"--target", "CORE=http://127.0.0.1:9", "--breaker-log", filepath.Join(t.TempDir(), "breaker.log"),
+		"--in-doubt-log", ""}, args...)...)
 	require.NoError(t, err)
 	var logs logtest.Buffer
 	ctx, stop := context.WithCancel(context.Background())

@@ -98,7 +98,7 @@ func TestRunRefusesTLSFilesItCannotUse(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fresh := filepath.Join(t.TempDir(), "breaker.log")
-			c, err := parse(t, nil, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--breaker-log", fresh}, tt.args...)...)
+			c, err := parse(t, nil, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--breaker-log", fresh, "--in-doubt-log", ""}, tt.args...)...)
 			require.NoError(t, err)
 			err = run(context.Background(), c, zerolog.Nop(), nil)
 			require.Error(t, err)
