@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -453,4 +454,36 @@ func TestAQuietChannelStaysSubscribed(t *testing.T) {
 	// then a trip still reaches the other hub.
 	a.trip(t)
 	eventually(t, "b opens", func() bool { return state(b) == breaker.Open })
+}
+
+func TestAStepBackOfTheStoreClockHoldsNoPeriodPastTwiceItsLength(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+
+	// Given an open record of a 400 ms period written just before the
+	// store host's clock stepped an hour back: by the store's clock, its
+	// end is an hour and 400 ms away,
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	end := now.Add(time.Hour + 400*time.Millisecond).UnixMilli()
+	require.NoError(t, rdb.Set(ctx, "rh:{CORE}:epoch", "1", 0).Err())
+	require.NoError(t, rdb.Set(ctx, "rh:{CORE}:open", fmt.Sprintf("1|x|results|400|%d|0", end), 0).Err())
+
+	// when a hub starts on it, it adopts the open period,
+	a := startHub(t, srv.URL(), "a", 400*time.Millisecond)
+	require.Equal(t, breaker.Open, state(a))
+	assert.LessOrEqual(t, a.b.Snapshot().RetryAfter, 800*time.Millisecond, "at most twice the period, not an hour")
+
+	// and once twice the period has passed, it takes the probe lease and
+	// admits the probe.
+	eventually(t, "a probe is admitted", func() bool {
+		tk, _, err := a.b.Allow()
+		if err != nil {
+			return false
+		}
+		a.b.Done(tk, true, 0)
+		return true
+	})
 }

@@ -77,6 +77,17 @@ local function record()
   return {epoch = tonumber(e), hub = hub, reason = reason, period = tonumber(period), untl = tonumber(untl), held = held == '1'}, false
 end
 
+-- left returns what is left of rec's open period by the store's clock, for
+-- a hub that adopts it, at most twice the period it was written with (the
+-- longest a period can be, jitter included): a step back of the store
+-- host's clock holds no hub open for longer than that (docs/FLEET.md,
+-- "Clocks").
+local function left(rec)
+  local rem = rec.untl - now_ms()
+  if rem < 0 then return 0 end
+  return math.min(rem, 2 * rec.period)
+end
+
 local function state(code, wait)
   local e, bad_e = epoch()
   local rec, bad_r = record()
@@ -89,9 +100,7 @@ local function state(code, wait)
   if bad_p then bad[#bad + 1] = 'probe' end
   local out = {code, wait, e, table.concat(bad, ','), 0, 0, '', '', 0, 0, 0, 0, holder}
   if rec then
-    local rem = rec.untl - now_ms()
-    if rem < 0 then rem = 0 end
-    out[5], out[6], out[7], out[8], out[9], out[10] = 1, rec.epoch, rec.hub, rec.reason, rec.period, rem
+    out[5], out[6], out[7], out[8], out[9], out[10] = 1, rec.epoch, rec.hub, rec.reason, rec.period, left(rec)
     if rec.held then out[11] = 1 end
   end
   if manual == 'disabled' then out[12] = 1 end
@@ -154,19 +163,18 @@ publish(n, 'close')
 return state(1, 0)`)
 
 	// scriptLease takes or renews the probe lease once the fleet's open
-	// period has passed: code 1 when the hub holds it; 0 and how long to
-	// wait when another hub does or the period has not passed; -1 when the
-	// epoch is not the one the hub knows. ARGV[6] lease ms.
+	// period has passed by the asking hub's own clock (a hub asks only
+	// then, and only for the epoch it adopted, whose remaining time it
+	// measures itself; the store's wall clock is not asked again): code 1
+	// when the hub holds it; 0 and how long to wait when another hub does
+	// or an operator holds the breaker open; -1 when the epoch is not the
+	// one the hub knows. ARGV[6] lease ms.
 	scriptLease = redis.NewScript(luaCommon + `
 local lease = tonumber(ARGV[6])
 local e = epoch()
 if e ~= KNOWN then return state(-1, 0) end
 local rec = record()
-if rec then
-  if rec.held then return state(0, lease) end
-  local rem = rec.untl - now_ms()
-  if rem > 0 then return state(0, rem) end
-end
+if rec and rec.held then return state(0, lease) end
 local holder, bad = str(K_PROBE, 64)
 if holder == HUB then
   redis.call('PEXPIRE', K_PROBE, lease)
