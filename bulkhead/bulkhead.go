@@ -13,6 +13,10 @@
 //	}
 //	defer bh.Release()
 //	// call the target
+//
+// Adaptive computes a limit from the target's latency and its calls in
+// doubt, which the caller applies with SetLimit (docs/DESIGN.md, "The
+// adaptive limit").
 package bulkhead
 
 import (

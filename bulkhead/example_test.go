@@ -2,6 +2,7 @@ package bulkhead_test
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/relayhub/relayhub/bulkhead"
 )
@@ -31,4 +32,25 @@ func Example() {
 	// tx3|E905|bulkhead full
 	// in flight: 2 of 2
 	// tx4|0000|admitted
+}
+
+func ExampleAdaptive() {
+	bh := bulkhead.New(bulkhead.Settings{MaxInflight: 64})
+	limit := bulkhead.NewAdaptive(bulkhead.AdaptiveSettings{Max: 64, Min: 2})
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+
+	// Every call that ends reports its outcome; refusals are not reported.
+	// Here every call for two windows ends in doubt (E901).
+	for range 100 {
+		now = now.Add(11 * time.Millisecond)
+		if ch, moved := limit.Record(now, bulkhead.Overloaded, 0, 64); moved {
+			bh.SetLimit(ch.To)
+			fmt.Printf("%d -> %d: %s\n", ch.From, ch.To, ch.Reason)
+		}
+	}
+	fmt.Println("limit:", bh.Limit())
+	// Output:
+	// 64 -> 58: calls in doubt
+	// 58 -> 52: calls in doubt
+	// limit: 52
 }
