@@ -344,7 +344,7 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 
 	// The breaker log parses, each target's lines chain, CORE's breaker
 	// moved and CLAIM's never did.
-	entries, err := breakerlog.ReadFile(h.logPath)
+	entries, _, err := breakerlog.ReadFile(h.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 	perTarget := map[string]int{}
@@ -432,7 +432,7 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 
 	// then every transition it made is on disk, in order, and the file
 	// parses and chains.
-	entries, err := breakerlog.ReadFile(h.logPath)
+	entries, _, err := breakerlog.ReadFile(h.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 	var got []string

@@ -243,7 +243,7 @@ func TestNoSyntheticProbeWhileHeldOrDisabled(t *testing.T) {
 	got := core.Received(t)
 	require.Len(t, got, 2)
 	assert.True(t, isProbe(got[1]), "%v", got)
-	entries, err := breakerlog.ReadFile(r.logPath)
+	entries, _, err := breakerlog.ReadFile(r.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 }

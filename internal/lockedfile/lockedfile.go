@@ -132,10 +132,10 @@ func (l *File) Append(p []byte, sync bool) error {
 	if l.closed {
 		return fmt.Errorf("write: %w", os.ErrClosed)
 	}
-	info, err := l.f.Stat()
-	if err != nil {
-		return err
-	}
+	// The size before the write, where a failed one is cut back to. Seek
+	// does not move O_APPEND's writes, and unlike Stat it does not
+	// allocate; it fails on a pipe, which cannot be cut.
+	size, seekErr := l.f.Seek(0, io.SeekEnd)
 	out := p
 	if l.midLine {
 		l.buf = append(append(l.buf[:0], '\n'), p...)
@@ -157,22 +157,28 @@ func (l *File) Append(p []byte, sync bool) error {
 		}
 		return nil
 	}
-	return l.cutLocked(out[:n], info, err)
+	if seekErr != nil {
+		size = -1
+	}
+	return l.cutLocked(out[:n], size, err)
 }
 
 // cutLocked cuts written, the part of a failed append that reached the
-// file, off again: the file goes back to before, whose size and mode are
-// in info. When it cannot, it wraps err with ErrTorn and the cut's error,
-// and the next append starts on a line of its own. l.mu must be held.
-func (l *File) cutLocked(written []byte, info os.FileInfo, err error) error {
+// file, off again: the file goes back to size, its size before (-1 when
+// not known). When it cannot, it wraps err with ErrTorn and the cut's
+// error, and the next append starts on a line of its own. l.mu must be
+// held.
+func (l *File) cutLocked(written []byte, size int64, err error) error {
 	if len(written) == 0 {
 		return err
 	}
 	var cutErr error
-	if info.Mode().IsRegular() {
-		cutErr = l.truncate(l.f, info.Size())
-	} else {
+	if info, statErr := l.f.Stat(); statErr != nil {
+		cutErr = statErr
+	} else if !info.Mode().IsRegular() || size < 0 {
 		cutErr = errors.New("not a regular file")
+	} else {
+		cutErr = l.truncate(l.f, size)
 	}
 	if cutErr == nil {
 		return err
