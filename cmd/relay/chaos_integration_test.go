@@ -383,7 +383,7 @@ func countB(codes map[string]int) int {
 func TestBreakerLogSurvivesKill9(t *testing.T) {
 	const resetTimeout = 150 * time.Millisecond
 	core := proctest.StartFixture(t, "CORE", "core")
-	h := startRelay(t, nil, "--target", "CORE="+core.URL,
+	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL,
 		"--fail-threshold", "1", "--reset-timeout", resetTimeout.String())
 	c := proctest.Dial(t, h.Addr())
 
@@ -423,8 +423,11 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 	probe(`{"mode":"fail"}`, "E500", "OPEN")
 	probe(`{"mode":"normal"}`, "0000", "CLOSED")
 
-	// when the relay is killed with SIGKILL right after the last answer,
-	// with no chance to flush or close anything,
+	// when the relay is killed with SIGKILL as soon as its breaker log's
+	// writer has written the changes (it writes them off the answer's
+	// path, within microseconds), with no chance to flush or close
+	// anything,
+	h.waitBreakerLog(t)
 	h.Kill()
 	code, exited := h.WaitFor(0)
 	require.True(t, exited)

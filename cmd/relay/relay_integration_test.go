@@ -472,7 +472,7 @@ func TestOnlyTargetFailuresTrip(t *testing.T) {
 				}
 			}
 			if tt.trips {
-				assert.Equal(t, []string{"CLOSED->OPEN"}, h.transitions(t, tt.target))
+				h.waitTransitions(t, tt.target, "CLOSED->OPEN")
 			} else {
 				assert.Empty(t, h.transitions(t, tt.target))
 			}
