@@ -287,7 +287,8 @@ type Summary struct {
 // Settled reports whether every transaction is known, applied or not, and
 // every journal line was read: nothing is left for a person to look into.
 // A fragment leaves nothing: the write it is left of failed, and the hub
-// logged that call's TXID and counted it then.
+// counted it then (relay_in_doubt_log_errors_total) and kept the call
+// among those GET /in-doubt lists.
 func (s Summary) Settled() bool { return s.Unknown == 0 && s.BadLines == 0 }
 
 // Summarize counts results, bad lines and fragments.

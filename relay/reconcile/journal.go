@@ -114,9 +114,8 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // A fragment, JSON that ends before its object does (a write torn by a
 // full disk or a crash, wherever it is in the file), is returned in bad
 // with Fragment set, and so is one that an older hub ran the next entry
-// on from: that entry is read all the same. The hub logged and counted
-// the failed write, with its TXID; a last line without a newline that is
-// a whole entry is an entry.
+// on from: that entry is read all the same. The hub counted the failed
+// write. A last line without a newline that is a whole entry is an entry.
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {

@@ -15,7 +15,6 @@ package disktest
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,23 +114,17 @@ func Ext4(t testing.TB, size int64) string {
 }
 
 // Freeze stalls every write to the file system mounted on dir (fsfreeze
-// -f) until Thaw or the end of the test.
+// -f) until Thaw or the end of the test. Its cleanup thaws it before those
+// registered earlier run: a process stuck writing there cannot be killed
+// and waited for until then.
 func Freeze(t testing.TB, dir string) {
 	t.Helper()
 	run(t, "fsfreeze", "-f", dir)
+	t.Cleanup(func() { _ = exec.Command("fsfreeze", "-u", dir).Run() })
 }
 
 // Thaw lets the writes to the file system mounted on dir go on.
 func Thaw(t testing.TB, dir string) {
 	t.Helper()
 	run(t, "fsfreeze", "-u", dir)
-}
-
-// Free returns the bytes free on the file system of dir, for messages.
-func Free(dir string) string {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("%d bytes free", st.Bavail*uint64(st.Bsize))
 }
