@@ -22,21 +22,20 @@
 // chain property: per target, the first change starts from CLOSED and each
 // change starts where the previous one ended.
 //
+// A write that fails is cut off the file again (internal/lockedfile), so
+// a line is whole or absent. A breaker writes through a Queue, never to
+// the file itself: its transition observer runs under its lock, and a full
+// or stalled disk must delay the log, never the breaker's answers.
+//
 // Typical use, wired in through the breaker's transition observer:
 //
 //	bl, err := breakerlog.Open("breaker.log")
 //	if err != nil {
 //		return err // the message names the path
 //	}
-//	defer bl.Close()
-//	b := breaker.New(breaker.Settings{
-//		Name: "CORE",
-//		OnTransition: func(t breaker.Transition) {
-//			if err := bl.Write(t); err != nil {
-//				logger.Error().Err(err).Msg("breaker log write failed")
-//			}
-//		},
-//	})
+//	q := breakerlog.NewQueue(breakerlog.QueueConfig{Sink: bl, Logger: logger})
+//	defer q.Close(ctx) // writes what is queued, then closes bl
+//	b := breaker.New(breaker.Settings{Name: "CORE", OnTransition: q.Observe})
 package breakerlog
 
 import (
@@ -71,8 +70,7 @@ type Config struct {
 	// disk, not only with the operating system, when Write returns. The
 	// zero value, false, leaves the lines in the operating system's cache
 	// until Close: they survive the process being killed, but not a crash
-	// of the machine. An fsync costs a disk flush, which a breaker's
-	// transition observer pays under the breaker's lock.
+	// of the machine. An fsync costs a disk flush per line.
 	Sync bool
 }
 
@@ -120,9 +118,9 @@ func (l *Log) Path() string { return l.path }
 // Write appends the line for t with exactly one write call. There is no
 // buffering in the process: when Write returns nil the line is with the
 // operating system and survives the process being killed. It is made
-// durable on disk by Close, or by Write itself when Config.Sync is set (not
-// by default, because an fsync per state change stalls the breaker that
-// calls Write under its lock).
+// durable on disk by Close, or by Write itself when Config.Sync is set. A
+// write that fails is cut off the file again. Write waits on the disk: a
+// breaker's observer queues to a Queue instead.
 //
 // It returns an error wrapping ErrUnloggable for a transition that would
 // make an unreadable line, an error wrapping os.ErrClosed after Close, and

@@ -142,7 +142,7 @@ func TestRealBreakersChain(t *testing.T) {
 	assert.Positive(t, admitted.Load())
 
 	// And the file holds exactly one line per transition, as chains
-	entries, err := breakerlog.ReadFile(path)
+	entries, _, err := breakerlog.ReadFile(path)
 	require.NoError(t, err)
 	assert.Len(t, entries, int(calls.Load()), "lines in the file vs OnTransition calls")
 	require.NoError(t, breakerlog.CheckChains(entries))

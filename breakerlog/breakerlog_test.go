@@ -194,7 +194,7 @@ func TestConcurrentWritersNeverInterleave(t *testing.T) {
 	// Then every line is whole and parseable and every chain is intact
 	text := readText(t, path)
 	assert.Equal(t, writers*lines, strings.Count(text, "\n"))
-	entries, err := breakerlog.ReadFile(path)
+	entries, _, err := breakerlog.ReadFile(path)
 	require.NoError(t, err)
 	require.Len(t, entries, writers*lines)
 	require.NoError(t, breakerlog.CheckChains(entries))
@@ -367,22 +367,30 @@ func TestRead(t *testing.T) {
 		l2 = "2026-11-30T05:31:29.123Z|CORE|OPEN->HALF_OPEN"
 	)
 	tests := []struct {
-		name    string
-		text    string
-		wantN   int
-		wantErr string
+		name          string
+		text          string
+		wantN         int
+		wantFragments []int
+		wantErr       string
 	}{
 		{name: "empty file", text: "", wantN: 0},
 		{name: "two lines", text: l1 + "\n" + l2 + "\n", wantN: 2},
-		{name: "torn last line", text: l1 + "\n" + l2, wantN: 1, wantErr: "line 2: breakerlog: malformed line"},
-		{name: "torn in the middle of a line", text: l1 + "\n2026-11-30T05:3", wantN: 1, wantErr: "no newline at end of file"},
+		{name: "a whole last line without its newline", text: l1 + "\n" + l2, wantN: 2},
+		{name: "torn last line", text: l1 + "\n2026-11-30T05:3", wantN: 1, wantFragments: []int{2}},
+		{name: "torn in the name", text: l1 + "\n2026-11-30T05:31:29.123Z|CO", wantN: 1, wantFragments: []int{2}},
+		{name: "torn in the change", text: l1 + "\n2026-11-30T05:31:29.123Z|CORE|OPEN->HA", wantN: 1, wantFragments: []int{2}},
+		{name: "torn lines on lines of their own", text: "2026-11\n" + l1 + "\n2026-11-30T05:31:29.123Z|\n" + l2 + "\n2\n", wantN: 2, wantFragments: []int{1, 3, 5}},
+		{name: "a line run on from a fragment", text: "2026" + l1 + "\n", wantErr: "line 1:"},
+		{name: "a bad time", text: "2026-13-30T05:31:19.123Z|CO\n", wantErr: "line 1:"},
+		{name: "an unknown change", text: "2026-11-30T05:31:19.123Z|CORE|OPEN->SHUT\n", wantErr: "line 1:"},
+		{name: "garbage last line", text: l1 + "\nhello", wantN: 1, wantErr: "no newline at end of file"},
 		{name: "blank line", text: l1 + "\n\n" + l2 + "\n", wantN: 1, wantErr: "line 2:"},
 		{name: "garbage line", text: l1 + "\n" + l2 + "\nhello\n", wantN: 2, wantErr: "line 3:"},
 		{name: "CRLF line ends", text: l1 + "\r\n", wantN: 0, wantErr: "line 1:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			entries, err := breakerlog.Read(strings.NewReader(tt.text))
+			entries, fragments, err := breakerlog.Read(strings.NewReader(tt.text))
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 			} else {
@@ -390,6 +398,7 @@ func TestRead(t *testing.T) {
 				assert.ErrorContains(t, err, tt.wantErr)
 			}
 			assert.Len(t, entries, tt.wantN, "entries read before the error")
+			assert.Equal(t, tt.wantFragments, fragments)
 		})
 	}
 }
@@ -398,13 +407,13 @@ func TestReadFileNamesPath(t *testing.T) {
 	dir := t.TempDir()
 
 	missing := filepath.Join(dir, "missing.log")
-	_, err := breakerlog.ReadFile(missing)
+	_, _, err := breakerlog.ReadFile(missing)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	assert.ErrorContains(t, err, missing)
 
 	bad := filepath.Join(dir, "bad.log")
 	require.NoError(t, os.WriteFile(bad, []byte("not a log line\n"), 0o644))
-	_, err = breakerlog.ReadFile(bad)
+	_, _, err = breakerlog.ReadFile(bad)
 	assert.ErrorIs(t, err, breakerlog.ErrMalformed)
 	assert.ErrorContains(t, err, bad)
 	assert.ErrorContains(t, err, "line 1:")

@@ -41,7 +41,7 @@ func Example() {
 	text, _ := os.ReadFile(path)
 	fmt.Print(string(text))
 
-	entries, err := breakerlog.ReadFile(path)
+	entries, _, err := breakerlog.ReadFile(path)
 	fmt.Println(len(entries), "entries, read error:", err)
 	fmt.Println("chain error:", breakerlog.CheckChains(entries))
 	// Output:

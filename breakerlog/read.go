@@ -85,51 +85,101 @@ func parseState(s string) (breaker.State, bool) {
 	return 0, false
 }
 
-// Read parses every line from r. Every line must end with a newline: a last
-// line without one is a torn write and is reported, as is an empty line.
-// Errors give the 1-based line number and wrap ErrMalformed for a bad line.
-func Read(r io.Reader) ([]Entry, error) {
+// Read parses every line from r. It is strict but for torn writes: a
+// line that is the start of a well-formed line cut short, and nothing else,
+// is a fragment, left by a write that failed part way (a full disk) or by
+// a crash. Fragments are skipped, and their 1-based line numbers returned;
+// the hub starts the line after one on a line of its own. A last line
+// without a newline is an entry if it is whole, a fragment if it is the
+// start of one. Anything else that does not parse, an empty line included,
+// is an error that gives its line number and wraps ErrMalformed; so is a
+// line that runs a well-formed line on from a fragment, which no hub that
+// cuts torn writes off leaves.
+func Read(r io.Reader) (entries []Entry, fragments []int, err error) {
 	br := bufio.NewReader(r)
-	var entries []Entry
 	for n := 1; ; n++ {
 		line, err := br.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			if line != "" {
-				return entries, fmt.Errorf("line %d: %w %q: no newline at end of file (torn write?)", n, ErrMalformed, line)
-			}
-			return entries, nil
+		eof := errors.Is(err, io.EOF)
+		if err != nil && !eof {
+			return entries, fragments, fmt.Errorf("line %d: %w", n, err)
 		}
-		if err != nil {
-			return entries, fmt.Errorf("line %d: %w", n, err)
+		if eof && line == "" {
+			return entries, fragments, nil
 		}
-		e, err := ParseLine(line[:len(line)-1])
-		if err != nil {
-			return entries, fmt.Errorf("line %d: %w", n, err)
+		line = strings.TrimSuffix(line, "\n")
+		e, perr := ParseLine(line)
+		switch {
+		case perr == nil:
+			entries = append(entries, e)
+		case line != "" && isLineStart(line):
+			fragments = append(fragments, n)
+		case eof:
+			return entries, fragments, fmt.Errorf("line %d: %w (no newline at end of file)", n, perr)
+		default:
+			return entries, fragments, fmt.Errorf("line %d: %w", n, perr)
 		}
-		entries = append(entries, e)
+		if eof {
+			return entries, fragments, nil
+		}
 	}
+}
+
+// lineTimeShape is the shape of a line's time field: '0' stands for any
+// digit.
+const lineTimeShape = "0000-00-00T00:00:00.000Z"
+
+// isLineStart reports whether s is the start of a well-formed line, cut
+// short: what a torn write leaves.
+func isLineStart(s string) bool {
+	for i := 0; i < len(s) && i < len(lineTimeShape); i++ {
+		if c := lineTimeShape[i]; c == '0' && (s[i] < '0' || s[i] > '9') || c != '0' && s[i] != c {
+			return false
+		}
+	}
+	if len(s) <= len(lineTimeShape) {
+		return true
+	}
+	if _, err := time.Parse(TimeLayout, s[:len(lineTimeShape)]); err != nil || s[len(lineTimeShape)] != '|' {
+		return false
+	}
+	name, change, ok := strings.Cut(s[len(lineTimeShape)+1:], "|")
+	if !ok {
+		return name == "" || checkName(name) == nil
+	}
+	if checkName(name) != nil {
+		return false
+	}
+	for _, from := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen} {
+		for _, to := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen} {
+			if whole := from.String() + "->" + to.String(); len(change) < len(whole) && strings.HasPrefix(whole, change) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ReadFile reads and parses the log at path, as Read does. Errors name the
 // path.
-func ReadFile(path string) ([]Entry, error) {
+func ReadFile(path string) (entries []Entry, fragments []int, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("breaker log %q: %w", path, err)
+		return nil, nil, fmt.Errorf("breaker log %q: %w", path, err)
 	}
 	defer f.Close()
-	entries, err := Read(f)
+	entries, fragments, err = Read(f)
 	if err != nil {
-		return entries, fmt.Errorf("breaker log %q: %w", path, err)
+		return entries, fragments, fmt.Errorf("breaker log %q: %w", path, err)
 	}
-	return entries, nil
+	return entries, fragments, nil
 }
 
 // CheckChains verifies, for each target separately, that its entries form a
 // chain in order: the first starts from CLOSED, each starts from the state
 // the previous one ended in, and none goes from a state to itself. The
 // error, wrapping ErrBrokenChain, describes the first break; positions are
-// 1-based, so they are line numbers for the entries of a whole file.
+// 1-based, so they are line numbers for the entries of a whole file that
+// had no fragment.
 //
 // It checks only the chain, not which changes the breaker may make (manual
 // control may, say, close an open breaker) nor the order of times. Each run

@@ -307,7 +307,7 @@ func readRotated(t *testing.T, files ...string) []breakerlog.Entry {
 	t.Helper()
 	var all []breakerlog.Entry
 	for _, f := range files {
-		entries, err := breakerlog.ReadFile(f)
+		entries, _, err := breakerlog.ReadFile(f)
 		require.NoError(t, err)
 		all = append(all, entries...)
 	}

@@ -34,8 +34,9 @@ func stderrLines(s string) []string {
 // TARGET|FROM->TO, failing the test if it does not parse.
 func logLines(t *testing.T, path string) []string {
 	t.Helper()
-	entries, err := breakerlog.ReadFile(path)
+	entries, fragments, err := breakerlog.ReadFile(path)
 	require.NoError(t, err)
+	require.Empty(t, fragments, "torn lines")
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.Name+"|"+e.From.String()+"->"+e.To.String())
@@ -107,9 +108,9 @@ func TestSIGHUPReopensTheBreakerLog(t *testing.T) {
 	assert.Equal(t, []string{"CORE|CLOSED->OPEN", "CLAIM|CLOSED->OPEN"}, logLines(t, r.logPath))
 
 	// with the chains unbroken from the old file into the new,
-	old, err := breakerlog.ReadFile(rotated)
+	old, _, err := breakerlog.ReadFile(rotated)
 	require.NoError(t, err)
-	cur, err := breakerlog.ReadFile(r.logPath)
+	cur, _, err := breakerlog.ReadFile(r.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(append(old, cur...)))
 

@@ -344,7 +344,7 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 
 	// The breaker log parses, each target's lines chain, CORE's breaker
 	// moved and CLAIM's never did.
-	entries, err := breakerlog.ReadFile(h.logPath)
+	entries, _, err := breakerlog.ReadFile(h.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 	perTarget := map[string]int{}
@@ -383,7 +383,7 @@ func countB(codes map[string]int) int {
 func TestBreakerLogSurvivesKill9(t *testing.T) {
 	const resetTimeout = 150 * time.Millisecond
 	core := proctest.StartFixture(t, "CORE", "core")
-	h := startRelay(t, nil, "--target", "CORE="+core.URL,
+	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL,
 		"--fail-threshold", "1", "--reset-timeout", resetTimeout.String())
 	c := proctest.Dial(t, h.Addr())
 
@@ -423,8 +423,11 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 	probe(`{"mode":"fail"}`, "E500", "OPEN")
 	probe(`{"mode":"normal"}`, "0000", "CLOSED")
 
-	// when the relay is killed with SIGKILL right after the last answer,
-	// with no chance to flush or close anything,
+	// when the relay is killed with SIGKILL as soon as its breaker log's
+	// writer has written the changes (it writes them off the answer's
+	// path, within microseconds), with no chance to flush or close
+	// anything,
+	h.waitBreakerLog(t)
 	h.Kill()
 	code, exited := h.WaitFor(0)
 	require.True(t, exited)
@@ -432,7 +435,7 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 
 	// then every transition it made is on disk, in order, and the file
 	// parses and chains.
-	entries, err := breakerlog.ReadFile(h.logPath)
+	entries, _, err := breakerlog.ReadFile(h.logPath)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 	var got []string

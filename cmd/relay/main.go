@@ -42,7 +42,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
-	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
@@ -162,9 +161,12 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if err != nil {
 		return fmt.Errorf("--breaker-log: %w", err)
 	}
+	// The breakers only queue their changes; the queue's writer writes
+	// them, so that a full or stalled disk never holds an answer back.
+	blogQueue := breakerlog.NewQueue(breakerlog.QueueConfig{Sink: blog, Logger: logger})
 	// Deferred closes run last, after the relay has stopped writing.
 	defer func() {
-		if cerr := blog.Close(); cerr != nil && err == nil {
+		if cerr := closeBreakerLog(blogQueue); cerr != nil && err == nil {
 			err = fmt.Errorf("--breaker-log: close: %w", cerr)
 		}
 	}()
@@ -202,8 +204,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	if err != nil {
 		return err
 	}
-	ops, err := registerOpsMetrics(reg, htls)
-	if err != nil {
+	if err := registerOpsMetrics(reg, htls, blogQueue); err != nil {
 		return err
 	}
 	// The fleet is built once the hub's port is known (it names the hub);
@@ -217,7 +218,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		IdleTimeout:    time.Duration(c.IdleTimeout),
 		WriteTimeout:   time.Duration(c.WriteTimeout),
 		Logger:         logger,
-		OnTransition:   chainObservers(transitionObserver(blog, ops.breakerLogErrors, logger), shared.Observe),
+		OnTransition:   chainObservers(blogQueue.Observe, shared.Observe),
 		Metrics:        metrics,
 		ProbePermits:   c.StateStore != "",
 		InDoubtLog:     inDoubtLog,
@@ -288,7 +289,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		// The PROXY header comes first, in the clear; the TLS handshake
 		// follows it.
 		adminLn = htls.adminListener(adminLn, c)
-		if admin, err = newAdminServer(hub, reg, token, rl, page, logger); err != nil {
+		if admin, err = newAdminServer(hub, reg, token, rl, page, blogQueue, logger); err != nil {
 			_ = adminLn.Close()
 			_ = ln.Close()
 			_ = srv.Close()
@@ -417,8 +418,9 @@ func newMetrics() (*prometheus.Registry, *relay.Metrics, error) {
 // serves POST /reload, with the status page when page is not nil. Its
 // timeouts keep a slow or idle admin client from holding a connection for
 // long; its own errors (a client that sends garbage) are logged at debug.
-func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token *adminToken, rl *reloader, page *statuspage.Page, logger zerolog.Logger) (*http.Server, error) {
-	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token.value(), Reload: rl.reloadForAdmin, Page: pageHandler(page)})
+func newAdminServer(hub admin.Hub, reg *prometheus.Registry, token *adminToken, rl *reloader, page *statuspage.Page, blog *breakerlog.Queue, logger zerolog.Logger) (*http.Server, error) {
+	h, err := admin.New(admin.Config{Hub: hub, Gatherer: reg, Logger: logger, Token: token.value(), Reload: rl.reloadForAdmin, Page: pageHandler(page),
+		BreakerLog: func() admin.BreakerLog { return breakerLogStatus(blog.Status()) }})
 	if err != nil {
 		return nil, err
 	}
@@ -458,17 +460,22 @@ func (w debugWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// transitionObserver appends each breaker state change to the breaker log.
-// It runs under the breaker's lock: one write, never a call back into the
-// relay. A failed write is logged and serving goes on (docs/PROTOCOL.md, "Breaker log"). The relay
-// itself logs each change, with its failure count and retry hint.
-func transitionObserver(blog *breakerlog.Log, errs prometheus.Counter, logger zerolog.Logger) func(breaker.Transition) {
-	return func(t breaker.Transition) {
-		if err := blog.Write(t); err != nil {
-			errs.Inc()
-			logger.Error().Err(err).Str("target", t.Name).Msg("breaker log write failed")
-		}
-	}
+// breakerLogCloseTimeout bounds how long a stopping relay waits for the
+// breaker log's last lines: a stalled disk must not keep it from exiting.
+const breakerLogCloseTimeout = 2 * time.Second
+
+// closeBreakerLog writes the lines queued for the breaker log and closes
+// it, within breakerLogCloseTimeout.
+func closeBreakerLog(q *breakerlog.Queue) error {
+	ctx, cancel := context.WithTimeout(context.Background(), breakerLogCloseTimeout)
+	defer cancel()
+	return q.Close(ctx)
+}
+
+// breakerLogStatus is st as /status shows it.
+func breakerLogStatus(st breakerlog.QueueStatus) admin.BreakerLog {
+	return admin.BreakerLog{Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
+		Dropped: st.Dropped, WriteErrors: st.WriteErrors, LastError: st.LastError}
 }
 
 // dedupWindow is --dedup-window as the shield uses it: 0 means

@@ -85,7 +85,18 @@ func (r *policyRelay) mustControl(t *testing.T, target, action, token string) ad
 	require.Equal(t, http.StatusOK, code, "%s %s: %s", action, target, body)
 	var st admin.Target
 	require.NoError(t, json.Unmarshal([]byte(body), &st), body)
+	r.waitBreakerLog(t)
 	return st
+}
+
+// waitBreakerLog waits until the relay has written every breaker state
+// change queued so far to its breaker log: the breakers only queue them.
+func (r *policyRelay) waitBreakerLog(t *testing.T) {
+	t.Helper()
+	proctest.Eventually(t, 5*time.Second, "the breaker log has every change queued", func() bool {
+		bl := r.status(t).BreakerLog
+		return bl != nil && bl.Pending == 0
+	})
 }
 
 // status decodes GET /status.

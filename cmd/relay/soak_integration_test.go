@@ -127,7 +127,7 @@ func TestSoak(t *testing.T) {
 	// Every breaker log's chains hold, run by run.
 	for _, h := range hubs {
 		for _, path := range h.breakerLogs {
-			entries, err := breakerlog.ReadFile(path)
+			entries, _, err := breakerlog.ReadFile(path)
 			require.NoError(t, err)
 			assert.NoError(t, breakerlog.CheckChains(entries), path)
 			t.Logf("soak: %s: %d breaker changes", filepath.Base(path), len(entries))

@@ -248,7 +248,7 @@ func (l *toxiLedger) check(t *testing.T, allAnswered, reachedInDoubt bool) {
 // that every target's last change, if any, left its breaker closed.
 func checkBreakerLog(t *testing.T, path string) {
 	t.Helper()
-	entries, err := breakerlog.ReadFile(path)
+	entries, _, err := breakerlog.ReadFile(path)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(entries))
 	last := map[string]string{}
@@ -511,7 +511,7 @@ func TestToxiClientLinkRequestsInSlices(t *testing.T) {
 	// moved.
 	ledger.check(t, true, true)
 	checkBreakerLog(t, h.logPath)
-	entries, err := breakerlog.ReadFile(h.logPath)
+	entries, _, err := breakerlog.ReadFile(h.logPath)
 	require.NoError(t, err)
 	assert.Empty(t, entries)
 }

@@ -54,7 +54,8 @@ type reconcileReport struct {
 // Run reads the journal, asks each target about each transaction in it and
 // prints what it found. Exit status 0 when every transaction is known,
 // applied or not; 1 when any is unknown or a journal line could not be
-// read; 2 when the journal cannot be read at all.
+// read (a torn write's fragment, skipped, is not such a line); 2 when the
+// journal cannot be read at all.
 func (c *reconcileCmd) Run(ctx context.Context, s *streams) error {
 	tlsConfig, err := c.ClientConfig()
 	if err != nil {
@@ -163,12 +164,19 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 		return err
 	}
 	for _, b := range r.BadLines {
-		fmt.Fprintf(w, "bad journal line %s: %s\n", place(b.File, b.Line), b.Error)
+		if b.Fragment {
+			fmt.Fprintf(w, "torn journal line %s skipped: %s\n", place(b.File, b.Line), b.Error)
+		} else {
+			fmt.Fprintf(w, "bad journal line %s: %s\n", place(b.File, b.Line), b.Error)
+		}
 	}
 	sum := r.Summary
 	bad := ""
 	if sum.BadLines > 0 {
 		bad = fmt.Sprintf("; %d bad journal %s", sum.BadLines, plural(sum.BadLines, "line", "lines"))
+	}
+	if sum.Fragments > 0 {
+		bad += fmt.Sprintf("; %d torn %s skipped", sum.Fragments, plural(sum.Fragments, "fragment", "fragments"))
 	}
 	resolved := ""
 	if sum.Resolved > 0 {

@@ -119,8 +119,9 @@ func TestReconcileAgainstRealFixtures(t *testing.T) {
 	}, got)
 	assert.Equal(t, []int{9}, report.Results[0].Duplicates)
 	assert.Contains(t, report.Results[6].Reason, "connection refused")
-	assert.Equal(t, []reconcile.BadLine{{Line: 8, Error: report.BadLines[0].Error}}, report.BadLines)
-	assert.Equal(t, reconcile.Summary{InDoubt: 7, Applied: 4, NotApplied: 2, Unknown: 1, BadLines: 1}, report.Summary)
+	assert.Equal(t, []reconcile.BadLine{{Line: 8, Error: report.BadLines[0].Error, Fragment: true}}, report.BadLines,
+		"the torn line is a fragment, skipped")
+	assert.Equal(t, reconcile.Summary{InDoubt: 7, Applied: 4, NotApplied: 2, Unknown: 1, Fragments: 1}, report.Summary)
 
 	// The text form says the same, a line each.
 	res = proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal)
@@ -130,8 +131,8 @@ func TestReconcileAgainstRealFixtures(t *testing.T) {
 	assert.Regexp(t, `^applied +TX-wd-1 +CORE +E901 +1,9 +0000 balance=97500$`, lines[1])
 	assert.Regexp(t, `^not applied +TX-never-1 +CORE +E902 +5 +-$`, lines[5])
 	assert.Regexp(t, `^unknown +TX-down-1 +CORE +E901 +7 +GET `+down+`/tx/TX-down-1: .*connection refused`, lines[7])
-	assert.True(t, strings.HasPrefix(lines[8], "bad journal line 8: "), lines[8])
-	assert.Equal(t, "7 in doubt: 4 applied, 2 not applied, 1 unknown; 1 bad journal line", lines[9])
+	assert.True(t, strings.HasPrefix(lines[8], "torn journal line 8 skipped: "), lines[8])
+	assert.Equal(t, "7 in doubt: 4 applied, 2 not applied, 1 unknown; 1 torn fragment skipped", lines[9])
 
 	// Looking up applied nothing twice: the money moved once.
 	a, err := proctest.Tx(core.URL, "TX-bal-1", "BAL 1001")
@@ -207,7 +208,7 @@ func TestReconcileReadsRotatedJournals(t *testing.T) {
 	require.NoError(t, os.WriteFile(mid, []byte(journalLine("TX-mid", "CORE", core.URL, "E902", reconcile.StageAnswerPartlyRead)+"\n"), 0o600))
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
-	_, err := zw.Write([]byte(`{"txid":"TX-torn"` + "\n" + journalLine("TX-old", "CORE", core.URL, "E901", reconcile.StageRequestSent) + "\n"))
+	_, err := zw.Write([]byte(`{"txid":"TX-bad"}` + "\n" + journalLine("TX-old", "CORE", core.URL, "E901", reconcile.StageRequestSent) + "\n"))
 	require.NoError(t, err)
 	require.NoError(t, zw.Close())
 	old := filepath.Join(dir, "in-doubt.log-20261130.gz")

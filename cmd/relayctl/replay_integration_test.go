@@ -139,7 +139,7 @@ func TestReplayOfAHubWithSyntheticProbesIsItsBreakerLog(t *testing.T) {
 // log and counts.
 func replayMatchesBreakerLog(t *testing.T, policy []string) {
 	accessLog, breakerLog := incident(t, policy)
-	hub, err := breakerlog.ReadFile(breakerLog)
+	hub, _, err := breakerlog.ReadFile(breakerLog)
 	require.NoError(t, err)
 	require.NoError(t, breakerlog.CheckChains(hub))
 

@@ -4,6 +4,10 @@
 // refuses to start instead of mixing its lines with the first one's, and
 // Reopen moves writing to a new file at its path after a rename, which is
 // how logrotate rotates it, without splitting or losing what is appended.
+// An append is whole or absent: one that fails part way (a full disk) is
+// cut off again, and if even that fails the next append starts on a line
+// of its own, so a reader meets at worst a fragment on a line by itself,
+// never two lines run together.
 //
 // Typical use, by a log that rotates on SIGHUP:
 //
@@ -21,6 +25,8 @@ package lockedfile
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"sync"
 	"syscall"
@@ -29,6 +35,12 @@ import (
 // ErrLocked is returned (wrapped) by Open and Reopen when another open
 // file description, in practice another relay, holds the lock on the file.
 var ErrLocked = errors.New("lockedfile: locked by another process")
+
+// ErrTorn is wrapped by the error of an Append that failed and could not be
+// cut off the file: some or all of its bytes stay at the end of the file,
+// and the next Append starts with a newline so that they stay a line of
+// their own. Without ErrTorn, a failed Append left the file as it was.
+var ErrTorn = errors.New("lockedfile: failed append left in the file")
 
 // Config configures Open. It is a plain value.
 type Config struct {
@@ -39,15 +51,22 @@ type Config struct {
 	// Sync makes what was written to a file durable. Nil means
 	// (*os.File).Sync; tests put one in its place to stall or fail it.
 	Sync func(*os.File) error
+	// Write writes p to a file and Truncate cuts a file to size. Nil means
+	// (*os.File).Write and (*os.File).Truncate; tests put their own in
+	// their place to fail them part way.
+	Write    func(f *os.File, p []byte) (int, error)
+	Truncate func(f *os.File, size int64) error
 }
 
 // File is a file opened for appending under an exclusive lock, which
 // Reopen moves to a new file at the same path. It is safe for concurrent
 // use.
 type File struct {
-	path string
-	perm os.FileMode
-	sync func(*os.File) error
+	path     string
+	perm     os.FileMode
+	sync     func(*os.File) error
+	write    func(*os.File, []byte) (int, error)
+	truncate func(*os.File, int64) error
 
 	// reopenMu lets one Reopen run at a time. It is taken before mu, never
 	// while holding it.
@@ -56,6 +75,11 @@ type File struct {
 	mu     sync.Mutex
 	f      *os.File // guarded by mu; replaced only by Reopen
 	closed bool     // guarded by mu
+	// midLine is set while f does not end with a newline: a failed append
+	// could not be cut off, or the file was found so at Open. The next
+	// append starts with one. Guarded by mu.
+	midLine bool
+	buf     []byte // guarded by mu: a newline and the bytes of an append, when midLine
 }
 
 // Open opens cfg.Path for appending, creating it if needed, and takes an
@@ -68,18 +92,24 @@ func Open(cfg Config) (*File, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("lockedfile: Config.Path is required")
 	}
-	file := &File{path: cfg.Path, perm: cfg.Perm, sync: cfg.Sync}
+	file := &File{path: cfg.Path, perm: cfg.Perm, sync: cfg.Sync, write: cfg.Write, truncate: cfg.Truncate}
 	if file.perm == 0 {
 		file.perm = 0o640
 	}
 	if file.sync == nil {
 		file.sync = (*os.File).Sync
 	}
+	if file.write == nil {
+		file.write = (*os.File).Write
+	}
+	if file.truncate == nil {
+		file.truncate = (*os.File).Truncate
+	}
 	f, err := openLocked(file.path, file.perm)
 	if err != nil {
 		return nil, err
 	}
-	file.f = f
+	file.f, file.midLine = f, endsMidLine(f)
 	return file, nil
 }
 
@@ -90,22 +120,71 @@ func (l *File) Path() string { return l.path }
 // both under the lock Reopen takes to switch files: p is whole in exactly
 // one file, and synced, it is on disk before a Reopen can close that file.
 // After Close it returns an error wrapping os.ErrClosed.
+//
+// p is whole or absent: when the write fails part way or the fsync fails,
+// the file is cut back to its size before the write, and the error
+// returned. Should the cut fail too, the error wraps ErrTorn and the next
+// Append starts with a newline, so what is left of p stays a line of its
+// own. p should end with a newline.
 func (l *File) Append(p []byte, sync bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return fmt.Errorf("write: %w", os.ErrClosed)
 	}
+	// The size before the write, where a failed one is cut back to. Seek
+	// does not move O_APPEND's writes, and unlike Stat it does not
+	// allocate; it fails on a pipe, which cannot be cut.
+	size, seekErr := l.f.Seek(0, io.SeekEnd)
+	out := p
+	if l.midLine {
+		l.buf = append(append(l.buf[:0], '\n'), p...)
+		out = l.buf
+	}
 	// os.File.Write keeps writing after a short write, and O_APPEND makes
 	// each write(2) land at the end of the file even if another process
 	// appends to it too.
-	if _, err := l.f.Write(p); err != nil {
+	n, err := l.write(l.f, out)
+	if err == nil && n < len(out) {
+		err = io.ErrShortWrite
+	}
+	if err == nil && sync {
+		err = l.sync(l.f)
+	}
+	if err == nil {
+		if len(out) > 0 {
+			l.midLine = out[len(out)-1] != '\n'
+		}
+		return nil
+	}
+	if seekErr != nil {
+		size = -1
+	}
+	return l.cutLocked(out[:n], size, err)
+}
+
+// cutLocked cuts written, the part of a failed append that reached the
+// file, off again: the file goes back to size, its size before (-1 when
+// not known). When it cannot, it wraps err with ErrTorn and the cut's
+// error, and the next append starts on a line of its own. l.mu must be
+// held.
+func (l *File) cutLocked(written []byte, size int64, err error) error {
+	if len(written) == 0 {
 		return err
 	}
-	if sync {
-		return l.sync(l.f)
+	var cutErr error
+	if info, statErr := l.f.Stat(); statErr != nil {
+		cutErr = statErr
+	} else if !info.Mode().IsRegular() || size < 0 {
+		cutErr = errors.New("not a regular file")
+	} else {
+		cutErr = l.truncate(l.f, size)
 	}
-	return nil
+	if cutErr == nil {
+		return err
+	}
+	l.midLine = written[len(written)-1] != '\n'
+	return fmt.Errorf("%w (%w: cut back: %w)", err, ErrTorn, cutErr)
 }
 
 // Reopen opens the path anew and moves writing there, for log rotation:
@@ -124,7 +203,7 @@ func (l *File) Reopen() error {
 	l.reopenMu.Lock()
 	defer l.reopenMu.Unlock()
 
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, l.perm)
+	f, err := openAppend(l.path, l.perm)
 	if err != nil {
 		return err
 	}
@@ -140,6 +219,7 @@ func (l *File) Reopen() error {
 		return err
 	}
 
+	midLine := endsMidLine(f)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -147,7 +227,7 @@ func (l *File) Reopen() error {
 		return fmt.Errorf("reopen: %w", os.ErrClosed)
 	}
 	old := l.f
-	l.f = f
+	l.f, l.midLine = f, midLine
 	l.mu.Unlock()
 
 	// Nothing appends to old any more: syncing it outside the lock keeps
@@ -195,7 +275,7 @@ func (l *File) Close() error {
 // openLocked opens path for appending, creating it with mode perm, and
 // locks it.
 func openLocked(path string, perm os.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm)
+	f, err := openAppend(path, perm)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +284,33 @@ func openLocked(path string, perm os.FileMode) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// openAppend opens path for appending, creating it with mode perm. It
+// opens it for reading too when it may, so that endsMidLine can read the
+// last byte.
+func openAppend(path string, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, perm)
+	if errors.Is(err, fs.ErrPermission) {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm)
+	}
+	return f, err
+}
+
+// endsMidLine reports whether f is a regular file whose last byte is not
+// a newline: a line torn by a crash of the last writer, which the next
+// append must not run on from. A file it cannot read is taken to end a
+// line.
+func endsMidLine(f *os.File) bool {
+	info, err := f.Stat()
+	if err != nil || !info.Mode().IsRegular() || info.Size() == 0 {
+		return false
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], info.Size()-1); err != nil {
+		return false
+	}
+	return last[0] != '\n'
 }
 
 // lock takes an exclusive flock(2) on f without waiting. The lock belongs

@@ -118,6 +118,10 @@ type Config struct {
 	// running settings are then kept; ErrNothingToReload when there are
 	// none to re-read). Nil means POST /reload answers 404.
 	Reload func() (relay.ReloadResult, error)
+	// BreakerLog, when set, returns the breaker log writer's state, which
+	// GET /status adds as breaker_log. It must not wait on the disk. Nil
+	// means /status has no breaker_log.
+	BreakerLog func() BreakerLog
 }
 
 // Handler is the hub's admin HTTP handler:
@@ -158,6 +162,7 @@ type Handler struct {
 	tokenHash atomic.Pointer[[sha256.Size]byte]
 	hasToken  bool                               // set by New, never changed: SetToken cannot turn the check on or off
 	reloadFn  func() (relay.ReloadResult, error) // nil: no POST /reload
+	blogFn    func() BreakerLog                  // nil: no breaker_log in /status
 	index     string                             // the text index: adminIndex and the lines of what else is served
 }
 
@@ -191,6 +196,7 @@ func New(cfg Config) (*Handler, error) {
 	a.mux.HandleFunc("GET /readyz", a.serveReadyz)
 	a.mux.HandleFunc("GET /status", a.serveStatus)
 	a.mux.HandleFunc("/breakers/{target}", a.serveBreaker)
+	a.blogFn = cfg.BreakerLog
 	if cfg.Reload != nil {
 		a.reloadFn = cfg.Reload
 		a.mux.HandleFunc("/reload", a.serveReload)
@@ -418,10 +424,15 @@ func (a *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 		body []byte
 		err  error
 	)
+	st := StatusOf(a.hub)
+	if a.blogFn != nil {
+		bl := a.blogFn()
+		st.BreakerLog = &bl
+	}
 	if r.URL.Query().Has("pretty") {
-		body, err = json.MarshalIndent(StatusOf(a.hub), "", "  ")
+		body, err = json.MarshalIndent(st, "", "  ")
 	} else {
-		body, err = json.Marshal(StatusOf(a.hub))
+		body, err = json.Marshal(st)
 	}
 	if err != nil {
 		// Only a non-finite number could do this; the hub never makes one.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,4 +279,25 @@ func TestAdminStatusPretty(t *testing.T) {
 			assert.Equal(t, "OPEN", statusTarget(t, pretty, "CORE")["state"])
 		})
 	}
+}
+
+func TestAdminStatusShowsTheBreakerLog(t *testing.T) {
+	cfg, _ := testConfig(t, relay.Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	srv, _ := startServer(t, cfg)
+
+	// Without a breaker log's state, /status has no breaker_log;
+	assert.NotContains(t, statusJSON(t, startAdmin(t, srv, nil)), "breaker_log")
+
+	// with one, it shows it as it is when asked.
+	var bl atomic.Pointer[BreakerLog]
+	bl.Store(&BreakerLog{Pending: 3, OldestPendingSeconds: 12.5, Dropped: 1, WriteErrors: 4, LastError: "no space left on device"})
+	a, err := New(Config{Hub: srv, BreakerLog: func() BreakerLog { return *bl.Load() }})
+	require.NoError(t, err)
+	hs := httptest.NewServer(a)
+	t.Cleanup(hs.Close)
+	assert.Equal(t, map[string]any{"pending": 3.0, "oldest_pending_seconds": 12.5, "dropped": 1.0, "write_errors": 4.0,
+		"last_error": "no space left on device"}, statusJSON(t, hs.URL)["breaker_log"])
+	bl.Store(&BreakerLog{})
+	assert.Equal(t, map[string]any{"pending": 0.0, "oldest_pending_seconds": 0.0, "dropped": 0.0, "write_errors": 0.0},
+		statusJSON(t, hs.URL)["breaker_log"])
 }

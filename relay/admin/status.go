@@ -59,6 +59,24 @@ type Status struct {
 	// Dedup is the duplicate-TXID shield's state; absent when no target
 	// has the shield on.
 	Dedup *Dedup `json:"dedup,omitempty"`
+	// BreakerLog is the breaker log's writer; absent when the handler was
+	// given none (Config.BreakerLog).
+	BreakerLog *BreakerLog `json:"breaker_log,omitempty"`
+}
+
+// BreakerLog is the breaker log's writer in Status: how far behind the
+// breakers' changes it is, and what it failed to do. It is a plain value.
+type BreakerLog struct {
+	// Pending is how many changes wait to be written, and
+	// OldestPendingSeconds how long the oldest of them has.
+	Pending              int64   `json:"pending"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	// Dropped counts the changes the log will not have; WriteErrors the
+	// failed writes, each written again.
+	Dropped     int64 `json:"dropped"`
+	WriteErrors int64 `json:"write_errors"`
+	// LastError is the last failed write's error; absent when none.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Dedup is the duplicate-TXID shield's state in Status: a

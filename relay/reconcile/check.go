@@ -277,17 +277,30 @@ type Summary struct {
 	// Resolved is how many of Applied the journal settled, resolved on a
 	// resend, without a look-up.
 	Resolved int `json:"resolved"`
-	// BadLines is the number of journal lines that could not be read.
+	// BadLines is the number of journal lines that could not be read,
+	// fragments not counted.
 	BadLines int `json:"bad_lines"`
+	// Fragments is the number of torn writes skipped (BadLine.Fragment).
+	Fragments int `json:"fragments"`
 }
 
 // Settled reports whether every transaction is known, applied or not, and
 // every journal line was read: nothing is left for a person to look into.
+// A fragment leaves nothing: the write it is left of failed, and the hub
+// counted it then (relay_in_doubt_log_errors_total) and kept the call
+// among those GET /in-doubt lists.
 func (s Summary) Settled() bool { return s.Unknown == 0 && s.BadLines == 0 }
 
-// Summarize counts results and bad lines.
+// Summarize counts results, bad lines and fragments.
 func Summarize(results []Result, bad []BadLine) Summary {
-	s := Summary{InDoubt: len(results), BadLines: len(bad)}
+	s := Summary{InDoubt: len(results)}
+	for _, b := range bad {
+		if b.Fragment {
+			s.Fragments++
+		} else {
+			s.BadLines++
+		}
+	}
 	for _, r := range results {
 		switch r.Outcome {
 		case Applied:

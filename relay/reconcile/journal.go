@@ -92,6 +92,10 @@ type BadLine struct {
 	File  string `json:"file,omitempty"`
 	Line  int    `json:"line"`
 	Error string `json:"error"`
+	// Fragment reports that the line is the start of an entry cut short:
+	// a write torn by a full disk or a crash, skipped. Summary counts it
+	// apart from the bad lines.
+	Fragment bool `json:"fragment,omitempty"`
 }
 
 // gzipMagic starts every gzip stream.
@@ -100,12 +104,18 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // ReadJournal reads the in-doubt journal from r, through gzip when r starts
 // as a gzip stream does (a journal logrotate compressed). Blank lines are
 // skipped; a line that is not a JSON object with a txid, a target and an
-// http or https url — torn by a crash, truncated, edited — is returned in
-// bad with its line number, and so is a resolution without a code; reading
-// goes on. Stages are not checked: a line of a stage this reader does not
-// know is taken for a call in doubt, which at worst asks its target once
-// more. err is only a read error
-// of r, or of its gzip stream (one cut short, or not gzip after all).
+// http or https url — truncated, edited — is returned in bad with its line
+// number, and so is a resolution without a code; reading goes on. Stages
+// are not checked: a line of a stage this reader does not know is taken
+// for a call in doubt, which at worst asks its target once more. err is
+// only a read error of r, or of its gzip stream (one cut short, or not
+// gzip after all).
+//
+// A fragment, JSON that ends before its object does (a write torn by a
+// full disk or a crash, wherever it is in the file), is returned in bad
+// with Fragment set, and so is one that an older hub ran the next entry
+// on from: that entry is read all the same. The hub counted the failed
+// write. A last line without a newline that is a whole entry is an entry.
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
@@ -129,10 +139,14 @@ func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 			bad = append(bad, BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
 		case len(bytes.TrimSpace(line)) == 0:
 		default:
-			e, perr := parseEntry(line)
+			e, found, fragment, perr := parseLine(line)
+			if fragment {
+				bad = append(bad, BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
+			}
 			if perr != nil {
 				bad = append(bad, BadLine{Line: n, Error: perr.Error()})
-			} else {
+			}
+			if found {
 				e.Line = n
 				entries = append(entries, e)
 			}
@@ -163,6 +177,35 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 		}
 		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
 	}
+}
+
+// entryStart is how every line the hub writes starts. Inside a JSON
+// string a quote is escaped, so it appears nowhere else in a line.
+var entryStart = []byte(`{"time":"`)
+
+// parseLine reads one journal line: an entry (found), a fragment, or an
+// entry run on from a fragment (both). err is for a line that is neither.
+func parseLine(line []byte) (e Entry, found, fragment bool, err error) {
+	e, err = parseEntry(line)
+	if err == nil {
+		return e, true, false, nil
+	}
+	if cutShort(line) {
+		return Entry{}, false, true, nil
+	}
+	if i := bytes.LastIndex(line, entryStart); i > 0 && cutShort(line[:i]) {
+		if e, err := parseEntry(line[i:]); err == nil {
+			return e, true, true, nil
+		}
+	}
+	return Entry{}, false, false, err
+}
+
+// cutShort reports whether line is JSON that ends before the value it
+// starts: the first part of a line whose write was torn.
+func cutShort(line []byte) bool {
+	var v json.RawMessage
+	return errors.Is(json.NewDecoder(bytes.NewReader(line)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // parseEntry reads one journal line.

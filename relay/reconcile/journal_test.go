@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -56,8 +57,50 @@ func TestReadJournal(t *testing.T) {
 		assert.NotEmpty(t, b.Error)
 	}
 	assert.Equal(t, []int{4, 5, 6, 7, 8, 9, 10}, lines)
+	assert.True(t, bad[0].Fragment, "a line cut short is a fragment")
+	for _, b := range bad[1:] {
+		assert.False(t, b.Fragment, "line %d is not the start of an entry", b.Line)
+	}
 	assert.Contains(t, bad[2].Error, "no txid")
 	assert.Contains(t, bad[5].Error, "url")
+}
+
+func TestReadJournalSkipsFragments(t *testing.T) {
+	line := func(txid string) string { return strings.Replace(goodLine, `"T1"`, `"`+txid+`"`, 1) }
+	// Given a journal with a write torn by a full disk on a line of its
+	// own (the hub starts the next line after it), one an older hub ran
+	// the next entry on from, and a last line torn by a crash,
+	journal := strings.Join([]string{
+		line("A"),
+		line("B")[:40],
+		line("C"),
+		line("D")[:97] + line("E"),
+		line("F"),
+		line("G")[:len(line("G"))-1],
+	}, "\n")
+
+	// when it is read,
+	entries, bad, err := reconcile.ReadJournal(strings.NewReader(journal))
+	require.NoError(t, err)
+
+	// then every whole entry is found, the one run on from a fragment too,
+	var got []string
+	for _, e := range entries {
+		got = append(got, fmt.Sprintf("%s@%d", e.TxID, e.Line))
+	}
+	assert.Equal(t, []string{"A@1", "C@3", "E@4", "F@5"}, got)
+
+	// and the three fragments are skipped, counted apart from bad lines.
+	var fragments []int
+	for _, b := range bad {
+		assert.True(t, b.Fragment, "line %d: %s", b.Line, b.Error)
+		fragments = append(fragments, b.Line)
+	}
+	assert.Equal(t, []int{2, 4, 6}, fragments)
+	sum := reconcile.Summarize(nil, bad)
+	assert.Equal(t, reconcile.Summary{Fragments: 3}, sum)
+	assert.True(t, sum.Settled(), "a fragment alone leaves nothing to look into")
+	assert.False(t, reconcile.Summarize(nil, append(bad, reconcile.BadLine{Line: 7, Error: "x"})).Settled())
 }
 
 func TestReadJournalLongLine(t *testing.T) {
