@@ -71,6 +71,7 @@ type Server struct {
 	writeTimeout time.Duration
 	log          zerolog.Logger
 	panicLog     zerolog.Logger // log sampled to panicLogBurst lines a second
+	hubFaultLog  zerolog.Logger // log sampled to one line every hubFaultLogPeriod
 	metrics      *Metrics       // nil without metrics
 	access       *accessLog     // nil without an access log
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
@@ -217,6 +218,7 @@ func New(cfg Config) (*Server, error) {
 	s.lane.init()
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
+	s.hubFaultLog = s.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: hubFaultLogPeriod})
 	if cfg.TLS != nil {
 		if s.tls, err = newTLSServer(*cfg.TLS, s.log, cfg.Metrics); err != nil {
 			return nil, err
@@ -460,6 +462,10 @@ func (s *Server) Close() error {
 	s.closeIdleHTTP()
 	return err
 }
+
+// hubFaultLogPeriod is how often at most the hub logs a call it did not
+// make for want of its own resources (logHubFault).
+const hubFaultLogPeriod = 10 * time.Second
 
 // panicLogBurst is how many caught panics a second are logged with their
 // stacks; the metric counts every one.
