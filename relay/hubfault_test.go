@@ -146,3 +146,86 @@ func TestASyntheticProbeTheHubCannotSendIsHandedBack(t *testing.T) {
 	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").State == breaker.Closed }, "the healthy probe closes CORE")
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricProbes, "target", "CORE", "outcome", "healthy"))
 }
+
+// failingListener fails its first fails accepts with err, as accept4 does
+// when the process is out of descriptors, then accepts.
+type failingListener struct {
+	net.Listener
+	err   error
+	fails atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", l.err)}
+	}
+	return l.Listener.Accept()
+}
+
+// failingAccepts serves a Server on a failingListener.
+type failingAccepts struct {
+	*Server
+	err   error
+	fails int32
+}
+
+func (f failingAccepts) Serve(ln net.Listener) error {
+	fl := &failingListener{Listener: ln, err: f.err}
+	fl.fails.Store(f.fails)
+	return f.Server.Serve(fl)
+}
+
+func TestAcceptOutOfDescriptorsBacksOffAndLogsOnce(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			// Given a hub whose first four accepts fail for want of its own
+			// resources,
+			core := hubtest.NewTarget(t, hubtest.AnswerCode("0000", "ok"))
+			cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL})
+			var logs logtest.Buffer
+			cfg.Logger = zerolog.New(&logs)
+			srv, err := New(cfg)
+			require.NoError(t, err)
+			addr := hubtest.Serve(t, failingAccepts{Server: srv, err: errno, fails: 4}, ErrServerClosed)
+
+			// a client waiting in the listen queue is served once they
+			// pass,
+			assert.Equal(t, "T1|0000|ok", hubtest.Dial(t, addr).RoundTrip("T1|CORE|x"))
+
+			// and the burst of failures is logged once, with its end.
+			failed := logs.Messages(t, "accept failed; retrying with backoff until it works again")
+			require.Len(t, failed, 1)
+			assert.Contains(t, failed[0]["error"], errno.Error())
+			again := logs.Messages(t, "accepting again")
+			require.Len(t, again, 1)
+			assert.Equal(t, 4.0, again[0]["failed"])
+		})
+	}
+}
+
+func TestTurningAwayHoldsAtMostMaxTurningAway(t *testing.T) {
+	// Given a TLS hub serving its one connection, whose log we read,
+	h := newTLSHub(t, false)
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
+	cfg.MaxConns = 1
+	var logs logtest.Buffer
+	cfg.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
+	h.start(t, cfg)
+	hubtest.Dial(t, h.addr)
+	hubtest.Eventually(t, func() bool { return h.srv.ConnectionsOpen() == 1 }, "the first connection is served")
+
+	// when connections arrive and never start their handshakes, each of
+	// which the hub holds for a second, one is closed without a handshake,
+	const unanswered = "connection turned away unanswered: too many being turned away"
+	n := 0
+	hubtest.Eventually(t, func() bool {
+		for range 64 {
+			hubtest.Dial(t, h.addr)
+			n++
+		}
+		return len(logs.Messages(t, unanswered)) > 0
+	}, "a connection past MaxTurningAway is closed at once")
+
+	// only once MaxTurningAway of them are held.
+	assert.Greater(t, n, MaxTurningAway)
+}
