@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // Names of the hub's metrics and labels, as documented in
@@ -39,6 +40,7 @@ const (
 	metricDedupEvictions   = "relay_dedup_evictions_total"
 	metricDedupEntries     = "relay_dedup_entries"
 	metricDedupFallbacks   = "relay_dedup_store_fallbacks_total"
+	metricHubRefusals      = "relay_hub_refusals_total"
 
 	labelTarget    = "target"
 	labelCode      = "code"
@@ -173,6 +175,7 @@ type Metrics struct {
 	probeTook   *prometheus.GaugeVec
 	probeOK     *prometheus.GaugeVec
 	dedup       *prometheus.CounterVec
+	hubRefusals *prometheus.CounterVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -238,6 +241,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricDedup,
 			Help: "Requests the duplicate-TXID shield dealt with, by outcome: joined the call in flight, replayed a remembered answer, refused_payload (E909), resolved_applied, resolved_not_applied (sent afresh) or unresolved (E901 without a call) for a resend of a call in doubt.",
 		}, []string{labelTarget, labelOutcome}),
+		hubRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricHubRefusals,
+			Help: "Calls to the target the hub did not make for want of its own resources, answered E906 (hub overloaded; not sent) and not counted by the breaker, by reason: descriptors, memory, ports, socket.",
+		}, []string{labelTarget, labelReason}),
 		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricInDoubtLogError,
 			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
@@ -264,7 +271,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
-		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup,
+		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.hubRefusals,
 		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
 			func(s *Server) int64 { return s.shieldMem.Evictions() }),
 		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
@@ -357,6 +364,9 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 	for i, outcome := range dedupOutcomeNames {
 		rm.dedup[i] = m.dedup.WithLabelValues(name, outcome)
 	}
+	for f := targethttp.NoHubFault + 1; f < targethttp.NumHubFaults; f++ {
+		rm.hubRefusals[f] = m.hubRefusals.WithLabelValues(name, f.String())
+	}
 	for from := range rm.transitions {
 		for to := range rm.transitions[from] {
 			if from != to {
@@ -389,6 +399,20 @@ type routeMetrics struct {
 	probeLast, probeTook, probeOK prometheus.Gauge
 	// dedup counts the shield's outcomes, by dedupOutcome.
 	dedup [numDedupOutcomes]prometheus.Counter
+	// hubRefusals counts the calls not made for want of the hub's own
+	// resources, by targethttp.HubFault; nil for NoHubFault.
+	hubRefusals [targethttp.NumHubFaults]prometheus.Counter
+}
+
+// countHubRefusal counts a call, a client's or a synthetic probe, not
+// made for want of the hub's own resource f.
+func (rm *routeMetrics) countHubRefusal(f targethttp.HubFault) {
+	if rm == nil {
+		return
+	}
+	if c := rm.hubRefusals[f]; c != nil {
+		c.Inc()
+	}
 }
 
 // countDedup counts what the shield did with a request.

@@ -19,6 +19,7 @@ import (
 	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // withMetrics adds Metrics on a fresh registry to cfg and returns the
@@ -126,6 +127,9 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		"task":   taskNames[:],
 	}
 	allowed["reason"] = append(allowed["reason"], tlsFailureNames[:]...)
+	for f := targethttp.NoHubFault + 1; f < targethttp.NumHubFaults; f++ {
+		allowed["reason"] = append(allowed["reason"], f.String())
+	}
 	allowed[labelResumed] = []string{"true", "false"}
 	allowed[labelOutcome] = append([]string{outcomeHealthy, outcomeFailed}, dedupOutcomeNames[:]...)
 	for name, values := range relayLabelValues(t, reg) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // Synthetic recovery probes (docs/PROTOCOL.md, "Synthetic recovery
@@ -228,15 +229,20 @@ func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
 		rt.breaker.Cancel(ticket)
 		return probePoll
 	}
-	s.sendProbe(rt, conf, ticket, asked)
+	if !s.sendProbe(rt, conf, ticket, asked) {
+		return probePoll
+	}
 	return 0
 }
 
 // sendProbe sends one probe admitted with ticket at asked (the breakers'
 // clock, for the access log) and holding a bulkhead slot, records its
-// result with the breaker and releases the slot. A panic hands the ticket
-// back and releases the slot before it goes on up.
-func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, asked time.Time) {
+// result with the breaker and releases the slot. A probe the hub could not
+// send for want of its own resources hands the ticket back, like a full
+// bulkhead, and sendProbe reports false: it tells nothing of the target.
+// A panic hands the ticket back and releases the slot before it goes on
+// up.
+func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, asked time.Time) (sent bool) {
 	reported, released := false, false
 	defer func() {
 		if !reported {
@@ -250,6 +256,11 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	start := time.Now()
 	res := conf.client.Call(txid, conf.probePayload)
 	took := time.Since(start)
+	if res.Fault != targethttp.NoHubFault {
+		rt.metrics.countHubRefusal(res.Fault)
+		s.logHubFault(rt, txid, res)
+		return false
+	}
 	healthy := slices.Contains(conf.probeExpect, res.Code)
 	slow := conf.settings.SlowCall > 0 && took > conf.settings.SlowCall
 	end := s.access.now()
@@ -272,6 +283,7 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	}
 	ev.Bytes("txid", txid).Str("code", res.Code).Bool("healthy", r.Healthy).
 		Float64("duration_ms", float64(took.Microseconds())/1000).Msg("synthetic probe done")
+	return true
 }
 
 // probeTxID returns the TXID of the next synthetic probe:

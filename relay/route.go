@@ -171,7 +171,10 @@ func (s *Server) lookup(name []byte) *route {
 //     back with Cancel and E905 (a full bulkhead never sends a request to
 //     the fallback);
 //  5. on a call worker (startCall): the call, the breaker's record, the
-//     slot's release, a call in doubt journalled, then the answer.
+//     slot's release, a call in doubt journalled, then the answer. A call
+//     the hub could not make for want of its own resources (out of file
+//     descriptors, say) hands the ticket back with Cancel and is answered
+//     E906 "hub overloaded; not sent": the target is not to blame.
 //
 // Steps 1 to 4 never wait, so a refusal never queues behind a slow call.
 // A panic is answered E907 and hands back what was taken. It reports
@@ -406,6 +409,17 @@ func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code stri
 	}
 }
 
+// logHubFault logs a call to rt, txid, that res says the hub did not make
+// for want of its own resources: the first of a burst, then at most one
+// every hubFaultLogPeriod for the whole hub, since the metrics count every
+// one and a hub out of descriptors must not also flood its log.
+func (s *Server) logHubFault(rt *route, txid []byte, res targethttp.Result) {
+	if ev := s.hubFaultLog.Error(); ev != nil {
+		ev.Str("target", rt.name).Stringer("reason", res.Fault).Bytes("txid", txid).AnErr("err", res.Err).
+			Msg("hub short of its own resources: call not made, answered E906")
+	}
+}
+
 // inDoubtRecent is how many calls in doubt InDoubt remembers.
 const inDoubtRecent = indoubt.DefaultRingSize
 
@@ -596,19 +610,34 @@ func (cl *call) run() {
 	res := cl.conf.client.Call(txid, cl.line[cl.txidN:])
 	took := time.Since(start)
 	code, msg := res.Code, res.Msg
-	failed := cl.conf.isFailure(code)
+	// A call the hub could not make for want of its own resources says
+	// nothing of the target: its ticket goes back as neither success nor
+	// failure, as for a full bulkhead.
+	hubFault := res.Fault != targethttp.NoHubFault
+	failed := !hubFault && cl.conf.isFailure(code)
 	// Flags are set before each step so that a panic inside a step never
 	// hands the same admission back twice.
 	reported = true
-	note.end = s.access.now()
-	rt.breaker.Done(cl.ticket, failed, took)
+	if hubFault {
+		rt.breaker.Cancel(cl.ticket)
+		note.use = breakerHandedBack
+	} else {
+		note.end = s.access.now()
+		rt.breaker.Done(cl.ticket, failed, took)
+	}
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
 	// Counted and noted before the answer, like the breaker's record, so
 	// that a client holding its answer finds it in the metrics and in the
 	// target's last failure.
-	rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	if hubFault {
+		rt.metrics.count(lblUnavailable)
+		rt.metrics.countHubRefusal(res.Fault)
+		s.logHubFault(rt, txid, res)
+	} else {
+		rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
+	}
 	if res.Retried {
 		rt.metrics.countRetry()
 	}

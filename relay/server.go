@@ -2,12 +2,14 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -38,11 +40,15 @@ const (
 	// turnAwayWriteTimeout bounds the write of the one E906 line to a
 	// connection over the limit.
 	turnAwayWriteTimeout = time.Second
-	// maxLingering bounds how many turned-away connections may linger at
-	// once; past it they are closed right after their E906 line, so a
-	// connection flood cannot pile up goroutines.
-	maxLingering = 1024
 )
+
+// MaxTurningAway bounds how many connections over MaxConns the hub holds
+// at once while it tells them why (their TLS handshake, their E906 line,
+// closeLinger): past it a connection is closed right after its E906 line,
+// or at once when it needs a TLS handshake first. So a connection flood
+// holds at most MaxConns plus MaxTurningAway client connections' file
+// descriptors and goroutines, and a file limit can be sized for it.
+const MaxTurningAway = 1024
 
 // Server is the relay hub: it serves the client protocol on the listeners
 // given to Serve and relays each admitted transaction to its target through
@@ -71,6 +77,7 @@ type Server struct {
 	writeTimeout time.Duration
 	log          zerolog.Logger
 	panicLog     zerolog.Logger // log sampled to panicLogBurst lines a second
+	hubFaultLog  zerolog.Logger // log sampled to one line every hubFaultLogPeriod
 	metrics      *Metrics       // nil without metrics
 	access       *accessLog     // nil without an access log
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
@@ -108,7 +115,7 @@ type Server struct {
 	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
 	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
 	activeCalls atomic.Int64 // requests between admission and their answer
-	lingering   atomic.Int64 // turned-away connections still draining
+	turningAway atomic.Int64 // connections over MaxConns not yet closed
 
 	mu        sync.Mutex
 	closed    bool                       // guarded by mu: no more listeners or connections
@@ -217,6 +224,7 @@ func New(cfg Config) (*Server, error) {
 	s.lane.init()
 
 	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
+	s.hubFaultLog = s.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: hubFaultLogPeriod})
 	if cfg.TLS != nil {
 		if s.tls, err = newTLSServer(*cfg.TLS, s.log, cfg.Metrics); err != nil {
 			return nil, err
@@ -276,7 +284,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	defer s.trackListener(&ln, false)
 
-	var backoff time.Duration
+	var (
+		backoff  time.Duration
+		failed   int       // accepts failed in a row
+		failedAt time.Time // when the first of them failed
+	)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -284,14 +296,24 @@ func (s *Server) Serve(ln net.Listener) error {
 				return ErrServerClosed
 			}
 			// Running out of file descriptors and the like pass; back off
-			// so the loop does not spin, as net/http does.
-			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+			// so the loop does not spin, as net/http does. The connection
+			// waits in the listen queue meanwhile. Logged once a burst: a
+			// hub out of descriptors fails every accept.
+			if acceptRetryable(err) {
+				if failed == 0 {
+					failedAt = time.Now()
+					s.log.Error().Err(err).Msg("accept failed; retrying with backoff until it works again")
+				}
+				failed++
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
 				time.Sleep(backoff)
 				continue
 			}
 			return err
+		}
+		if failed > 0 {
+			s.log.Info().Int("failed", failed).Dur("after", time.Since(failedAt)).Msg("accepting again")
+			failed = 0
 		}
 		backoff = 0
 		if s.tls != nil {
@@ -303,6 +325,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			return ErrServerClosed
 		}
 	}
+}
+
+// acceptRetryable reports whether an accept that failed with err may be
+// tried again: the hub is short of descriptors or memory for now, or the
+// error says it is temporary (a connection reset before it was accepted).
+func acceptRetryable(err error) bool {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+		return true
+	}
+	te, ok := err.(interface{ Temporary() bool })
+	return ok && te.Temporary()
 }
 
 // trackListener adds or removes ln from the listeners Shutdown closes. It
@@ -334,7 +368,8 @@ func (s *Server) startConn(nc net.Conn) bool {
 	}
 	if s.served >= s.maxConns {
 		s.conns[nc] = nil
-		s.goCatching(taskTurnAway, func() { s.turnAway(nc) })
+		brief := s.turningAway.Add(1) > MaxTurningAway
+		s.goCatching(taskTurnAway, func() { s.turnAway(nc, brief) })
 		return true
 	}
 	c := newConn(s, nc)
@@ -359,9 +394,17 @@ func (s *Server) untrack(nc net.Conn) {
 
 // turnAway answers a connection over MaxConns with its one E906 line and
 // closes it. It accepts rather than leaving the connection in the accept
-// queue, so the client learns at once why it is not served.
-func (s *Server) turnAway(nc net.Conn) {
+// queue, so the client learns at once why it is not served. brief, past
+// MaxTurningAway, holds the connection no longer than the write of its
+// line to a fresh socket, which never waits: no TLS handshake, no linger.
+func (s *Server) turnAway(nc net.Conn, brief bool) {
+	defer s.turningAway.Add(-1)
 	defer s.untrack(nc)
+	if _, isTLS := nc.(*tls.Conn); brief && isTLS {
+		s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away unanswered: too many being turned away")
+		nc.Close()
+		return
+	}
 	if !s.handshakeTurnedAway(nc) {
 		nc.Close()
 		return
@@ -373,12 +416,10 @@ func (s *Server) turnAway(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	if s.lingering.Add(1) > maxLingering {
-		s.lingering.Add(-1)
+	if brief {
 		nc.Close()
 		return
 	}
-	defer s.lingering.Add(-1)
 	closeAfterLinger(nc, closeLinger)
 }
 
@@ -460,6 +501,10 @@ func (s *Server) Close() error {
 	s.closeIdleHTTP()
 	return err
 }
+
+// hubFaultLogPeriod is how often at most the hub logs a call it did not
+// make for want of its own resources (logHubFault).
+const hubFaultLogPeriod = 10 * time.Second
 
 // panicLogBurst is how many caught panics a second are logged with their
 // stacks; the metric counts every one.

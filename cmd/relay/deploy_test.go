@@ -96,10 +96,11 @@ func TestDeployUnitFitsTheEnvironmentFile(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	// The open file limit covers --max-conns and the default bulkheads.
+	// The open file limit covers --max-conns, the connections turned away,
+	// the default bulkheads and a fleet's store.
 	limit, err := strconv.ParseUint(one(t, unit, "LimitNOFILE"), 10, 64)
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, limit, filesNeeded(c.MaxConns, []int{c.MaxInflight, c.MaxInflight}))
+	assert.GreaterOrEqual(t, limit, filesNeeded(c.MaxConns, []int{c.MaxInflight, c.MaxInflight}, storeConns("redis://store:6379")))
 
 	// Stopping leaves room for the shutdown delay and the drain.
 	stop, err := time.ParseDuration(one(t, unit, "TimeoutStopSec"))

@@ -2,11 +2,7 @@
 
 package main
 
-import (
-	"github.com/rs/zerolog"
-
-	"github.com/relayhub/relayhub/relay"
-)
+import "github.com/relayhub/relayhub/relay"
 
 // checkFileLimit does nothing where there is no RLIMIT_NOFILE.
-func checkFileLimit(*relay.Server, int, zerolog.Logger) {}
+func checkFileLimit(*relay.Server, int, string) error { return nil }

@@ -245,7 +245,10 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		return usageError{err}
 	}
 	rl.srv.Store(srv)
-	checkFileLimit(srv, c.MaxConns, logger)
+	if err := checkFileLimit(srv, c.MaxConns, c.StateStore); err != nil {
+		_ = srv.Close()
+		return usageError{err}
+	}
 	// From here on srv may own the access log's writer: every return stops
 	// it first.
 	ln, err := net.Listen("tcp", c.Listen)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +21,7 @@ import (
 // shutdown delay that lets the balancer's health check take it out of
 // rotation before it stops accepting, the PROXY protocol that carries the
 // client's address through the balancer, and a check that the process may
-// open as many files as --max-conns asks for.
+// open as many files as its configuration needs.
 
 // proxyTrusted returns --proxy-trusted as prefixes.
 func (c *cli) proxyTrusted() ([]netip.Prefix, error) {
@@ -100,18 +101,50 @@ func delayShutdown(srv *relay.Server, delay time.Duration, logger zerolog.Logger
 	}
 }
 
-// fdHeadroom is what the relay needs open besides client connections: its
-// listeners, logs, admin connections and the Go runtime's own.
-const fdHeadroom = 64
+// What the relay holds open besides its connections to clients and
+// targets, counted by filesNeeded.
+const (
+	// fdLogs: the breaker log, the in-doubt journal and the access log,
+	// each of which may be open twice for a moment while SIGHUP reopens it.
+	fdLogs = 6
+	// fdListeners: the client port and the admin port.
+	fdListeners = 2
+	// fdAdmin: connections to the admin port (scrapes, status pages,
+	// relayctl).
+	fdAdmin = 16
+	// fdReserve: the standard streams, the Go runtime's poller, the files
+	// a reload reads (settings, TLS), the shield's look-ups of calls in
+	// doubt.
+	fdReserve = 32
+)
 
 // filesNeeded is how many files the relay may hold open at once: a
-// connection for each of maxConns clients and for each call in flight to a
-// target (the sum of the bulkheads, and as many pooled idle), plus
-// headroom.
-func filesNeeded(maxConns int, bulkheads []int) uint64 {
-	n := uint64(maxConns) + fdHeadroom
+// connection for each of maxConns clients and for each of the
+// relay.MaxTurningAway connections it may be turning away, two for each
+// call a target's bulkhead admits (the call's, and as many idle kept-alive
+// in the target's pool), storeConns to a fleet's store, and its logs,
+// listeners, admin connections and a reserve.
+func filesNeeded(maxConns int, bulkheads []int, storeConns int) uint64 {
+	n := uint64(maxConns) + relay.MaxTurningAway + uint64(storeConns) + fdLogs + fdListeners + fdAdmin + fdReserve
 	for _, b := range bulkheads {
 		n += 2 * uint64(b)
 	}
 	return n
+}
+
+// storeConns is how many connections the relay may hold to a fleet's
+// state store (--state-store): go-redis's default pool of ten a CPU, its
+// subscription, and Sentinel's; none without a store.
+func storeConns(stateStore string) int {
+	if stateStore == "" {
+		return 0
+	}
+	return 10*runtime.GOMAXPROCS(0) + 4
+}
+
+// fileLimitError is the one line that refuses a configuration whose files
+// the limit cannot hold.
+func fileLimitError(maxConns int, need, limit uint64) error {
+	return fmt.Errorf("--max-conns %d needs about %d descriptors but the file limit (RLIMIT_NOFILE) is %d: "+
+		"raise the limit (ulimit -n, LimitNOFILE= under systemd) or lower --max-conns", maxConns, need, limit)
 }

@@ -179,7 +179,10 @@ func (t *Client) CloseIdle() { t.pool.closeIdle() }
 //
 // The message of a failure the hub makes up says which it was: it ends
 // "; not sent" when the request never went out, "; outcome unknown" when
-// the result's Stage is in doubt.
+// the result's Stage is in doubt. A call that failed for want of the hub's
+// own resources before any byte went out (out of descriptors, say) is no
+// failure of the target: E906 "hub overloaded; not sent", with its
+// Result.Fault.
 func (t *Client) Call(txid, payload []byte) Result {
 	deadline := time.Now().Add(t.timeout)
 	c, fresh, err := t.take(deadline)
@@ -189,6 +192,9 @@ func (t *Client) Call(txid, payload []byte) Result {
 		c, fresh, err = t.take(deadline)
 	}
 	if err != nil {
+		if f := t.hubFault(err); f != NoHubFault {
+			return hubOverloaded(f, err, retried)
+		}
 		code, m := classifyCallError(t.conns.abort, err)
 		return Result{Code: code, Msg: withSuffix(m, NotSent), Stage: NotSent, Retried: retried}
 	}
@@ -231,6 +237,42 @@ func connectFailed(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
+// hubFault returns the hub's own fault behind err, the error of a call that
+// sent nothing, or NoHubFault when the network or the target may be to
+// blame. A call Abort gave up on is no fault of the hub's resources.
+func (t *Client) hubFault(err error) HubFault {
+	if t.conns.abort.Err() != nil {
+		return NoHubFault
+	}
+	return hubFaultOf(err)
+}
+
+// hubFaultOf tells the hub's own faults from err by their errno, or by the
+// system call that failed before any connect (socket, setsockopt): those
+// happen on the hub's machine whatever the target does.
+func hubFaultOf(err error) HubFault {
+	switch {
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return FaultDescriptors
+	case errors.Is(err, syscall.ENOMEM), errors.Is(err, syscall.ENOBUFS):
+		return FaultMemory
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return FaultPorts
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) && (se.Syscall == "socket" || se.Syscall == "setsockopt") {
+		return FaultSocket
+	}
+	return NoHubFault
+}
+
+// hubOverloaded is the Result of a call that failed for want of the hub's
+// own resources, f, with err, before any byte of it went out.
+func hubOverloaded(f HubFault, err error, retried bool) Result {
+	return Result{Code: protocol.CodeUnavailable, Msg: withSuffix(msgHubOverloaded, NotSent), Stage: NotSent,
+		Retried: retried, Fault: f, Err: err}
+}
+
 // exchange writes the request on c, reads the answer and classifies it,
 // and puts c back in the pool when it can carry another call, else closes
 // it. c's record of the call is read before c goes back, since another
@@ -265,8 +307,11 @@ func (t *Client) exchange(c *targetConn, fresh bool, txid, payload []byte, deadl
 		c.Close()
 	}
 	if err != nil {
-		code, m := classifyCallError(t.conns.abort, p.callError(err))
 		stage := p.stage()
+		if f := t.hubFault(err); f != NoHubFault && stage == NotSent {
+			return hubOverloaded(f, err, false)
+		}
+		code, m := classifyCallError(t.conns.abort, p.callError(err))
 		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: p.sent}
 	}
 	// decodeAnswer's message never aliases the body, which goes back to

@@ -64,6 +64,54 @@ type Result struct {
 	// Retried reports that the call was tried a second time because the
 	// first try failed to connect (see Call).
 	Retried bool
+	// Fault, when not NoHubFault, says that the call failed for want of the
+	// hub's own resources before any byte of the request went out: Code is
+	// E906, Msg "hub overloaded; not sent", and the target is not to blame.
+	Fault HubFault
+	// Err is the local error behind Fault, for the log; nil otherwise.
+	Err error
+}
+
+// HubFault is the hub's own resource a call could not get, which is no
+// failure of its target. It is a plain value.
+type HubFault uint8
+
+// The hub's own faults, as told from the error of a dial or of a write
+// that sent nothing.
+const (
+	// NoHubFault: the call did not fail for want of the hub's resources.
+	NoHubFault HubFault = iota
+	// FaultDescriptors: the process or the system is out of file
+	// descriptors (EMFILE, ENFILE).
+	FaultDescriptors
+	// FaultMemory: the kernel had no memory or buffer space for the
+	// socket (ENOMEM, ENOBUFS).
+	FaultMemory
+	// FaultPorts: no local address or ephemeral port was free for the
+	// connection (EADDRNOTAVAIL).
+	FaultPorts
+	// FaultSocket: another failure of the hub's own socket calls, before
+	// the connect (socket, setsockopt).
+	FaultSocket
+	// NumHubFaults is the number of HubFault values, NoHubFault included.
+	NumHubFaults
+)
+
+// String returns the fault's label value in the hub's metrics:
+// "descriptors", "memory", "ports", "socket", or "none".
+func (f HubFault) String() string {
+	switch f {
+	case FaultDescriptors:
+		return "descriptors"
+	case FaultMemory:
+		return "memory"
+	case FaultPorts:
+		return "ports"
+	case FaultSocket:
+		return "socket"
+	default:
+		return "none"
+	}
 }
 
 // Messages of answers made up about a call. Each failure the hub makes up
@@ -85,6 +133,7 @@ const (
 	msgNotProtocol    = "target answer is not the target protocol"
 	msgNotHTTP        = "target answer is not HTTP"
 	msgBadTargetCode  = "target answered a code of unknown form"
+	msgHubOverloaded  = "hub overloaded"
 )
 
 // withSuffix returns msg followed by the suffix of stage: "; not sent" or
