@@ -227,8 +227,10 @@ type Config struct {
 	// counted and listed by InDoubt.
 	InDoubtLog *indoubt.Journal
 	// DedupMaxEntries bounds the TXIDs the duplicate-TXID shield
-	// remembers, over every target; past it the oldest are forgotten
-	// first, and counted. Zero means dedup.DefaultMaxEntries.
+	// remembers, over every target; past it answered ones are forgotten
+	// first, and counted; one in flight or in doubt never is, and while
+	// nothing else is left a new TXID is answered E906. Zero means
+	// dedup.DefaultMaxEntries.
 	DedupMaxEntries int
 	// DedupStore, when set, shares the shield with the other hubs of a
 	// fleet: a shielded call is claimed in it before it is made and

@@ -40,12 +40,12 @@ func (r *route) countDedup(o dedupOutcome) {
 // duplicate-TXID shield (docs/DESIGN.md, "The duplicate-TXID shield").
 // When the shield remembers the TXID it deals with req itself and reports
 // handled: answered now (a remembered answer, E909, E901 for an outcome it
-// cannot look up), joined to the call in flight, or handed to a look-up of
+// cannot look up, E906 for a new TXID when it is full), joined to the call in flight, or handed to a look-up of
 // its outcome (async, answered later). Otherwise req is the first of its
 // TXID and the caller leads its call through the returned flight.
 func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
 	s := c.srv
-	v, f, code, msg := s.shieldMem.Begin(rt.name, req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+	v, f, code, msg := s.shieldMem.Begin(rt.name, dedup.Scope{}, req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
 		return c.join(rt, req)
 	})
 	switch v {
@@ -63,6 +63,12 @@ func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedu
 		rt.countDedup(dedupRefusedPayload)
 		c.noteHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
 		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
+		return nil, true, false
+	case dedup.Full:
+		// Sent unshielded, a resend of it could be a second call.
+		rt.metrics.countDedupFull()
+		c.noteHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
 		return nil, true, false
 	}
 	// dedup.Resolve: the first call ended in doubt, answered msg.
