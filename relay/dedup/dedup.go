@@ -293,20 +293,21 @@ func appendKey(b []byte, target string, sc Scope, txid []byte) []byte {
 // roomLocked makes room for one more entry in sh, whose lock the caller
 // holds, and reports whether there is room. It first forgets the
 // expired entries at the heads of sh's lists; then, while the Shield is
-// at its limit, the answered entry settled longest ago in sh (an
-// eviction) or, when sh has none, in another shard. Entries in flight or
-// in doubt are in lists of their own, never looked at here, so that the
-// work per call stays small however many of them there are.
+// at its limit, the answered entries settled longest ago in sh
+// (evictions) or, when sh has none, in another shard. Entries in flight
+// or in doubt are in lists of their own, never looked at here, so that
+// the work per call stays small however many of them there are; it
+// evicts more than one only to win back what concurrent calls took past
+// the limit.
 func (s *Shield) roomLocked(sh *shard, now uint32) bool {
 	s.sweepLocked(sh, now)
-	if s.entries.Load() < s.limit {
-		return true
-	}
-	if sh.lists[Answered].head != end {
+	for s.entries.Load() >= s.limit {
+		if sh.lists[Answered].head == end {
+			return s.roomElsewhere(sh, now)
+		}
 		s.evictLocked(sh)
-		return true
 	}
-	return s.roomElsewhere(sh, now)
+	return true
 }
 
 // roomElsewhere is roomLocked's last resort: it looks for room in the
@@ -323,11 +324,10 @@ func (s *Shield) roomElsewhere(sh *shard, now uint32) bool {
 			continue
 		}
 		s.sweepLocked(o, now)
-		room := s.entries.Load() < s.limit
-		if !room && o.lists[Answered].head != end {
+		for s.entries.Load() >= s.limit && o.lists[Answered].head != end {
 			s.evictLocked(o)
-			room = true
 		}
+		room := s.entries.Load() < s.limit
 		o.mu.Unlock()
 		if room {
 			return true

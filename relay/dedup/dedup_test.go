@@ -87,6 +87,36 @@ func TestCopiesOfACallInFlightJoinItAndGetItsAnswer(t *testing.T) {
 	assert.Equal(t, []dedup.Waiter{a, b}, waiters)
 }
 
+func TestEachClientScopeHasTXIDsOfItsOwn(t *testing.T) {
+	// Given branch A's W1, answered,
+	s, _ := newShield(0)
+	a, b := dedup.ClientScope("spiffe://bank/branch-a"), dedup.ClientScope("spiffe://bank/branch-b")
+	_, f, _, _ := s.Begin("CORE", a, []byte("W1"), h, noJoin(t))
+	s.Settle(f, dedup.Answered, "0000", []byte("balance=99500"), window)
+
+	// when branch B, and a client without an identity, send W1 with the
+	// same payload and with another,
+	other := dedup.HashPayload([]byte("WD 1001 900"))
+	vB, fB, _, _ := s.Begin("CORE", b, []byte("W1"), h, noJoin(t))
+	vOther, _, _, _ := s.Begin("CORE", dedup.ClientScope("spiffe://bank/branch-c"), []byte("W1"), other, noJoin(t))
+	vNone, _, _, _ := s.Begin("CORE", dedup.Scope{}, []byte("W1"), h, noJoin(t))
+
+	// then each is a first line of its own, never A's answer nor E909,
+	assert.Equal(t, dedup.Claimed, vB)
+	assert.Equal(t, dedup.Claimed, vOther)
+	assert.Equal(t, dedup.Claimed, vNone)
+	assert.Equal(t, b, fB.Scope())
+	// while A's resend is still answered from memory.
+	v, _, code, _ := s.Begin("CORE", a, []byte("W1"), h, noJoin(t))
+	assert.Equal(t, dedup.Replayed, v)
+	assert.Equal(t, "0000", code)
+	id, ok := a.Client()
+	assert.True(t, ok)
+	assert.NotEqual(t, dedup.Hash{}, id)
+	_, ok = dedup.Scope{}.Client()
+	assert.False(t, ok)
+}
+
 func TestAnotherPayloadIsAConflictInFlightAndAfter(t *testing.T) {
 	s, _ := newShield(0)
 	other := dedup.HashPayload([]byte("WD 1001 900"))
