@@ -1,4 +1,4 @@
-// Package dedup is the duplicate-TXID shield: for each target and TXID it
+// Package dedup is the duplicate-TXID shield: for each target, scope and TXID it
 // remembers whether a transaction is in flight, answered or in doubt, so
 // that a client's resend joins the first call or gets its answer instead of
 // making a second call. It knows nothing of connections or of the targets'
