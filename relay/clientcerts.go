@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/relay/clientcert"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -52,6 +54,19 @@ func (t *tlsServer) verifyClient(cs tls.ConnectionState) error {
 	}
 	t.verified.Add(pool, key, clientcert.Expiry(chains[0]))
 	return nil
+}
+
+// certScope returns the duplicate-TXID shield's scope of a client whose
+// certificate is leaf, naming ids: that of its first identity (a renewed
+// certificate that keeps its name keeps its TXIDs), or, for a certificate
+// that names none, that of its own SHA-256, so that clients without a name
+// do not share one.
+func certScope(leaf *x509.Certificate, ids []string) dedup.Scope {
+	if len(ids) > 0 {
+		return dedup.ClientScope(ids[0])
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	return dedup.ClientScope(string(sum[:]))
 }
 
 // mayUse reports whether the connection's client may send requests to the

@@ -227,8 +227,10 @@ type Config struct {
 	// counted and listed by InDoubt.
 	InDoubtLog *indoubt.Journal
 	// DedupMaxEntries bounds the TXIDs the duplicate-TXID shield
-	// remembers, over every target; past it the oldest are forgotten
-	// first, and counted. Zero means dedup.DefaultMaxEntries.
+	// remembers, over every target; past it answered ones are forgotten
+	// first, and counted; one in flight or in doubt never is, and while
+	// nothing else is left a new TXID is answered E906. Zero means
+	// dedup.DefaultMaxEntries.
 	DedupMaxEntries int
 	// DedupStore, when set, shares the shield with the other hubs of a
 	// fleet: a shielded call is claimed in it before it is made and
@@ -299,6 +301,41 @@ func (ts TargetSettings) WithDefaults() TargetSettings {
 	return ts
 }
 
+// DedupScope says whose TXIDs the duplicate-TXID shield keeps apart.
+type DedupScope uint8
+
+// Scopes of the shield.
+const (
+	// DedupByIdentity: under mutual TLS each client identity has TXIDs of
+	// its own, so that no client gets another's answers, or learns which
+	// TXIDs another uses; a client without a certificate shares the
+	// target's, as with DedupByTarget.
+	DedupByIdentity DedupScope = iota
+	// DedupByTarget: a target's TXIDs are shared by all its clients.
+	DedupByTarget
+)
+
+// DedupScopeNames are the names ParseDedupScope takes, by DedupScope.
+var DedupScopeNames = [...]string{DedupByIdentity: "identity", DedupByTarget: "target"}
+
+// String returns the scope's name.
+func (d DedupScope) String() string {
+	if int(d) < len(DedupScopeNames) {
+		return DedupScopeNames[d]
+	}
+	return "DedupScope(" + strconv.Itoa(int(d)) + ")"
+}
+
+// ParseDedupScope reads a scope's name: identity or target.
+func ParseDedupScope(name string) (DedupScope, error) {
+	for i, n := range DedupScopeNames {
+		if n == name {
+			return DedupScope(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%q: want identity or target", name)
+}
+
 // dedupWindow is DedupWindow, or its default when zero. Like
 // TargetIdleTimeout, a zero window stays zero in the settings.
 func (ts TargetSettings) dedupWindow() time.Duration {
@@ -332,6 +369,9 @@ func (ts TargetSettings) check() error {
 	}
 	if !(ts.ResetJitter >= 0 && ts.ResetJitter <= 1) {
 		return fmt.Errorf("ResetJitter must be between 0 and 1, got %v", ts.ResetJitter)
+	}
+	if ts.DedupScope > DedupByTarget {
+		return fmt.Errorf("DedupScope must be DedupByIdentity or DedupByTarget, got %v", ts.DedupScope)
 	}
 	return nil
 }
@@ -436,6 +476,9 @@ type TargetSettings struct {
 	// DedupWindow is how long the shield remembers an answered or
 	// in-doubt TXID. Zero means 10 min.
 	DedupWindow time.Duration
+	// DedupScope is whose TXIDs the shield keeps apart when clients
+	// present certificates. Zero is DedupByIdentity.
+	DedupScope DedupScope
 	// Policy is when the target's breaker opens and how long it stays open
 	// (threshold, reset timeout and the optional policies, the probes'
 	// included); its comments give the defaults. Embedded, so that its

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -56,6 +57,7 @@ type conn struct {
 type connPeer struct {
 	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
 	identities []string       // the client certificate's identities (clientcert.Identities); nil without one
+	scope      dedup.Scope    // the shield's scope of the client's certificate (certScope); zero without one
 }
 
 // proxyPeer returns the load balancer that sent the PROXY header, or the

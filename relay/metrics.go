@@ -38,6 +38,7 @@ const (
 	metricProbeLastHealthy = "relay_probe_last_healthy"
 	metricDedup            = "relay_dedup_total"
 	metricDedupEvictions   = "relay_dedup_evictions_total"
+	metricDedupRefused     = "relay_dedup_refused_total"
 	metricDedupEntries     = "relay_dedup_entries"
 	metricDedupFallbacks   = "relay_dedup_store_fallbacks_total"
 	metricHubRefusals      = "relay_hub_refusals_total"
@@ -176,6 +177,7 @@ type Metrics struct {
 	probeOK     *prometheus.GaugeVec
 	dedup       *prometheus.CounterVec
 	hubRefusals *prometheus.CounterVec
+	dedupFull   *prometheus.CounterVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -245,6 +247,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: metricHubRefusals,
 			Help: "Calls to the target the hub did not make for want of its own resources, answered E906 (hub overloaded; not sent) and not counted by the breaker, by reason: descriptors, memory, ports, socket.",
 		}, []string{labelTarget, labelReason}),
+		dedupFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricDedupRefused,
+			Help: "New TXIDs refused E906 without a call because the duplicate-TXID shield was at --dedup-max-entries with calls in flight or in doubt only, which it never forgets before their window.",
+		}, []string{labelTarget}),
 		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricInDoubtLogError,
 			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
@@ -271,7 +277,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
-		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.hubRefusals,
+		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.dedupFull, m.hubRefusals,
 		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
 			func(s *Server) int64 { return s.shieldMem.Evictions() }),
 		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
@@ -353,6 +359,7 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 		probeLast:   m.probeLast.WithLabelValues(name),
 		probeTook:   m.probeTook.WithLabelValues(name),
 		probeOK:     m.probeOK.WithLabelValues(name),
+		dedupFull:   m.dedupFull.WithLabelValues(name),
 		probes: [2]prometheus.Counter{
 			m.probes.WithLabelValues(name, outcomeFailed),
 			m.probes.WithLabelValues(name, outcomeHealthy),
@@ -399,6 +406,8 @@ type routeMetrics struct {
 	probeLast, probeTook, probeOK prometheus.Gauge
 	// dedup counts the shield's outcomes, by dedupOutcome.
 	dedup [numDedupOutcomes]prometheus.Counter
+	// dedupFull counts the new TXIDs the shield refused, full.
+	dedupFull prometheus.Counter
 	// hubRefusals counts the calls not made for want of the hub's own
 	// resources, by targethttp.HubFault; nil for NoHubFault.
 	hubRefusals [targethttp.NumHubFaults]prometheus.Counter
@@ -419,6 +428,13 @@ func (rm *routeMetrics) countHubRefusal(f targethttp.HubFault) {
 func (rm *routeMetrics) countDedup(o dedupOutcome) {
 	if rm != nil {
 		rm.dedup[o].Inc()
+	}
+}
+
+// countDedupFull counts a new TXID the shield refused, full.
+func (rm *routeMetrics) countDedupFull() {
+	if rm != nil {
+		rm.dedupFull.Inc()
 	}
 }
 

@@ -657,16 +657,19 @@ func (cl *call) run() {
 		msg = cl.msg
 	}
 	var copies []dedup.Waiter
-	var hash dedup.Hash
+	var (
+		hash  dedup.Hash
+		scope dedup.Scope
+	)
 	if f := cl.flight; f != nil {
-		cl.flight, hash = nil, f.Hash()
+		cl.flight, hash, scope = nil, f.Hash(), f.Scope()
 		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.dedupWindow())
 	}
 	answer(c, txid, code, msg, true)
 	answered = true
 	answerAll(copies, code, msg)
 	if shared {
-		cl.settleShared(hash, res, code, msg)
+		cl.settleShared(scope, hash, res, code, msg)
 	}
 	// Failures are logged at warn, but at most failLogBurst a second per
 	// target (the rest at debug): they are what an operator looks for, and

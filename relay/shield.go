@@ -40,12 +40,12 @@ func (r *route) countDedup(o dedupOutcome) {
 // duplicate-TXID shield (docs/DESIGN.md, "The duplicate-TXID shield").
 // When the shield remembers the TXID it deals with req itself and reports
 // handled: answered now (a remembered answer, E909, E901 for an outcome it
-// cannot look up), joined to the call in flight, or handed to a look-up of
+// cannot look up, E906 for a new TXID when it is full), joined to the call in flight, or handed to a look-up of
 // its outcome (async, answered later). Otherwise req is the first of its
 // TXID and the caller leads its call through the returned flight.
 func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
 	s := c.srv
-	v, f, code, msg := s.shieldMem.Begin(rt.name, req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+	v, f, code, msg := s.shieldMem.Begin(rt.name, c.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
 		return c.join(rt, req)
 	})
 	switch v {
@@ -64,9 +64,25 @@ func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedu
 		c.noteHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
 		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
 		return nil, true, false
+	case dedup.Full:
+		// Sent unshielded, a resend of it could be a second call.
+		rt.metrics.countDedupFull()
+		c.noteHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
+		return nil, true, false
 	}
 	// dedup.Resolve: the first call ended in doubt, answered msg.
 	return nil, true, c.lookUp(rt, f, req, msg)
+}
+
+// shieldScope returns the scope of the connection's TXIDs to a target
+// configured by conf: its client's identity when it presented a
+// certificate and the target keeps identities apart, else the target's.
+func (c *conn) shieldScope(conf *routeConf) dedup.Scope {
+	if c.peer == nil || conf.settings.DedupScope == DedupByTarget {
+		return dedup.Scope{}
+	}
+	return c.peer.scope
 }
 
 // lookUp starts the look-up of the outcome of req, a resend of a
@@ -198,7 +214,7 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 		a.flight = nil
 		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
 		s.noteResolved(called, cconf, req, code)
-		s.storeResolved(rt, conf, req, f.Hash(), code, msg)
+		s.storeResolved(rt, conf, req, f, code, msg)
 		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
 		answer(c, req.TxID, code, msg, true)
 		answerAll(ws, code, msg)

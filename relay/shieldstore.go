@@ -35,10 +35,10 @@ func (cl *call) claimShared() (dedup.Record, bool) {
 	if cl.resolved {
 		// The target said it never applied the transaction the fleet
 		// holds in doubt: this call takes the record over.
-		s.noteStore(s.dedupStore.Settle(context.Background(), named.name, txid, rec, window))
+		s.noteStore(s.dedupStore.Settle(context.Background(), named.name, cl.flight.Scope(), txid, rec, window))
 		return dedup.Record{}, false
 	}
-	existing, claimed, err := s.dedupStore.Claim(context.Background(), named.name, txid, rec, window)
+	existing, claimed, err := s.dedupStore.Claim(context.Background(), named.name, cl.flight.Scope(), txid, rec, window)
 	s.noteStore(err)
 	if err != nil || claimed {
 		return dedup.Record{}, false
@@ -79,10 +79,11 @@ func (cl *call) answerShared(ex dedup.Record) {
 	answer(c, req.TxID, code, msg, true)
 }
 
-// settleShared stores the outcome of cl's call, which ended with res and
-// was answered code, msg, for the fleet: an answer or a call in doubt is
-// kept for the window, a call not sent is released.
-func (cl *call) settleShared(hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
+// settleShared stores the outcome of cl's call, claimed in scope with the
+// payload hash hash, which ended with res and was answered code, msg, for
+// the fleet: an answer or a call in doubt is kept for the window, a call
+// not sent is released.
+func (cl *call) settleShared(scope dedup.Scope, hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
 	s, named := cl.c.srv, cl.named()
 	txid := string(cl.line[:cl.txidN])
 	rec := dedup.Record{Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
@@ -93,20 +94,20 @@ func (cl *call) settleShared(hash dedup.Hash, res targethttp.Result, code string
 	case res.Stage.InDoubt():
 		rec.State = dedup.InDoubt
 	default:
-		s.noteStore(s.dedupStore.Release(context.Background(), named.name, txid, rec.Hub))
+		s.noteStore(s.dedupStore.Release(context.Background(), named.name, scope, txid, rec.Hub))
 		return
 	}
-	s.noteStore(s.dedupStore.Settle(context.Background(), named.name, txid, rec, window))
+	s.noteStore(s.dedupStore.Settle(context.Background(), named.name, scope, txid, rec, window))
 }
 
 // storeResolved stores, for the fleet, that the target applied
-// rt's txid with code, msg.
-func (s *Server) storeResolved(rt *route, conf *routeConf, req protocol.Request, hash dedup.Hash, code string, msg []byte) {
+// rt's txid, whose flight was f, with code, msg.
+func (s *Server) storeResolved(rt *route, conf *routeConf, req protocol.Request, f *dedup.Flight, code string, msg []byte) {
 	if s.dedupStore == nil {
 		return
 	}
-	rec := dedup.Record{State: dedup.Answered, Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
-	s.noteStore(s.dedupStore.Settle(context.Background(), rt.name, string(req.TxID), rec, conf.settings.dedupWindow()))
+	rec := dedup.Record{State: dedup.Answered, Hash: f.Hash(), Hub: s.hubName(), Code: code, Message: string(msg)}
+	s.noteStore(s.dedupStore.Settle(context.Background(), rt.name, f.Scope(), string(req.TxID), rec, conf.settings.dedupWindow()))
 }
 
 // noteStore records how a command to the fleet's store went: a failure is

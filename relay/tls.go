@@ -211,6 +211,7 @@ func (c *conn) handshake() bool {
 			c.peer = new(connPeer)
 		}
 		c.peer.identities = clientcert.Identities(cs.PeerCertificates[0])
+		c.peer.scope = certScope(cs.PeerCertificates[0], c.peer.identities)
 	}
 	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,6 +112,83 @@ func TestResendInDoubtWithoutAStatusURLIsNotSent(t *testing.T) {
 	assert.Equal(t, "W1|E901|outcome still unknown; do not resend yet", resent.String())
 	assert.Equal(t, []string{"W1"}, core.Received(t))
 	assert.Equal(t, 1.0, dedupCount(t, h, "unresolved"))
+}
+
+func TestAShieldFullOfCallsInDoubtRefusesNewTXIDsRatherThanForgetOne(t *testing.T) {
+	// Given a late CORE (it books at once and answers after 3 s), and a
+	// relay that waits 500 ms for it with a shield of 200 entries,
+	const bound, conns, each = 200, 4, 75 // 300 transactions
+	core := proctest.StartFixture(t, "CORE", "core")
+	core.Ctl(t, `{"mode":"late","delay_ms":3000}`)
+	h := startShieldedRelay(t, core.URL, "", "--target-timeout", "500ms",
+		"--dedup-max-entries", fmt.Sprint(bound), "--max-inflight", "1000", "--fail-threshold", "100000")
+	cs := make([]*proctest.Conn, conns)
+	for i := range cs {
+		cs[i] = proctest.Dial(t, h.Addr())
+	}
+	// send sends every transaction, each connection its share at once,
+	// and returns the answers by TXID.
+	send := func() map[string]proctest.Answer {
+		answers := make([][]proctest.Answer, conns)
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Go(func() {
+				lines := make([]string, each)
+				for j := range lines {
+					lines[j] = fmt.Sprintf("F%d-%d|CORE|WD 1001 1", i, j)
+				}
+				c.Send(lines...)
+				answers[i] = c.ReadAnswers(each)
+			})
+		}
+		wg.Wait()
+		return proctest.ByTxID(t, slices.Concat(answers...))
+	}
+	const (
+		inDoubtMsg = "E901|no answer within target timeout; outcome unknown"
+		fullMsg    = "E906|shield full of calls in doubt; not sent"
+	)
+
+	// when 300 transactions are sent at once, and each is sent again once
+	// all are answered,
+	first := send()
+	again := send()
+
+	// then the shield took what it holds, which ended in doubt (or, on a
+	// busy machine, a few not sent, which it forgets), and refused the
+	// others without a call;
+	inDoubt, refused := 0, 0
+	for txid, a := range first {
+		switch a.Code + "|" + a.Message {
+		case inDoubtMsg:
+			inDoubt++
+		case fullMsg:
+			refused++
+		default:
+			assert.Equal(t, txid+"|E901|no answer within target timeout; not sent", a.String())
+		}
+	}
+	assert.LessOrEqual(t, inDoubt, bound)
+	assert.Positive(t, refused)
+	// the resends found every call in doubt still remembered;
+	for txid, a := range again {
+		if first[txid].Code+"|"+first[txid].Message == inDoubtMsg {
+			assert.Equal(t, txid+"|E901|outcome still unknown; do not resend yet", a.String())
+		}
+		if a.Code == "E906" {
+			assert.Equal(t, txid+"|"+fullMsg, a.String())
+			refused++
+		}
+	}
+	// and no transaction reached CORE twice.
+	seen := map[string]bool{}
+	for _, txid := range core.Received(t) {
+		assert.False(t, seen[txid], "%s reached CORE twice", txid)
+		seen[txid] = true
+	}
+	m, _ := h.scrape(t)
+	assert.Equal(t, float64(refused), m[`relay_dedup_refused_total{target="CORE"}`])
+	assert.Zero(t, m[`relay_dedup_evictions_total`])
 }
 
 func TestCopiesOfACallInFlightJoinIt(t *testing.T) {

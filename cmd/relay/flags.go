@@ -60,7 +60,8 @@ type cli struct {
 	ProbeInterval   duration `help:"How long after a probe the next one is due while the breaker has not closed: the open period after a failed probe (no backoff or jitter) and the gap between healthy probes; 0 means the breaker's open period after a failure (with backoff and jitter) and --reset-timeout between healthy probes." default:"0" env:"RELAY_PROBE_INTERVAL"`
 	Dedup           bool     `help:"Duplicate-TXID shield for every target (a settings file's dedup sets it per target): a resend of a TXID in flight joins its call, one answered within --dedup-window gets the same answer without a call, one reused with another payload gets E909, one in doubt is looked up at the target's status_url (docs/PROTOCOL.md, \"Resending a transaction\")." env:"RELAY_DEDUP"`
 	DedupWindow     duration `help:"How long the shield remembers an answered or in-doubt TXID; 0 means 10m." default:"0" env:"RELAY_DEDUP_WINDOW"`
-	DedupMaxEntries int      `help:"Most TXIDs the shield remembers, over all targets (about 130 bytes each); past it the oldest are forgotten first, and counted in relay_dedup_evictions_total." default:"1000000" env:"RELAY_DEDUP_MAX_ENTRIES"`
+	DedupScope      string   `help:"Whose TXIDs the shield keeps apart (a settings file's dedup_scope sets it per target): identity gives each client certificate's identity its own, so that no client gets another's answers or learns its TXIDs; target shares them among all the target's clients. Clients without a certificate always share them." enum:"identity,target" default:"identity" env:"RELAY_DEDUP_SCOPE"`
+	DedupMaxEntries int      `help:"Most TXIDs the shield remembers, over all targets (about 145 bytes each); past it answered ones are forgotten first, and counted in relay_dedup_evictions_total; one in flight or in doubt never is, and while nothing else is left a new TXID gets E906." default:"1000000" env:"RELAY_DEDUP_MAX_ENTRIES"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; this or --admin-token-file is required when --admin-listen is beyond loopback. Prefer --admin-token-file or the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 	AdminTokenFile  string   `help:"File holding the bearer token of --admin-token, instead of that flag: read at start and again on SIGHUP, so the token can be rotated without a restart. The whole file is the token, one line, a trailing newline dropped. A file that is empty, or that group or others have any access to (chmod 600 it), stops the relay at start; on SIGHUP it is refused and logged, and the token in force stays. Empty means none." placeholder:"FILE" env:"RELAY_ADMIN_TOKEN_FILE"`
 
@@ -396,6 +397,7 @@ func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 		ProbeExpect:       c.probeExpect(),
 		Dedup:             c.Dedup,
 		DedupWindow:       time.Duration(c.DedupWindow),
+		DedupScope:        c.dedupScope(),
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),
@@ -409,6 +411,12 @@ func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 			ProbeInterval:   time.Duration(c.ProbeInterval),
 		},
 	}
+}
+
+// dedupScope returns --dedup-scope; kong has checked its value.
+func (c *cli) dedupScope() relay.DedupScope {
+	scope, _ := relay.ParseDedupScope(c.DedupScope)
+	return scope
 }
 
 // probeExpect returns --probe-expect in canonical form; Validate has

@@ -95,25 +95,25 @@ var errFleetNotStarted = errors.New("fleet not started")
 // (dedup.Store).
 
 // Claim implements dedup.Store.
-func (o *fleetObserver) Claim(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) (dedup.Record, bool, error) {
+func (o *fleetObserver) Claim(ctx context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, ttl time.Duration) (dedup.Record, bool, error) {
 	if f := o.fleet.Load(); f != nil {
-		return f.Dedup().Claim(ctx, target, txid, rec, ttl)
+		return f.Dedup().Claim(ctx, target, scope, txid, rec, ttl)
 	}
 	return dedup.Record{}, false, errFleetNotStarted
 }
 
 // Settle implements dedup.Store.
-func (o *fleetObserver) Settle(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) error {
+func (o *fleetObserver) Settle(ctx context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, ttl time.Duration) error {
 	if f := o.fleet.Load(); f != nil {
-		return f.Dedup().Settle(ctx, target, txid, rec, ttl)
+		return f.Dedup().Settle(ctx, target, scope, txid, rec, ttl)
 	}
 	return errFleetNotStarted
 }
 
 // Release implements dedup.Store.
-func (o *fleetObserver) Release(ctx context.Context, target, txid, hub string) error {
+func (o *fleetObserver) Release(ctx context.Context, target string, scope dedup.Scope, txid, hub string) error {
 	if f := o.fleet.Load(); f != nil {
-		return f.Dedup().Release(ctx, target, txid, hub)
+		return f.Dedup().Release(ctx, target, scope, txid, hub)
 	}
 	return errFleetNotStarted
 }

@@ -326,7 +326,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 		Int("min_samples", policy.MinSamples).Stringer("slow_call", policy.SlowCall).
 		Stringer("max_reset_timeout", policy.MaxResetTimeout).Float64("reset_jitter", policy.ResetJitter).
 		Bool("admin_token", token.value() != "").Str("admin_token_file", c.AdminTokenFile).
-		Bool("dedup", c.Dedup).Stringer("dedup_window", dedupWindow(c.DedupWindow)).Int("dedup_max_entries", c.DedupMaxEntries).
+		Bool("dedup", c.Dedup).Stringer("dedup_window", dedupWindow(c.DedupWindow)).Str("dedup_scope", c.DedupScope).Int("dedup_max_entries", c.DedupMaxEntries).
 		Str("probe_payload", c.ProbePayload).Strs("probe_expect", c.probeExpect()).
 		Int("probe_successes", max(policy.ProbeSuccesses, 1)).Stringer("probe_interval", policy.ProbeInterval)
 	start = start.Stringer("shutdown_delay", c.ShutdownDelay).Str("proxy_protocol", cfg.ProxyProtocol.String()).

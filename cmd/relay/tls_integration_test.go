@@ -357,3 +357,60 @@ func TestTLSBehindProxyHeaderAndOneSIGHUPForCertificatesAndAllowedClients(t *tes
 		assert.Contains(t, []any{"203.0.113.7:4711", "203.0.113.8:4712"}, l["remote"])
 	}
 }
+
+func TestTLSShieldKeepsEachClientIdentitysTXIDsApart(t *testing.T) {
+	tests := []struct {
+		name  string
+		table string // CORE's settings
+		// what branch b's copy of branch a's line, and branch c's W1 with
+		// another payload, get
+		b, c string
+		// the calls CORE received, and the answers the shield replayed
+		received []string
+		replayed float64
+	}{
+		{
+			name: "by identity, the default", table: "dedup = true\n",
+			b: "W1|0000|balance=99500", c: "W1|0000|balance=99500",
+			// b's and c's lines are calls of their own (CORE's own
+			// memory of X-Tx-Id gives them its first answer); a's resend
+			// is still a's.
+			received: []string{"W1", "W1", "W1"}, replayed: 1,
+		},
+		{
+			name: "by target", table: "dedup = true\ndedup_scope = \"target\"\n",
+			b: "W1|0000|balance=99500", c: "W1|E909|TXID reused with a different payload",
+			received: []string{"W1"}, replayed: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Given three branches with certificates of their own, and
+			// CORE shielded,
+			p := newPKI(t)
+			core := proctest.StartFixture(t, "CORE", "core")
+			config := filepath.Join(p.dir, "relay.toml")
+			require.NoError(t, os.WriteFile(config, []byte("[CORE]\n"+tt.table), 0o600))
+			relay := startAdminRelay(t, append(p.hubArgs(), "--target", "CORE="+core.URL, "--config", config)...)
+			branch := func(cn string) *hubtest.Client {
+				return hubtest.DialTLS(t, relay.Addr(), p.client(p.bank.Client(t, cn)))
+			}
+			a, b, c := branch("branch-a"), branch("branch-b"), branch("branch-c")
+
+			// when a sends W1, b sends the same line, c sends W1 with
+			// another payload, and a sends W1 again,
+			require.Equal(t, "W1|0000|balance=99500", a.RoundTrip("W1|CORE|WD 1001 500"))
+			gotB := b.RoundTrip("W1|CORE|WD 1001 500")
+			gotC := c.RoundTrip("W1|CORE|WD 1001 900")
+			again := a.RoundTrip("W1|CORE|WD 1001 500")
+
+			// then each gets what its scope says.
+			assert.Equal(t, tt.b, gotB)
+			assert.Equal(t, tt.c, gotC)
+			assert.Equal(t, "W1|0000|balance=99500", again)
+			assert.Equal(t, tt.received, core.Received(t))
+			m, _ := relay.scrape(t)
+			assert.Equal(t, tt.replayed, m[`relay_dedup_total{outcome="replayed",target="CORE"}`])
+		})
+	}
+}

@@ -14,20 +14,20 @@ func Example() {
 	s := dedup.New(dedup.Config{})
 	payload := []byte("WD 1001 500")
 
-	v, lead, _, _ := s.Begin("CORE", []byte("W1"), dedup.HashPayload(payload), nil)
+	v, lead, _, _ := s.Begin("CORE", dedup.Scope{}, []byte("W1"), dedup.HashPayload(payload), nil)
 	fmt.Println(v == dedup.Claimed)
 
-	v, _, _, _ = s.Begin("CORE", []byte("W1"), dedup.HashPayload(payload), func() dedup.Waiter { return printer{} })
+	v, _, _, _ = s.Begin("CORE", dedup.Scope{}, []byte("W1"), dedup.HashPayload(payload), func() dedup.Waiter { return printer{} })
 	fmt.Println(v == dedup.Joined)
 
 	for _, w := range s.Settle(lead, dedup.Answered, "0000", []byte("balance=99500"), 10*time.Minute) {
 		w.Answer("0000", []byte("balance=99500"))
 	}
 
-	_, _, code, msg := s.Begin("CORE", []byte("W1"), dedup.HashPayload(payload), nil)
+	_, _, code, msg := s.Begin("CORE", dedup.Scope{}, []byte("W1"), dedup.HashPayload(payload), nil)
 	fmt.Println(code, msg)
 
-	v, _, _, _ = s.Begin("CORE", []byte("W1"), dedup.HashPayload([]byte("WD 1001 900")), nil)
+	v, _, _, _ = s.Begin("CORE", dedup.Scope{}, []byte("W1"), dedup.HashPayload([]byte("WD 1001 900")), nil)
 	fmt.Println(v == dedup.Conflict)
 	// Output:
 	// true

@@ -18,8 +18,10 @@ import (
 // store"): one string key per transaction,
 //
 //	rh:{TARGET}:tx:TXID = 1|STATE|HASH|HUB|CODE|MESSAGE
+//	rh:{TARGET}:idtx:IDENTITY:TXID = the same, for a client's own scope
 //
-// kept for the caller's ttl. The target's hash tag keeps a transaction in
+// kept for the caller's ttl. IDENTITY is the scope's identity hash in 32
+// lower-case hex digits, never the identity itself. The target's hash tag keeps a transaction in
 // its target's Cluster slot. STATE is F (in flight), A (answered) or D (in
 // doubt); HASH is the payload hash in 32 lower-case hex digits; CODE and
 // MESSAGE are empty while in flight. MESSAGE comes last so that it may hold
@@ -86,11 +88,11 @@ func (f *Fleet) Dedup() *DedupStore {
 	return &DedupStore{f: f}
 }
 
-// Claim stores rec, which must be InFlight, as target's txid for ttl,
+// Claim stores rec, which must be InFlight, as target's txid in scope for ttl,
 // unless a record is there already: then it returns that record and false.
 // A key holding something else than a record is ErrBadDedupRecord.
-func (s *DedupStore) Claim(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) (dedup.Record, bool, error) {
-	key, err := txKey(target, txid)
+func (s *DedupStore) Claim(ctx context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, ttl time.Duration) (dedup.Record, bool, error) {
+	key, err := txKey(target, scope, txid)
 	if err != nil {
 		return dedup.Record{}, false, err
 	}
@@ -133,14 +135,14 @@ func (s *DedupStore) Claim(ctx context.Context, target, txid string, rec dedup.R
 	}
 }
 
-// Settle replaces target's txid with rec for ttl, whatever was there:
+// Settle replaces target's txid in scope with rec for ttl, whatever was there:
 // Answered or InDoubt, or InFlight for a hub that takes over a transaction
 // in doubt once its target said it never applied it. The message is
 // stored as a client is answered with it (control characters as spaces,
 // cut to protocol.MaxMessageBytes), which keeps the record bounded and its
 // replay the same answer.
-func (s *DedupStore) Settle(ctx context.Context, target, txid string, rec dedup.Record, ttl time.Duration) error {
-	key, err := txKey(target, txid)
+func (s *DedupStore) Settle(ctx context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, ttl time.Duration) error {
+	key, err := txKey(target, scope, txid)
 	if err != nil {
 		return err
 	}
@@ -160,10 +162,10 @@ func (s *DedupStore) Settle(ctx context.Context, target, txid string, rec dedup.
 	return nil
 }
 
-// Release deletes target's txid when it is still the InFlight record hub
+// Release deletes target's txid in scope when it is still the InFlight record hub
 // claimed; a record settled since, or claimed by another hub, stays.
-func (s *DedupStore) Release(ctx context.Context, target, txid, hub string) error {
-	key, err := txKey(target, txid)
+func (s *DedupStore) Release(ctx context.Context, target string, scope dedup.Scope, txid, hub string) error {
+	key, err := txKey(target, scope, txid)
 	if err != nil {
 		return err
 	}
@@ -203,14 +205,17 @@ func (s *DedupStore) refused(target, why string, n int) {
 	ev.Msg("state store transaction record is not the fleet's; ignored")
 }
 
-// txKey returns the key of target's txid, or an error when either could
-// break out of the key's layout.
-func txKey(target, txid string) (string, error) {
+// txKey returns the key of target's txid in scope, or an error when
+// either could break out of the key's layout.
+func txKey(target string, scope dedup.Scope, txid string) (string, error) {
 	if !ValidName(target) || target != strings.ToUpper(target) {
 		return "", fmt.Errorf("fleet: target %q: want a canonical (upper-case) target name", target)
 	}
 	if !protocol.ValidTxID([]byte(txid)) {
 		return "", fmt.Errorf("fleet: %s: TXID %q: want 1 to 64 of A-Z a-z 0-9 . _ : -", target, txid)
+	}
+	if id, ok := scope.Client(); ok {
+		return keyPrefix + "{" + target + "}:idtx:" + hex.EncodeToString(id[:]) + ":" + txid, nil
 	}
 	return keyPrefix + "{" + target + "}:tx:" + txid, nil
 }

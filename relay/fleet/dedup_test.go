@@ -68,12 +68,12 @@ func TestDedupClaimThenClaimAgain(t *testing.T) {
 
 	// Given hub a's claim of CORE's tx-1,
 	first := inFlight("a", "pay 10")
-	_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", first, time.Minute)
+	_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", first, time.Minute)
 	require.NoError(t, err)
 	require.True(t, claimed)
 
 	// when hub b claims it too, with any payload,
-	existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("b", "pay 20"), time.Minute)
+	existing, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("b", "pay 20"), time.Minute)
 
 	// then b gets a's record and the store keeps it.
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestDedupClaimThenClaimAgain(t *testing.T) {
 	assert.True(t, ttl > 0 && ttl <= time.Minute, "ttl %v", ttl)
 
 	// Another target's tx-1 is another transaction.
-	_, claimed, err = d.store.Claim(ctx, "CLAIM", "tx-1", inFlight("b", "pay 20"), time.Minute)
+	_, claimed, err = d.store.Claim(ctx, "CLAIM", dedup.Scope{}, "tx-1", inFlight("b", "pay 20"), time.Minute)
 	require.NoError(t, err)
 	assert.True(t, claimed)
 }
@@ -99,14 +99,14 @@ func TestDedupSettleThenClaim(t *testing.T) {
 			// Given a claim settled with an answer holding '|' and
 			// non-ASCII text,
 			rec := inFlight("a", "pay 10")
-			_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", rec, time.Minute)
+			_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", rec, time.Minute)
 			require.NoError(t, err)
 			require.True(t, claimed)
 			rec.State, rec.Code, rec.Message = st, "E123", "solde|insuffisant: 10 € — 残高不足 |"
-			require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", rec, 10*time.Minute))
+			require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", rec, 10*time.Minute))
 
 			// when a resend is claimed on another hub, it gets the answer.
-			existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("b", "pay 10"), time.Minute)
+			existing, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("b", "pay 10"), time.Minute)
 			require.NoError(t, err)
 			assert.False(t, claimed)
 			assert.Equal(t, rec, existing)
@@ -122,17 +122,17 @@ func TestDedupSettleTakesOverATransactionInDoubt(t *testing.T) {
 
 	// Given a call in doubt on hub a,
 	doubt := dedup.Record{State: dedup.InDoubt, Hash: dedup.HashPayload([]byte("p")), Hub: "a", Code: "E901", Message: "no answer in time"}
-	require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", doubt, time.Minute))
+	require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", doubt, time.Minute))
 
 	// when hub b learns the target never applied it and takes it over,
-	require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", inFlight("b", "p"), time.Minute))
+	require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("b", "p"), time.Minute))
 
 	// then the fleet sees b's call in flight, and b may release it.
-	existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("c", "p"), time.Minute)
+	existing, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("c", "p"), time.Minute)
 	require.NoError(t, err)
 	assert.False(t, claimed)
 	assert.Equal(t, inFlight("b", "p"), existing)
-	require.NoError(t, d.store.Release(ctx, "CORE", "tx-1", "b"))
+	require.NoError(t, d.store.Release(ctx, "CORE", dedup.Scope{}, "tx-1", "b"))
 	assert.Equal(t, int64(0), d.rdb.Exists(ctx, "rh:{CORE}:tx:tx-1").Val())
 }
 
@@ -148,8 +148,8 @@ func TestDedupSettleStoresTheAnswerAClientGets(t *testing.T) {
 		long:             string(protocol.AppendMessage(nil, long)),
 	} {
 		rec := dedup.Record{State: dedup.Answered, Hub: "a", Code: "0000", Message: msg}
-		require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", rec, time.Minute))
-		existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("b", ""), time.Minute)
+		require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", rec, time.Minute))
+		existing, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("b", ""), time.Minute)
 		require.NoError(t, err)
 		require.False(t, claimed)
 		assert.Equal(t, want, existing.Message)
@@ -175,14 +175,14 @@ func TestDedupRelease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDedup(t, time.Second)
 			ctx := context.Background()
-			_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "pay 10"), time.Minute)
+			_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "pay 10"), time.Minute)
 			require.NoError(t, err)
 			require.True(t, claimed)
 			if tt.settle {
-				require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", settled, time.Minute))
+				require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", settled, time.Minute))
 			}
 
-			require.NoError(t, d.store.Release(ctx, "CORE", "tx-1", tt.hub))
+			require.NoError(t, d.store.Release(ctx, "CORE", dedup.Scope{}, "tx-1", tt.hub))
 
 			kept := d.rdb.Exists(ctx, "rh:{CORE}:tx:tx-1").Val() == 1
 			assert.Equal(t, tt.kept, kept)
@@ -191,7 +191,7 @@ func TestDedupRelease(t *testing.T) {
 
 	t.Run("nothing there", func(t *testing.T) {
 		d := newDedup(t, time.Second)
-		assert.NoError(t, d.store.Release(context.Background(), "CORE", "tx-1", "a"))
+		assert.NoError(t, d.store.Release(context.Background(), "CORE", dedup.Scope{}, "tx-1", "a"))
 	})
 }
 
@@ -200,11 +200,11 @@ func TestDedupRecordsExpire(t *testing.T) {
 	ctx := context.Background()
 
 	// Given a claim kept for 50 ms and an answer kept for 50 ms,
-	_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "p"), 50*time.Millisecond)
+	_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "p"), 50*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, claimed)
 	ans := dedup.Record{State: dedup.Answered, Hub: "a", Code: "0000"}
-	require.NoError(t, d.store.Settle(ctx, "CORE", "tx-2", ans, 50*time.Millisecond))
+	require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-2", ans, 50*time.Millisecond))
 	for _, key := range []string{"rh:{CORE}:tx:tx-1", "rh:{CORE}:tx:tx-2"} {
 		ttl := d.rdb.PTTL(ctx, key).Val()
 		assert.True(t, ttl > 0 && ttl <= 50*time.Millisecond, "%s ttl %v", key, ttl)
@@ -213,7 +213,7 @@ func TestDedupRecordsExpire(t *testing.T) {
 	// then both can be claimed afresh once they have expired.
 	for _, txid := range []string{"tx-1", "tx-2"} {
 		require.Eventually(t, func() bool {
-			_, claimed, err := d.store.Claim(ctx, "CORE", txid, inFlight("b", "p"), time.Minute)
+			_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, txid, inFlight("b", "p"), time.Minute)
 			require.NoError(t, err)
 			return claimed
 		}, 3*time.Second, 5*time.Millisecond, txid)
@@ -256,18 +256,18 @@ func TestDedupRefusesWhatIsNotARecord(t *testing.T) {
 			require.NoError(t, tt.set(ctx, d.rdb, key))
 
 			// A claim is refused with an error, and claims nothing;
-			_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "p"), time.Minute)
+			_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "p"), time.Minute)
 			require.ErrorIs(t, err, fleet.ErrBadDedupRecord)
 			assert.False(t, claimed)
 			assert.Equal(t, 1.0, d.errors(t, "content"))
 			assert.Equal(t, 0.0, d.errors(t, "command"))
 			// a release leaves it;
-			require.NoError(t, d.store.Release(ctx, "CORE", "tx-1", "a"))
+			require.NoError(t, d.store.Release(ctx, "CORE", dedup.Scope{}, "tx-1", "a"))
 			assert.Equal(t, int64(1), d.rdb.Exists(ctx, key).Val())
 			// a settle overwrites it.
 			ans := dedup.Record{State: dedup.Answered, Hub: "a", Code: "0000", Message: "ok"}
-			require.NoError(t, d.store.Settle(ctx, "CORE", "tx-1", ans, time.Minute))
-			existing, _, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("b", "p"), time.Minute)
+			require.NoError(t, d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", ans, time.Minute))
+			existing, _, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("b", "p"), time.Minute)
 			require.NoError(t, err)
 			assert.Equal(t, ans, existing)
 		})
@@ -284,7 +284,7 @@ func TestDedupStoreDown(t *testing.T) {
 	const op = 200 * time.Millisecond
 	d := newDedup(t, op)
 	ctx := context.Background()
-	_, _, err := d.store.Claim(ctx, "CORE", "tx-0", inFlight("a", "p"), time.Minute)
+	_, _, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-0", inFlight("a", "p"), time.Minute)
 	require.NoError(t, err, "a pooled connection, for the kill to reset")
 
 	// Given a store killed under the hub, every command fails, well within
@@ -293,11 +293,11 @@ func TestDedupStoreDown(t *testing.T) {
 	ans := dedup.Record{State: dedup.Answered, Hub: "a", Code: "0000"}
 	calls := map[string]func() error{
 		"claim": func() error {
-			_, _, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "p"), time.Minute)
+			_, _, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "p"), time.Minute)
 			return err
 		},
-		"settle":  func() error { return d.store.Settle(ctx, "CORE", "tx-1", ans, time.Minute) },
-		"release": func() error { return d.store.Release(ctx, "CORE", "tx-1", "a") },
+		"settle":  func() error { return d.store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", ans, time.Minute) },
+		"release": func() error { return d.store.Release(ctx, "CORE", dedup.Scope{}, "tx-1", "a") },
 	}
 	for name, call := range calls {
 		start := time.Now()
@@ -319,7 +319,7 @@ func TestDedupSlowStore(t *testing.T) {
 	// a claim gives up after its command timeout, long before the store
 	// answers again.
 	start := time.Now()
-	_, claimed, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "p"), time.Minute)
+	_, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "p"), time.Minute)
 	assert.Error(t, err)
 	assert.False(t, claimed)
 	assert.Less(t, time.Since(start), 5*op)
@@ -332,7 +332,7 @@ func TestDedupCallersContext(t *testing.T) {
 	cancel()
 
 	// A call given up by its caller fails, and is not the store's failure.
-	_, _, err := d.store.Claim(ctx, "CORE", "tx-1", inFlight("a", "p"), time.Minute)
+	_, _, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", inFlight("a", "p"), time.Minute)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 0.0, d.errors(t, "command"))
 }
@@ -345,10 +345,10 @@ func TestDedupRefusesBadArguments(t *testing.T) {
 	ctx := context.Background()
 	ans := dedup.Record{State: dedup.Answered, Hub: "a", Code: "0000"}
 	claim := func(target, txid string, rec dedup.Record, ttl time.Duration) func() error {
-		return func() error { _, _, err := s.Claim(ctx, target, txid, rec, ttl); return err }
+		return func() error { _, _, err := s.Claim(ctx, target, dedup.Scope{}, txid, rec, ttl); return err }
 	}
 	settle := func(target, txid string, rec dedup.Record, ttl time.Duration) func() error {
-		return func() error { return s.Settle(ctx, target, txid, rec, ttl) }
+		return func() error { return s.Settle(ctx, target, dedup.Scope{}, txid, rec, ttl) }
 	}
 	tests := []struct {
 		name string
@@ -369,7 +369,7 @@ func TestDedupRefusesBadArguments(t *testing.T) {
 		{"settle without a code", settle("CORE", "tx-1", dedup.Record{State: dedup.Answered, Hub: "a"}, time.Minute)},
 		{"settle with a code holding '|'", settle("CORE", "tx-1", dedup.Record{State: dedup.Answered, Hub: "a", Code: "0|00"}, time.Minute)},
 		{"settle for a negative time", settle("CORE", "tx-1", ans, -time.Second)},
-		{"release by a bad hub", func() error { return s.Release(ctx, "CORE", "tx-1", "") }},
+		{"release by a bad hub", func() error { return s.Release(ctx, "CORE", dedup.Scope{}, "tx-1", "") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,7 +397,7 @@ func TestDedupClaimHammer(t *testing.T) {
 		wg.Go(func() {
 			hub := string(rune('a' + h))
 			for tx := range txs {
-				existing, claimed, err := d.store.Claim(ctx, "CORE", "tx-"+string(rune('a'+tx)), inFlight(hub, "p"), time.Minute)
+				existing, claimed, err := d.store.Claim(ctx, "CORE", dedup.Scope{}, "tx-"+string(rune('a'+tx)), inFlight(hub, "p"), time.Minute)
 				results[tx][h] = result{hub, claimed, existing, err}
 			}
 		})
@@ -419,4 +419,38 @@ func TestDedupClaimHammer(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestDedupClientScopesHaveKeysOfTheirOwn(t *testing.T) {
+	d := newDedup(t, time.Second)
+	ctx := context.Background()
+	a, b := dedup.ClientScope("spiffe://bank/branch-a"), dedup.ClientScope("spiffe://bank/branch-b")
+
+	// Given tx-1 claimed by branch a, by branch b and without a scope,
+	for _, scope := range []dedup.Scope{a, b, {}} {
+		_, claimed, err := d.store.Claim(ctx, "CORE", scope, "tx-1", inFlight("a", "pay 10"), time.Minute)
+		require.NoError(t, err)
+		require.True(t, claimed, "each scope claims tx-1 for itself")
+	}
+
+	// then each is a key of its own, named by the identity's hash and
+	// never by the identity,
+	idA, _ := a.Client()
+	idB, _ := b.Client()
+	keys, err := d.rdb.Keys(ctx, "rh:{CORE}:*").Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{
+		"rh:{CORE}:idtx:" + hex.EncodeToString(idA[:]) + ":tx-1",
+		"rh:{CORE}:idtx:" + hex.EncodeToString(idB[:]) + ":tx-1",
+		"rh:{CORE}:tx:tx-1",
+	}, keys)
+
+	// and releasing a's leaves the others.
+	require.NoError(t, d.store.Release(ctx, "CORE", a, "tx-1", "a"))
+	keys, err = d.rdb.Keys(ctx, "rh:{CORE}:*").Result()
+	require.NoError(t, err)
+	assert.Len(t, keys, 2)
+	_, claimed, err := d.store.Claim(ctx, "CORE", a, "tx-1", inFlight("b", "pay 20"), time.Minute)
+	require.NoError(t, err)
+	assert.True(t, claimed)
 }

@@ -57,14 +57,14 @@ func ExampleFleet_Dedup() {
 	store := fl.Dedup()
 	ctx := context.Background()
 	rec := dedup.Record{State: dedup.InFlight, Hash: dedup.HashPayload([]byte("pay 10")), Hub: "hub-a:9200"}
-	existing, claimed, err := store.Claim(ctx, "CORE", "tx-1", rec, time.Minute)
+	existing, claimed, err := store.Claim(ctx, "CORE", dedup.Scope{}, "tx-1", rec, time.Minute)
 	switch {
 	case err != nil:
 		// The store cannot be used: the hub's own memory decides.
 	case claimed:
 		// This hub calls CORE, then settles the transaction for the others.
 		rec.State, rec.Code, rec.Message = dedup.Answered, "0000", "balance=100"
-		_ = store.Settle(ctx, "CORE", "tx-1", rec, 10*time.Minute)
+		_ = store.Settle(ctx, "CORE", dedup.Scope{}, "tx-1", rec, 10*time.Minute)
 	default:
 		// Another hub has it: existing is its claim or its answer.
 		fmt.Println(existing.State, existing.Code)

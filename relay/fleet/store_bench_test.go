@@ -86,7 +86,7 @@ func BenchmarkDedupClaim(b *testing.B) {
 	claim := dedup.Record{State: dedup.InFlight, Hash: dedup.HashPayload([]byte("pay 10")), Hub: "bench"}
 	answer := claim
 	answer.State, answer.Code, answer.Message = dedup.Answered, "0000", "balance=100000"
-	if _, _, err := s.Claim(ctx, "CORE", "warm-up", claim, time.Minute); err != nil {
+	if _, _, err := s.Claim(ctx, "CORE", dedup.Scope{}, "warm-up", claim, time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	rdb.ConfigResetStat(ctx)
@@ -95,10 +95,10 @@ func BenchmarkDedupClaim(b *testing.B) {
 	for b.Loop() {
 		txid := "tx-" + strconv.Itoa(n)
 		n++
-		if _, claimed, err := s.Claim(ctx, "CORE", txid, claim, time.Minute); err != nil || !claimed {
+		if _, claimed, err := s.Claim(ctx, "CORE", dedup.Scope{}, txid, claim, time.Minute); err != nil || !claimed {
 			b.Fatalf("claim %s: %v %v", txid, claimed, err)
 		}
-		if err := s.Settle(ctx, "CORE", txid, answer, time.Minute); err != nil {
+		if err := s.Settle(ctx, "CORE", dedup.Scope{}, txid, answer, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -104,7 +104,11 @@ const (
 	MsgTxIDReused    = "TXID reused with a different payload"
 	// MsgStillUnknown answers, with E901, a resend of a transaction in
 	// doubt whose outcome the hub could not learn; no call was made.
-	MsgStillUnknown    = "outcome still unknown; do not resend yet"
+	MsgStillUnknown = "outcome still unknown; do not resend yet"
+	// MsgShieldFull answers, with E906, a new TXID to a shielded target
+	// while the shield is full of calls it may not forget; no call was
+	// made.
+	MsgShieldFull      = "shield full of calls in doubt; not sent"
 	msgCircuitOpenHead = "circuit open; retry after "
 )
 

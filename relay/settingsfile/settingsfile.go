@@ -56,6 +56,7 @@ const (
 	keyProbeInterval   = "probe_interval"
 	keyDedup           = "dedup"
 	keyDedupWindow     = "dedup_window"
+	keyDedupScope      = "dedup_scope"
 	keyStatusURL       = "status_url"
 
 	keyAllowedClients     = "allowed_clients"
@@ -73,7 +74,7 @@ var keyNames = []string{
 	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
 	keyMaxResetTimeout, keyResetJitter, keyFallback,
 	keyProbePayload, keyProbeExpect, keyProbeSuccesses, keyProbeInterval,
-	keyDedup, keyDedupWindow, keyStatusURL,
+	keyDedup, keyDedupWindow, keyDedupScope, keyStatusURL,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
@@ -206,6 +207,7 @@ type table struct {
 	ProbeInterval   offDuration  `toml:"probe_interval"`
 	Dedup           flag         `toml:"dedup"`
 	DedupWindow     duration     `toml:"dedup_window"`
+	DedupScope      dedupScope   `toml:"dedup_scope"`
 	StatusURL       statusURL    `toml:"status_url"`
 
 	AllowedClients     clientPatterns `toml:"allowed_clients"`
@@ -400,6 +402,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.Dedup, err = t.Dedup.get()
 	case keyDedupWindow:
 		s.DedupWindow, err = t.DedupWindow.get()
+	case keyDedupScope:
+		s.DedupScope, err = t.DedupScope.get()
 	case keyStatusURL:
 		ft.target.StatusURL, err = t.StatusURL.get()
 	default:

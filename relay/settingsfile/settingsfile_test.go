@@ -142,6 +142,7 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		{name: "zero probe successes", body: "[CORE]\nprobe_successes = 0\n", table: "CORE", key: "probe_successes", want: "[CORE] probe_successes: must be at least 1, got 0"},
 		{name: "negative probe interval", body: "[CORE]\nprobe_interval = \"-1s\"\n", table: "CORE", key: "probe_interval", want: "must not be negative"},
 		{name: "misspelt probe key", body: "[CORE]\nprobe_sucesses = 3\n", table: "CORE", key: "probe_sucesses", want: "unknown key (did you mean probe_successes?)"},
+		{name: "bad dedup scope", body: "[CORE]\ndedup_scope = \"client\"\n", table: "CORE", key: "dedup_scope", want: `[CORE] dedup_scope: "client": want identity or target`},
 		{name: "misspelt target", body: "[COER]\nmax_inflight = 3\n", table: "COER", key: "url", want: "[COER] url: missing: COER is a target only this file names, so its table must give its url (did you mean [CORE]?)"},
 	}
 	for _, tt := range tests {
@@ -482,4 +483,17 @@ probe_expect = "0000,B212"
 	assert.Empty(t, claim.ProbePayload, "the flags' default: off")
 	assert.Equal(t, []string{"0000", "B212"}, claim.ProbeExpect, "a comma-separated string, as the flag takes it")
 	assert.Zero(t, claim.ProbeSuccesses)
+}
+
+func TestLoadDedupScope(t *testing.T) {
+	// Given flags that keep identities apart and a file that shares CORE's
+	// TXIDs among its clients,
+	path := writeConfig(t, "[CORE]\ndedup_scope = \"target\"\n[CLAIM]\ndedup = true\n")
+
+	targets, err := Load(path, flagDefaults, defaultPair)
+
+	// then CORE is scoped by target, and CLAIM keeps the flags' scope.
+	require.NoError(t, err)
+	assert.Equal(t, relay.DedupByTarget, byName(t, targets, "CORE").Settings.DedupScope)
+	assert.Equal(t, relay.DedupByIdentity, byName(t, targets, "CLAIM").Settings.DedupScope)
 }

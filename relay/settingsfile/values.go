@@ -51,6 +51,8 @@ type (
 	probePayload struct{ checked[string] }
 	// probeCodes is a non-empty list of a healthy probe's answer codes.
 	probeCodes struct{ checked[[]string] }
+	// dedupScope is the shield's scope: identity or target.
+	dedupScope struct{ checked[relay.DedupScope] }
 )
 
 var (
@@ -64,7 +66,18 @@ var (
 	_ toml.Unmarshaler = (*failureCodes)(nil)
 	_ toml.Unmarshaler = (*probePayload)(nil)
 	_ toml.Unmarshaler = (*probeCodes)(nil)
+	_ toml.Unmarshaler = (*dedupScope)(nil)
 )
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *dedupScope) UnmarshalTOML(v any) error {
+	s, err := asString(v)
+	if err == nil {
+		f.value, err = relay.ParseDedupScope(s)
+	}
+	f.err = err
+	return nil
+}
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
 func (f *probePayload) UnmarshalTOML(v any) error { f.value, f.err = asProbePayload(v); return nil }
