@@ -287,3 +287,19 @@ func TestAdminTokenFileOpenToOthersIsRefused(t *testing.T) {
 	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, "--admin-token and --admin-token-file: give one or the other")
 }
+
+func TestAdminCommandsSayTheLinePortIsNoAdminPort(t *testing.T) {
+	// Given a hub, when status, breaker, reload or in-doubt is pointed at
+	// its line port by mistake, each says that the address does not speak
+	// HTTP and where the admin port is, and exits 2: the hub was not asked.
+	h := startAdminHub(t)
+	for _, cmd := range [][]string{{"status"}, {"breaker", "open", "CORE"}, {"reload"}, {"in-doubt"}} {
+		res := proctest.Run(t, "./cmd/relayctl", append(cmd, "--admin", h.Addr(), "--admin-token-file", h.tokenFile)...)
+		assert.Equal(t, 2, res.ExitCode, cmd)
+		assert.Contains(t, res.Stderr, "the address does not speak HTTP (it answered \"-|E900|", cmd)
+		assert.Contains(t, res.Stderr, "it is not the hub's admin port, which is the hub's --admin-listen, 127.0.0.1:9280 unless set\n", cmd)
+		assert.NotContains(t, res.Stderr, "malformed HTTP", cmd)
+	}
+	// The admin port itself still answers.
+	assert.Contains(t, h.mustCtl(t, "status"), "CORE")
+}
