@@ -179,18 +179,18 @@ start_fixture() {
   FIX_URL="http://$(wait_addr "$out/fixture-$name.log")"
 }
 
-# start_relay LOGNAME ARGS...: sets RELAY_ADDR and RELAY_PID. The admin
+# start_relay LOGNAME ARGS...: sets HUB_ADDR and HUB_PID. The admin
 # port is on, as by default, so the metrics are counted as in production.
-# RELAY_BIN, when set, is the relay binary to start instead of bin/relay.
+# HUB_BIN, when set, is the relay binary to start instead of bin/relay.
 start_relay() {
   local name=$1
   shift
   : >"$out/relay-$name.log"
-  "${RELAY_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" --in-doubt-log "$out/in-doubt-$name.log" "$@" \
+  "${HUB_BIN:-bin/relay}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --breaker-log "$out/breaker-$name.log" --in-doubt-log "$out/in-doubt-$name.log" "$@" \
     >/dev/null 2>"$out/relay-$name.log" &
-  RELAY_PID=$!
-  pids+=("$RELAY_PID")
-  RELAY_ADDR=$(wait_addr "$out/relay-$name.log")
+  HUB_PID=$!
+  pids+=("$HUB_PID")
+  HUB_ADDR=$(wait_addr "$out/relay-$name.log")
 }
 
 # trip_core ADDR: the one call that trips the CORE breaker of the relay at
@@ -257,9 +257,9 @@ tls_bench() {
 
   closed=$(free_port)
   start_relay tls-ff-plain --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
-  tp_relay=$RELAY_PID tp_addr=$RELAY_ADDR
+  tp_relay=$HUB_PID tp_addr=$HUB_ADDR
   start_relay tls-ff-tls --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h "${hub_tls[@]}"
-  tt_relay=$RELAY_PID tt_addr=$RELAY_ADDR
+  tt_relay=$HUB_PID tt_addr=$HUB_ADDR
   bin/relayctl send --addr "$tp_addr" CORE "BAL ACC1" >/dev/null || true
   bin/relayctl send --addr "$tt_addr" "${client_tls[@]}" CORE "BAL ACC1" >/dev/null || true
   answer=$(bin/relayctl send --addr "$tt_addr" "${client_tls[@]}" CORE "BAL ACC1" || true)
@@ -283,11 +283,11 @@ tls_bench() {
   printf '[CORE]\nurl = "%s"\nca_file = "ca.pem"\nclient_cert = "bench-client.crt"\nclient_key = "bench-client.key"\n' \
     "$ts_url" >"$tls/both.toml"
   start_relay tls-full-plain --target "CORE=$tf_url" --max-inflight "$FULL_INFLIGHT"
-  fa_relay=$RELAY_PID fa_addr=$RELAY_ADDR
+  fa_relay=$HUB_PID fa_addr=$HUB_ADDR
   start_relay tls-full-client --target "CORE=$tf_url" --max-inflight "$FULL_INFLIGHT" "${hub_tls[@]}"
-  fb_relay=$RELAY_PID fb_addr=$RELAY_ADDR
+  fb_relay=$HUB_PID fb_addr=$HUB_ADDR
   start_relay tls-full-both --max-inflight "$FULL_INFLIGHT" --config "$tls/both.toml" "${hub_tls[@]}"
-  fc_relay=$RELAY_PID fc_addr=$RELAY_ADDR
+  fc_relay=$HUB_PID fc_addr=$HUB_ADDR
   for run in $(seq "$RUNS"); do
     load "s8-full-plain-$run" --addr "$fa_addr" --conns 64 --payload 'BAL ACC{conn}' --server-pid "$fa_relay" --server-pid "$tf_fix"
     load "s8-full-client-$run" --addr "$fb_addr" --conns 64 --payload 'BAL ACC{conn}' --server-pid "$fb_relay" --server-pid "$tf_fix" "${client_tls[@]}"
@@ -305,17 +305,17 @@ tls_bench() {
       start_relay "tls-idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" "${hub_tls[@]}"
       warm=()
       [[ $mode == warm ]] && warm=(--warm)
-      bin/relaybench idle --json --addr "$RELAY_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
-        --server-pid "$RELAY_PID" "${client_tls[@]}" >"$out/s8-idle-$mode-$run.json" ||
+      bin/relaybench idle --json --addr "$HUB_ADDR" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
+        --server-pid "$HUB_PID" "${client_tls[@]}" >"$out/s8-idle-$mode-$run.json" ||
         echo "bench: TLS idle $mode run $run: relaybench idle exited $?" >&2
-      stop "$RELAY_PID"
+      stop "$HUB_PID"
     done
   done
 
   start_relay tls-connect-plain --target "CORE=http://127.0.0.1:$closed"
-  cp_relay=$RELAY_PID cp_addr=$RELAY_ADDR
+  cp_relay=$HUB_PID cp_addr=$HUB_ADDR
   start_relay tls-connect-tls --target "CORE=http://127.0.0.1:$closed" "${hub_tls[@]}"
-  ct_relay=$RELAY_PID ct_addr=$RELAY_ADDR
+  ct_relay=$HUB_PID ct_addr=$HUB_ADDR
   # connect NAME ARGS...: one relaybench connect run, kept as NAME.json.
   connect() {
     local name=$1
@@ -394,10 +394,10 @@ proxy_bench() {
   pids+=("$target")
   target_addr=$(wait_addr "$out/raw-target.log")
   start_relay proxy --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
-  local relay=$RELAY_PID relay_addr=$RELAY_ADDR base="" base_addr=""
+  local relay=$HUB_PID relay_addr=$HUB_ADDR base="" base_addr=""
   if [[ -n $BASE_RELAY ]]; then
-    RELAY_BIN=$BASE_RELAY start_relay proxy-base --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
-    base=$RELAY_PID base_addr=$RELAY_ADDR
+    HUB_BIN=$BASE_RELAY start_relay proxy-base --target "CORE=http://$target_addr" --max-inflight "$FULL_INFLIGHT"
+    base=$HUB_PID base_addr=$HUB_ADDR
   fi
   # HAProxy as a keep-alive HTTP proxy with the hub's timeouts: 3 s to the
   # target, 5 min idle on the client side. nbthread defaults to the CPUs, as
@@ -487,11 +487,11 @@ dedup_bench() {
           ;;
         esac
         start_relay "s10-$side" "${args[@]}"
-        answer=$(bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" || true)
+        answer=$(bin/relayctl send --addr "$HUB_ADDR" CORE "BAL ACC1" || true)
         [[ $answer == *"|0000|"* ]] || die "the shielded ($side) relay does not answer 0000: $answer"
-        load "s10-$side-c$c-$run" --addr "$RELAY_ADDR" --conns "$c" --payload 'BAL ACC{conn}' \
-          --server-pid "$RELAY_PID" --server-pid "$target" --server-pid "$REDIS_PID"
-        stop "$RELAY_PID"
+        load "s10-$side-c$c-$run" --addr "$HUB_ADDR" --conns "$c" --payload 'BAL ACC{conn}' \
+          --server-pid "$HUB_PID" --server-pid "$target" --server-pid "$REDIS_PID"
+        stop "$HUB_PID"
       done
       dedup_pair "s10-pair-local-c$c-$run" "$out/s10-local-c$c-$run.json" "$out/s10-off-c$c-$run.json"
       dedup_pair "s10-pair-fleet-c$c-$run" "$out/s10-fleet-c$c-$run.json" "$out/s10-off-c$c-$run.json"
@@ -808,11 +808,11 @@ page_bench() {
     local flag=()
     [[ $side == off ]] && flag=(--no-status-page)
     start_relay "page-full-$side" --target "CORE=$url" --max-inflight "$FULL_INFLIGHT" "${flag[@]}"
-    full_addr[$side]=$RELAY_ADDR full_pid[$side]=$RELAY_PID
+    full_addr[$side]=$HUB_ADDR full_pid[$side]=$HUB_PID
     start_relay "page-ff-$side" --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h "${flag[@]}"
-    ff_addr[$side]=$RELAY_ADDR ff_pid[$side]=$RELAY_PID
+    ff_addr[$side]=$HUB_ADDR ff_pid[$side]=$HUB_PID
     # The one call that trips the breaker: refused by the closed port.
-    bin/relayctl send --addr "$RELAY_ADDR" CORE "BAL ACC1" >/dev/null || true
+    bin/relayctl send --addr "$HUB_ADDR" CORE "BAL ACC1" >/dev/null || true
   done
   # A browser watching each page-on relay: its stream of updates open, read
   # and dropped, for the whole scenario.
@@ -863,11 +863,11 @@ if want 1; then
 echo "bench: 1. fast-fail vs redis PING" >&2
 closed=$(free_port)
 start_relay fastfail --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
-ff_relay=$RELAY_PID ff_addr=$RELAY_ADDR
+ff_relay=$HUB_PID ff_addr=$HUB_ADDR
 trip_core "$ff_addr"
 if [[ -n $BEFORE_RELAY ]]; then
-  RELAY_BIN=$BEFORE_RELAY start_relay fastfail-before --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
-  fb_relay=$RELAY_PID fb_addr=$RELAY_ADDR
+  HUB_BIN=$BEFORE_RELAY start_relay fastfail-before --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
+  fb_relay=$HUB_PID fb_addr=$HUB_ADDR
   trip_core "$fb_addr"
 fi
 start_redis
@@ -897,7 +897,7 @@ echo "bench: 2. full path vs straight to the fixture" >&2
 start_fixture CORE core
 fp_fix=$FIX_PID fp_url=$FIX_URL
 start_relay full --target "CORE=$fp_url" --max-inflight "$FULL_INFLIGHT"
-fp_relay=$RELAY_PID fp_addr=$RELAY_ADDR
+fp_relay=$HUB_PID fp_addr=$HUB_ADDR
 for run in $(seq "$RUNS"); do
   for c in 16 64; do
     load "s2-relay-c$c-$run" --addr "$fp_addr" --conns "$c" --payload 'BAL ACC{conn}' \
@@ -925,7 +925,7 @@ is_core=$FIX_PID is_core_url=$FIX_URL
 start_fixture CLAIM claim
 is_claim=$FIX_PID is_claim_url=$FIX_URL
 start_relay isolation --target "CORE=$is_core_url" --target "CLAIM=$is_claim_url"
-is_relay=$RELAY_PID is_addr=$RELAY_ADDR
+is_relay=$HUB_PID is_addr=$HUB_ADDR
 claim_load() {
   load "$1" --addr "$is_addr" --conns "$CLAIM_CONNS" --rate "$CLAIM_RATE" --mix CLAIM=100 \
     --payload 'SUBMIT P{conn} 100'
@@ -970,10 +970,10 @@ for side in "${io_sides[@]}"; do
   io_claim[$side]=$FIX_PID
   bin=bin/relay
   [[ $side == before ]] && bin=$BEFORE_RELAY
-  RELAY_BIN=$bin start_relay "open-$side" --target "CORE=http://127.0.0.1:$closed" --target "CLAIM=$FIX_URL" \
+  HUB_BIN=$bin start_relay "open-$side" --target "CORE=http://127.0.0.1:$closed" --target "CLAIM=$FIX_URL" \
     --fail-threshold 1 --reset-timeout 1h
-  io_addr[$side]=$RELAY_ADDR io_pid[$side]=$RELAY_PID
-  trip_core "$RELAY_ADDR"
+  io_addr[$side]=$HUB_ADDR io_pid[$side]=$HUB_PID
+  trip_core "$HUB_ADDR"
 done
 # open_claim NAME SIDE: CLAIM's paced load through SIDE's relay.
 open_claim() {
@@ -1022,13 +1022,13 @@ idle() {
   [[ $mode == warm ]] && warm=(--warm)
   case $side in
   relay) start_relay "idle-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
-  base) RELAY_BIN=$BASE_RELAY start_relay "idle-base-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
+  base) HUB_BIN=$BASE_RELAY start_relay "idle-base-$mode-$run" --target "CORE=http://127.0.0.1:$closed" ;;
   redis) start_redis ;;
   esac
   if [[ $side == redis ]]; then
     addr=$REDIS_ADDR pid=$REDIS_PID proto=redis-ping
   else
-    addr=$RELAY_ADDR pid=$RELAY_PID
+    addr=$HUB_ADDR pid=$HUB_PID
   fi
   bin/relaybench idle --json --addr "$addr" --protocol "$proto" --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" "${warm[@]}" \
     --server-pid "$pid" >"$out/s4-$side-$mode-$run.json" ||
@@ -1069,10 +1069,10 @@ echo "bench: 6. fleet mode: --state-store on vs off" >&2
 start_redis
 closed=$(free_port)
 start_relay fleet-ff-off --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h
-ffo_relay=$RELAY_PID ffo_addr=$RELAY_ADDR
+ffo_relay=$HUB_PID ffo_addr=$HUB_ADDR
 start_relay fleet-ff-on --target "CORE=http://127.0.0.1:$closed" --fail-threshold 1 --reset-timeout 1h \
   --state-store "redis://$REDIS_ADDR/1" --hub-id bench-ff
-ffn_relay=$RELAY_PID ffn_addr=$RELAY_ADDR
+ffn_relay=$HUB_PID ffn_addr=$HUB_ADDR
 for a in "$ffo_addr" "$ffn_addr"; do
   bin/relayctl send --addr "$a" CORE "BAL ACC1" >/dev/null || true
   answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
@@ -1081,10 +1081,10 @@ done
 start_fixture CORE core
 f6_fix=$FIX_PID f6_url=$FIX_URL
 start_relay fleet-full-off --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT"
-fpo_relay=$RELAY_PID fpo_addr=$RELAY_ADDR
+fpo_relay=$HUB_PID fpo_addr=$HUB_ADDR
 start_relay fleet-full-on --target "CORE=$f6_url" --max-inflight "$FULL_INFLIGHT" \
   --state-store "redis://$REDIS_ADDR/2" --hub-id bench-full
-fpn_relay=$RELAY_PID fpn_addr=$RELAY_ADDR
+fpn_relay=$HUB_PID fpn_addr=$HUB_ADDR
 for a in "$fpo_addr" "$fpn_addr"; do
   answer=$(bin/relayctl send --addr "$a" CORE "BAL ACC1" || true)
   [[ $answer == *"|0000|"* ]] || die "the full path through $a does not answer 0000: $answer"

@@ -17,7 +17,8 @@
 //	relay --failure-rate 0.5 --min-samples 20 --window 1m \
 //	  --config docs/relay.example.toml
 //
-// Every flag has an environment variable RELAY_<FLAG_IN_UPPER_SNAKE>.
+// Every flag has an environment variable RELAY_<FLAG_IN_UPPER_SNAKE>; any
+// other RELAY_ variable stops the relay at start, naming the nearest one.
 package main
 
 import (
@@ -43,6 +44,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/envcheck"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/dedup"
@@ -62,6 +64,11 @@ func main() {
 		panic(err) // the cli struct's tags are wrong: a bug, not a user's mistake
 	}
 	kctx, err := parser.Parse(os.Args[1:])
+	if err == nil {
+		// kong reads only the variables it knows: a misspelt one would
+		// leave its flag at the default without a word.
+		err = envcheck.Check(parser.Model, envPrefix, os.Environ())
+	}
 	if err != nil {
 		parser.FatalIfErrorf(usageError{err})
 	}
@@ -71,6 +78,10 @@ func main() {
 	defer stop()
 	kctx.FatalIfErrorf(run(ctx, &c, logger, nil))
 }
+
+// envPrefix begins the name of every environment variable of a relay
+// flag; any other variable that begins with it is a mistake.
+const envPrefix = "RELAY_"
 
 // exitUsage is the relay's exit status when its configuration is wrong: a
 // flag, an environment variable or the settings file; running it again

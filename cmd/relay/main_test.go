@@ -11,7 +11,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/envcheck"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 )
 
@@ -505,4 +508,41 @@ func TestLogger(t *testing.T) {
 			assert.Regexp(t, tt.want, buf.String())
 		})
 	}
+}
+
+func TestEveryRelayVariableTheProjectNamesIsAFlags(t *testing.T) {
+	// The relay refuses a RELAY_ variable that is no flag's, so every one
+	// the docs, the service files and the scripts name must be a flag's:
+	// none of them may stop a relay started as they say.
+	var c cli
+	p, err := newParser(&c)
+	require.NoError(t, err)
+	known := envcheck.Known(p.Model)
+	var files []string
+	for _, pattern := range []string{"README.md", "Makefile", "docs/*", "deploy/*", "deploy/*/*", "scripts/*"} {
+		matches, err := filepath.Glob(filepath.Join("..", "..", pattern))
+		require.NoError(t, err)
+		files = append(files, matches...)
+	}
+	require.NotEmpty(t, files)
+	variable := regexp.MustCompile(`\bRELAY_[A-Z0-9_]*[A-Z0-9]\b`)
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if errors.Is(err, syscall.EISDIR) {
+			continue
+		}
+		require.NoError(t, err)
+		for _, name := range variable.FindAllString(string(text), -1) {
+			assert.Contains(t, known, name, "%s names %s", f, name)
+		}
+	}
+}
+
+func TestAMisspeltVariableIsAUsageError(t *testing.T) {
+	var c cli
+	p, err := newParser(&c)
+	require.NoError(t, err)
+	err = envcheck.Check(p.Model, envPrefix, []string{"RELAY_TARGET_TIMEOUT=1s", "RELAY_FAIL_TRESHOLD=3", "RELAYHUB_BIN=bin"})
+	require.EqualError(t, err, "environment: RELAY_FAIL_TRESHOLD: no such setting; did you mean RELAY_FAIL_THRESHOLD?")
+	assert.Equal(t, 2, exitStatus(usageError{err}))
 }

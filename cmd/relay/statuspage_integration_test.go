@@ -35,6 +35,44 @@ import (
 // write the page's screenshots to docs/ (make screenshot).
 var updateScreenshot = flag.Bool("update-screenshot", false, "write docs/status-page.png and docs/status-page-dark.png from a longer CORE outage")
 
+// screenshotColumns is the file of the status page's column headers, one
+// a line, as they were when docs/status-page.png was taken.
+var screenshotColumns = filepath.Join("..", "..", "docs", "status-page-columns.txt")
+
+// pageHeadersJS is the JavaScript expression of the status page's column
+// headers, their text with its spaces collapsed.
+const pageHeadersJS = `Array.from(document.querySelectorAll("thead th"), e => e.textContent.replace(/\s+/g, " ").trim())`
+
+// pageTooWideJS is the JavaScript expression of what keeps the status
+// page from fitting its window: the page scrolling sideways, a cell not
+// wholly in the window, and an element that clips its content without
+// a title holding all of it (the failure's message, cut to two lines,
+// has one).
+const pageTooWideJS = `(() => {
+  const problems = [];
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth) {
+    problems.push("the page is " + root.scrollWidth + " px wide in a window of " + root.clientWidth);
+  }
+  for (const cell of document.querySelectorAll("tbody td, tbody th")) {
+    const r = cell.getBoundingClientRect();
+    if (r.width > 0 && (r.left < 0 || r.right > root.clientWidth + 0.5)) {
+      problems.push((cell.id || cell.className) + " runs from " + Math.round(r.left) + " to " + Math.round(r.right) + " px");
+    }
+  }
+  for (const el of document.querySelectorAll("main *")) {
+    const cs = getComputedStyle(el);
+    if (cs.overflowX === "visible" && cs.overflowY === "visible") {
+      continue;
+    }
+    const cut = el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1;
+    if (cut && el.title !== el.textContent) {
+      problems.push((el.closest("[id]") || {id: "?"}).id + ": " + el.tagName.toLowerCase() + "." + el.className + " cuts its content");
+    }
+  }
+  return problems;
+})()`
+
 // pageToken is the admin token of the relays these tests start.
 const pageToken = "page-test-token"
 
@@ -207,11 +245,23 @@ func TestStatusPageInABrowser(t *testing.T) {
 		resetTimeout = "8s" // failed probes in the picture
 	}
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
-		"--fail-threshold", "3", "--reset-timeout", resetTimeout, "--admin-token", pageToken)
+		"--fail-threshold", "3", "--reset-timeout", resetTimeout, "--admin-token", pageToken, "--dedup")
 	browser := newBrowser(t)
 	tab := newTab(t, browser)
 	do(t, tab, chromedp.Navigate(h.admin+"/"))
 	stopTraffic := trafficLoad(t, h.Addr(), 50*time.Millisecond)
+
+	// The page's columns are those of the screenshots in docs/: a column
+	// added, removed or renamed since fails here until make screenshot
+	// takes them again.
+	headers := eval[[]string](t, tab, pageHeadersJS)
+	if *updateScreenshot {
+		require.NoError(t, os.WriteFile(screenshotColumns, []byte(strings.Join(headers, "\n")+"\n"), 0o644))
+	}
+	shot, err := os.ReadFile(screenshotColumns)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Split(strings.TrimSuffix(string(shot), "\n"), "\n"), headers,
+		"the status page's columns differ from those of docs/status-page.png: take the screenshots again (make screenshot)")
 
 	// when the operator opens the admin port in a browser, the page lists
 	// both targets, closed, and goes live;
@@ -511,4 +561,53 @@ func TestStatusPageStreamEndsCleanlyOnSIGTERM(t *testing.T) {
 	assert.NoError(t, events.Err(), "the stream ends cleanly, not reset")
 	assert.Equal(t, 0, h.Wait())
 	assert.NotContains(t, h.Stderr(), "admin serve ended with an error")
+}
+
+func TestStatusPageFitsTheWindow(t *testing.T) {
+	// Given a relay whose page shows about the longest cells it can: CORE
+	// shielded, with a fallback, calls in doubt, a resend looked up and
+	// one refused, a failure and its message, then held open by an
+	// operator while its requests go to CLAIM,
+	core := proctest.StartFixture(t, "CORE", "core")
+	claim := proctest.StartFixture(t, "CLAIM", "claim")
+	conf := writeFile(t, "relay.toml", fmt.Sprintf("[CORE]\ndedup = true\nstatus_url = %q\nfallback = \"CLAIM\"\n", core.URL+"/tx/{txid}"))
+	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL, "--config", conf,
+		"--target-timeout", "300ms", "--fail-threshold", "3", "--admin-token", pageToken)
+	c := proctest.Dial(t, h.Addr())
+	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	require.Equal(t, "E901", c.Exchange("W1|CORE|WD 1001 500").Code)
+	require.Equal(t, "0000", c.Exchange("W1|CORE|WD 1001 500").Code)
+	require.Equal(t, "E909", c.Exchange("W1|CORE|WD 1001 900").Code)
+	core.Ctl(t, `{"mode":"fail"}`)
+	require.Equal(t, "E500", c.Exchange("F0|CORE|BAL 1001").Code)
+	for i := 1; h.breakerState(t, "CORE") != "OPEN"; i++ {
+		require.Less(t, i, 5, "CORE does not open")
+		c.Exchange(fmt.Sprintf("F%d|CORE|BAL 1001", i))
+	}
+	code, body := adminPost(t, h, "/breakers/CORE", `{"action":"open"}`, pageToken)
+	require.Equal(t, http.StatusOK, code, body)
+	stopTraffic := trafficLoad(t, h.Addr(), 50*time.Millisecond)
+	defer stopTraffic()
+
+	tab := newTab(t, newBrowser(t))
+	do(t, tab, chromedp.Navigate(h.admin+"/"))
+	waitFor(t, tab, 5*time.Second, "the page's stream connects", `document.getElementById("live").className.includes("on")`)
+	waitFor(t, tab, 5*time.Second, "CORE's requests go to CLAIM", text("#t-CORE-fallback")+`.includes("takes CORE's requests")`)
+	require.Contains(t, eval[string](t, tab, text("#t-CORE-state")), "held open by operator")
+	require.Contains(t, eval[string](t, tab, text("#t-CORE-dedup")), "1 E909")
+
+	// when the window is 1280 px wide, and then 1024, with the page's
+	// table or its rows folded into labelled cells,
+	for _, size := range []struct{ width, height int64 }{{1280, 800}, {1024, 768}} {
+		t.Run(fmt.Sprintf("%dx%d", size.width, size.height), func(t *testing.T) {
+			do(t, tab,
+				command(emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: size.width, Height: size.height, DeviceScaleFactor: 1}),
+				chromedp.Sleep(100*time.Millisecond)) // a frame laid out at the new width
+
+			// then nothing of it lies beyond the window's right edge and
+			// nothing in it is cut.
+			assert.Empty(t, eval[[]string](t, tab, pageTooWideJS))
+		})
+	}
+	do(t, tab, command(emulation.ClearDeviceMetricsOverride, cdp.Empty{}))
 }

@@ -23,7 +23,9 @@
 // pipelined requests answered with one write) until SIGINT or SIGTERM, and
 // logs the address it listens on as a JSON line on stderr. load, idle and
 // connect speak TLS with --tls (and --ca, --cert, --key, --server-name). Every flag also
-// has an environment variable, RELAYBENCH_ and the flag in upper snake case.
+// has an environment variable, RELAYBENCH_ and the flag in upper snake case;
+// a mistake in the command line, or a RELAYBENCH_ variable that is no
+// flag's, exits 2.
 package main
 
 import (
@@ -75,5 +77,5 @@ func main() {
 	if err != nil {
 		panic(err) // the cli struct's tags are wrong: a build defect
 	}
-	cmdline.Main(parser, os.Args[1:], nil)
+	cmdline.Main(parser, os.Args[1:], "RELAYBENCH_")
 }

@@ -3,19 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/relayhub/relayhub/internal/cmdline"
 	"github.com/relayhub/relayhub/internal/loadgen"
 	"github.com/relayhub/relayhub/relay/admin"
 )
+
+// defaultAdmin is the hub's admin port unless --admin-listen says
+// otherwise, and --admin's default.
+const defaultAdmin = "127.0.0.1:9280"
 
 // maxAdminAnswerBytes bounds an admin answer read, so a wrong address
 // serving something huge cannot exhaust memory.
@@ -62,12 +69,45 @@ func (f *AdminFlags) client() (*adminClient, error) {
 			return nil, cmdline.Exit(2, fmt.Errorf("--admin-token-file: %w", err))
 		}
 	}
-	return &adminClient{
-		base:    base,
-		token:   token,
-		timeout: f.Timeout,
-		http:    &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}},
-	}, nil
+	a := &adminClient{base: base, token: token, timeout: f.Timeout}
+	dialer := &net.Dialer{}
+	a.http = &http.Client{Transport: &http.Transport{
+		TLSClientConfig: tlsConfig,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &sniffConn{Conn: nc, notHTTP: &a.notHTTP}, nil
+		},
+	}}
+	return a, nil
+}
+
+// sniffConn is a connection to the admin port that keeps, in notHTTP,
+// the first bytes the other end sends when they are no HTTP answer, so
+// that an address that is not an admin port (the hub's line port given
+// by mistake) is said to be that, rather than by net/http's "malformed
+// HTTP status code". Used by one request at a time, as net/http does.
+type sniffConn struct {
+	net.Conn
+	read    bool // the first bytes have been looked at
+	notHTTP *atomic.Pointer[string]
+}
+
+// Read implements net.Conn.
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.read && n > 0 {
+		c.read = true
+		const prefix = "HTTP/"
+		if first := p[:n]; !bytes.HasPrefix(first, []byte(prefix[:min(n, len(prefix))])) {
+			line, _, _ := bytes.Cut(first[:min(n, 80)], []byte("\n"))
+			said := string(line)
+			c.notHTTP.Store(&said)
+		}
+	}
+	return n, err
 }
 
 // adminBase returns the admin port's base URL, without a final slash, from
@@ -93,6 +133,9 @@ type adminClient struct {
 	token   string // the bearer token; empty for none
 	timeout time.Duration
 	http    *http.Client
+	// notHTTP is the first line of an answer that was no HTTP; nil
+	// while every answer has been.
+	notHTTP atomic.Pointer[string]
 }
 
 // adminAnswer is the admin port's answer to one request. A plain value.
@@ -130,6 +173,12 @@ func (a *adminClient) do(ctx context.Context, method, path string, body []byte) 
 		// *url.Error repeats the method and URL this message already has.
 		if ue, ok := errors.AsType[*neturl.Error](err); ok {
 			err = ue.Err
+		}
+		if said := a.notHTTP.Load(); said != nil {
+			return ans, cmdline.Exit(2, fmt.Errorf("%s %s: the address does not speak HTTP (it answered %q): it is not the hub's admin port, which is the hub's --admin-listen, %s unless set", method, ans.url, *said, defaultAdmin))
+		}
+		if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+			return ans, cmdline.Exit(2, fmt.Errorf("%s %s: the address does not speak TLS: %w; is it the hub's admin port (its --admin-listen, %s unless set) and does it serve HTTPS?", method, ans.url, err, defaultAdmin))
 		}
 		return ans, cmdline.Exit(2, fmt.Errorf("%s %s: %w", method, ans.url, err))
 	}

@@ -149,7 +149,7 @@ func TestBreakerCommandsAgainstARealHub(t *testing.T) {
 		breakerChanges(t, h.breakerLog))
 
 	// An unknown target, a missing token, an action the API does not have:
-	// exit 1 for the hub's refusals, kong's usage status for the last, and
+	// exit 1 for the hub's refusals, 2 (a usage error) for the last, and
 	// nothing changes.
 	res := h.ctl(t, "breaker", "open", "NOPE")
 	assert.Equal(t, 1, res.ExitCode)
@@ -158,7 +158,7 @@ func TestBreakerCommandsAgainstARealHub(t *testing.T) {
 	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, res.Stderr, "401 Unauthorized: missing or wrong bearer token: give the hub's admin token with --admin-token-file")
 	res = h.ctl(t, "breaker", "shut", "CORE")
-	assert.Equal(t, 80, res.ExitCode)
+	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, `<action> must be one of "open","hold","close","disable","enable" but got "shut"`)
 	assert.Regexp(t, `^CORE +CLOSED +0 `, targetRow(t, h.mustCtl(t, "status"), "CORE"))
 	assert.Len(t, breakerChanges(t, h.breakerLog), 4)
@@ -259,7 +259,7 @@ func TestInDoubtCommandAgainstARealHub(t *testing.T) {
 	later := since.Add(time.Millisecond).Format(time.RFC3339Nano)
 	assert.Equal(t, "0 calls in doubt since "+later+"\n", lastLine(h.mustCtl(t, "in-doubt", "--since", later)))
 	res := h.ctl(t, "in-doubt", "--since", "yesterday")
-	assert.Equal(t, 80, res.ExitCode)
+	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, `--since "yesterday": want an RFC 3339 time`)
 }
 
@@ -284,6 +284,22 @@ func TestAdminTokenFileOpenToOthersIsRefused(t *testing.T) {
 	// A token both ways is refused as a usage error.
 	require.NoError(t, os.Chmod(path, 0o600))
 	res := proctest.Run(t, "./cmd/relayctl", "status", "--admin-token", "t", "--admin-token-file", path)
-	assert.Equal(t, 80, res.ExitCode)
+	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, "--admin-token and --admin-token-file: give one or the other")
+}
+
+func TestAdminCommandsSayTheLinePortIsNoAdminPort(t *testing.T) {
+	// Given a hub, when status, breaker, reload or in-doubt is pointed at
+	// its line port by mistake, each says that the address does not speak
+	// HTTP and where the admin port is, and exits 2: the hub was not asked.
+	h := startAdminHub(t)
+	for _, cmd := range [][]string{{"status"}, {"breaker", "open", "CORE"}, {"reload"}, {"in-doubt"}} {
+		res := proctest.Run(t, "./cmd/relayctl", append(cmd, "--admin", h.Addr(), "--admin-token-file", h.tokenFile)...)
+		assert.Equal(t, 2, res.ExitCode, cmd)
+		assert.Contains(t, res.Stderr, "the address does not speak HTTP (it answered \"-|E900|", cmd)
+		assert.Contains(t, res.Stderr, "it is not the hub's admin port, which is the hub's --admin-listen, 127.0.0.1:9280 unless set\n", cmd)
+		assert.NotContains(t, res.Stderr, "malformed HTTP", cmd)
+	}
+	// The admin port itself still answers.
+	assert.Contains(t, h.mustCtl(t, "status"), "CORE")
 }

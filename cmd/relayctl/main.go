@@ -57,16 +57,15 @@
 // than slowing the tool down with it. The engine is internal/loadgen; the
 // benchmark harness, cmd/relaybench, drives reference servers with it too.
 //
-// Every flag also has an environment variable, RELAYCTL_ and the flag in
-// upper snake case (--addr is RELAYCTL_ADDR, --admin-token-file is
-// RELAYCTL_ADMIN_TOKEN_FILE).
+// A mistake in the command line exits 2, as does a RELAYCTL_ variable
+// that is no flag's. Every flag also has an environment variable,
+// RELAYCTL_ and the flag in upper snake case (--addr is RELAYCTL_ADDR,
+// --admin-token-file is RELAYCTL_ADMIN_TOKEN_FILE).
 package main
 
 import (
-	"errors"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/alecthomas/kong"
 
@@ -102,24 +101,11 @@ func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
 	}, opts...)...)
 }
 
-// isReconcile reports whether a parse error is one of the reconcile
-// command's.
-func isReconcile(err error) bool {
-	pe, ok := errors.AsType[*kong.ParseError](err)
-	return ok && pe.Context != nil && strings.HasPrefix(pe.Context.Command(), "reconcile")
-}
-
 func main() {
 	var c cli
 	parser, err := newParser(&c)
 	if err != nil {
 		panic(err) // the cli struct's tags are wrong: a build defect
 	}
-	cmdline.Main(parser, os.Args[1:], func(err error) {
-		if isReconcile(err) {
-			// reconcile's statuses are 0 settled, 1 unsettled, 2 not checked.
-			parser.Errorf("%s", err)
-			os.Exit(2)
-		}
-	})
+	cmdline.Main(parser, os.Args[1:], "RELAYCTL_")
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,4 +159,25 @@ func TestRunLoadCommandCannotConnect(t *testing.T) {
 	assert.Equal(t, 2, cmdline.Code(err))
 	assert.ErrorIs(t, err, loadgen.ErrDialAll)
 	assert.Empty(t, out.String())
+}
+
+func TestReadmeNamesEveryCommand(t *testing.T) {
+	// The README's table of the tools names each relayctl command as it
+	// is typed, so none is left out of a reader's first look.
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var row string
+	for line := range strings.SplitSeq(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `relayctl` |") {
+			row = line
+		}
+	}
+	require.NotEmpty(t, row, "README.md has no row for relayctl")
+	var c cli
+	p, err := newParser(&c)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Model.Children)
+	for _, cmd := range p.Model.Children {
+		assert.Contains(t, row, "`"+cmd.Name+"`", "README.md's relayctl row leaves out %s", cmd.Name)
+	}
 }

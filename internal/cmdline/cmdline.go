@@ -10,7 +10,7 @@
 //	if err != nil {
 //		panic(err)
 //	}
-//	cmdline.Main(parser, os.Args[1:], nil)
+//	cmdline.Main(parser, os.Args[1:], "RELAYCTL_")
 //
 // and in a command's Run method:
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/mattn/go-isatty"
 
+	"github.com/relayhub/relayhub/internal/envcheck"
 	"github.com/relayhub/relayhub/internal/loadgen"
 )
 
@@ -83,18 +84,25 @@ func Code(err error) int {
 	return 1
 }
 
-// Main parses args with parser and runs the chosen command with a
-// context that SIGINT or SIGTERM cancel (a second signal kills a run that
-// is draining) and Streams on the process's standard files, then exits
-// with the command's status. parseError, when not nil, sees a parse error
-// first, for a command whose usage errors have a status of their own; it
-// exits or returns to let kong report the error as usual.
-func Main(parser *kong.Kong, args []string, parseError func(error)) {
+// ExitUsage is the exit status of every command of the project when its
+// command line or environment is wrong (docs/TOOLS.md, "Exit status"):
+// the status Unix tools give a usage error, rather than kong's own 80.
+const ExitUsage = 2
+
+// Main parses args with parser, refuses any variable of the environment
+// that begins with envPrefix but is none of the command's (envcheck), and
+// runs the chosen command with a context that SIGINT or SIGTERM cancel (a
+// second signal kills a run that is draining) and Streams on the
+// process's standard files, then exits with the command's status. A
+// mistake in the command line or the environment exits ExitUsage.
+func Main(parser *kong.Kong, args []string, envPrefix string) {
 	kctx, err := parser.Parse(args)
-	if err != nil && parseError != nil {
-		parseError(err)
+	if err == nil {
+		err = envcheck.Check(parser.Model, envPrefix, os.Environ())
 	}
-	parser.FatalIfErrorf(err)
+	if err != nil {
+		parser.FatalIfErrorf(Exit(ExitUsage, err))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

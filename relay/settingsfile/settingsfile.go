@@ -218,6 +218,17 @@ type table struct {
 	InsecureSkipVerify flag           `toml:"insecure_skip_verify"`
 }
 
+// errorLine returns the line of data a TOML syntax error at pos is on.
+// The parser counts a line break it has read as the start of the next
+// line, so a line cut short ("[CORE" and its line break) would be reported
+// on the line after it; the error's byte offset says where it is.
+func errorLine(data string, pos toml.Position) int {
+	if pos.Start < 0 || pos.Start > len(data) {
+		return pos.Line
+	}
+	return 1 + strings.Count(data[:pos.Start], "\n")
+}
+
 // parse is Load on the file's contents.
 //
 // The file is checked in three passes, so that of several mistakes the
@@ -229,7 +240,7 @@ func parse(path, data string, defaults relay.TargetSettings, base []relay.Target
 	md, err := toml.Decode(data, &prims)
 	if err != nil {
 		if pe := (toml.ParseError{}); errors.As(err, &pe) {
-			return nil, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Err: errors.New(pe.Message)}
+			return nil, &Error{File: path, Line: errorLine(data, pe.Position), Key: pe.LastKey, Err: errors.New(pe.Message)}
 		}
 		return nil, &Error{File: path, Err: err}
 	}

@@ -422,7 +422,7 @@ func TestPageShowsTheShield(t *testing.T) {
 	// then the next frame sends CORE's shield, and nothing of the others';
 	p.publish(p.now())
 	delta := p.frame.delta
-	assert.Contains(t, delta, `id="t-CORE-dedup" class="num shield">`)
+	assert.Contains(t, delta, `id="t-CORE-dedup" class="num shield" data-label=`)
 	assert.Contains(t, delta, "1 E909")
 	assert.NotContains(t, delta, `id="t-LOANS-dedup"`)
 	assert.NotContains(t, delta, `id="t-CLAIM-dedup"`)
@@ -447,7 +447,7 @@ func TestPageShowsTheShield(t *testing.T) {
 	assert.Contains(t, body, `id="t-CORE-dedup" class="num shield doubt"`)
 	cell, _ = wellFormed(t, body, "t-LOANS-dedup")
 	assert.Equal(t, "0 replayed · 0 joinedresolved 2 (1 sent afresh)", cell)
-	assert.Contains(t, body, `id="t-LOANS-dedup" class="num shield">`)
+	assert.Contains(t, body, `id="t-LOANS-dedup" class="num shield" data-label=`)
 	cell, _ = wellFormed(t, body, "t-CLAIM-dedup")
 	assert.Equal(t, "off", cell)
 	hub, _ := wellFormed(t, body, "hub")

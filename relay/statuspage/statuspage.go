@@ -291,6 +291,7 @@ func (p *Page) view(now time.Time) pageView {
 		}
 		p.mu.Unlock()
 		tv := newTargetView(in)
+		tv.RateWindow = v.RateWindow
 		v.InDoubt += tv.InDoubt
 		if inFleet {
 			tf, ok := fh.TargetFleet(s.Name)

@@ -96,6 +96,9 @@ type targetView struct {
 	AnswersTotal string
 	Answers      []answerView
 	P50, P99     string
+	// RateWindow is pageView.RateWindow, for the cells' own labels, which
+	// stand in for the column headers on a narrow window.
+	RateWindow string
 
 	Probe    probeView
 	Failure  failureView
