@@ -51,6 +51,8 @@ type (
 	probePayload struct{ checked[string] }
 	// probeCodes is a non-empty list of a healthy probe's answer codes.
 	probeCodes struct{ checked[[]string] }
+	// limitMode is adaptive_limit: true, false or "observe".
+	limitMode struct{ checked[relay.LimitMode] }
 )
 
 var (
@@ -64,7 +66,23 @@ var (
 	_ toml.Unmarshaler = (*failureCodes)(nil)
 	_ toml.Unmarshaler = (*probePayload)(nil)
 	_ toml.Unmarshaler = (*probeCodes)(nil)
+	_ toml.Unmarshaler = (*limitMode)(nil)
 )
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *limitMode) UnmarshalTOML(v any) error {
+	switch v {
+	case true:
+		f.value = relay.LimitAdaptive
+	case false:
+		f.value = relay.LimitStatic
+	case "observe":
+		f.value = relay.LimitObserve
+	default:
+		f.err = fmt.Errorf(`want true, false or "observe", got %s`, describe(v))
+	}
+	return nil
+}
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
 func (f *probePayload) UnmarshalTOML(v any) error { f.value, f.err = asProbePayload(v); return nil }
