@@ -349,6 +349,7 @@ func (ts TargetSettings) check() error {
 		{"FailThreshold", ts.FailThreshold < 0},
 		{"ResetTimeout", ts.ResetTimeout < 0},
 		{"MaxInflight", ts.MaxInflight < 0},
+		{"MinInflight", ts.MinInflight < 0},
 		{"TargetTimeout", ts.TargetTimeout < 0},
 		{"TargetIdleTimeout", ts.TargetIdleTimeout < 0},
 		{"Window", ts.Window < 0},
@@ -363,6 +364,9 @@ func (ts TargetSettings) check() error {
 	}
 	if err := checkProbePayload(ts.ProbePayload); err != nil {
 		return err
+	}
+	if ts.AdaptiveLimit > LimitObserve {
+		return fmt.Errorf("AdaptiveLimit %d is no LimitMode", ts.AdaptiveLimit)
 	}
 	if !(ts.FailureRate >= 0 && ts.FailureRate <= 1) {
 		return fmt.Errorf("FailureRate must be between 0 and 1, got %v", ts.FailureRate)
@@ -440,8 +444,16 @@ func orDefault[T int | time.Duration](v, def T) T {
 // FailureCodes.
 type TargetSettings struct {
 	// MaxInflight is the bulkhead size: calls to the target at a time. Zero
-	// means 10.
+	// means 10. With an adaptive limit it is the ceiling.
 	MaxInflight int
+	// AdaptiveLimit lets the bulkhead's limit follow the target's capacity,
+	// computed from its latency and its calls in doubt between MinInflight
+	// and MaxInflight (bulkhead.Adaptive). LimitStatic, the zero value,
+	// keeps MaxInflight.
+	AdaptiveLimit LimitMode
+	// MinInflight is the adaptive limit's floor, capped at MaxInflight.
+	// Zero means 2.
+	MinInflight int
 	// TargetTimeout bounds one target call: connect, request, answer. Zero
 	// means 3 s.
 	TargetTimeout time.Duration

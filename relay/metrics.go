@@ -22,6 +22,7 @@ const (
 	metricRejections       = "relay_rejections_total"
 	metricUnrouted         = "relay_unrouted_total"
 	metricInflight         = "relay_bulkhead_inflight"
+	metricLimit            = "relay_bulkhead_limit"
 	metricDuration         = "relay_target_duration_seconds"
 	metricConnectionsOpen  = "relay_connections_open"
 	metricLaneWaiting      = "relay_refusal_lane_waiting"
@@ -532,6 +533,7 @@ type liveCollector struct {
 	srv        atomic.Pointer[Server]
 	state      *prometheus.Desc
 	inflight   *prometheus.Desc
+	limit      *prometheus.Desc
 	conns      *prometheus.Desc
 	laneWait   *prometheus.Desc
 	rejections *prometheus.Desc
@@ -543,6 +545,8 @@ func newLiveCollector() *liveCollector {
 			"State of the target's circuit breaker: 0 closed, 1 open, 2 half-open.", []string{labelTarget}, nil),
 		inflight: prometheus.NewDesc(metricInflight,
 			"Calls to the target holding a bulkhead slot now.", []string{labelTarget}, nil),
+		limit: prometheus.NewDesc(metricLimit,
+			"The target's bulkhead limit now: max_inflight, or the adaptive limit (computed, not enforced, with adaptive_limit = \"observe\").", []string{labelTarget}, nil),
 		conns: prometheus.NewDesc(metricConnectionsOpen,
 			"Client connections being served now.", nil, nil),
 		laneWait: prometheus.NewDesc(metricLaneWaiting,
@@ -557,6 +561,7 @@ func newLiveCollector() *liveCollector {
 func (lc *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lc.state
 	ch <- lc.inflight
+	ch <- lc.limit
 	ch <- lc.conns
 	ch <- lc.laneWait
 	ch <- lc.rejections
@@ -572,6 +577,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range s.routeList() {
 		ch <- prometheus.MustNewConstMetric(lc.state, prometheus.GaugeValue, float64(r.breaker.Snapshot().State), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
+		ch <- prometheus.MustNewConstMetric(lc.limit, prometheus.GaugeValue, float64(r.limit()), r.name)
 		if r.metrics != nil {
 			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
 				counterValue(r.metrics.requests[lblCircuitOpen]), r.name, reasonOpen)

@@ -336,8 +336,8 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 		} else {
 			rt.breaker.SetPolicy(confs[i].settings.Policy)
 			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
-			rt.bulkhead.SetLimit(confs[i].settings.MaxInflight)
 		}
+		rt.setLimitMode(confs[i].settings)
 		rt.conf.Store(confs[i])
 		if old != nil && old.client != confs[i].client {
 			// Calls in flight still hold the old client; its connections

@@ -29,9 +29,10 @@ type route struct {
 	conf        atomic.Pointer[routeConf]
 	breaker     *breaker.Breaker
 	bulkhead    *bulkhead.Bulkhead
-	viaPrefix   string        // "via NAME: ", before the messages this route answers as a fallback
-	viaBusy     string        // viaPrefix + protocol.MsgBulkheadFull
-	metrics     *routeMetrics // nil without metrics
+	limiter     atomic.Pointer[adaptiveLimit] // nil with a static limit
+	viaPrefix   string                        // "via NAME: ", before the messages this route answers as a fallback
+	viaBusy     string                        // viaPrefix + protocol.MsgBulkheadFull
+	metrics     *routeMetrics                 // nil without metrics
 	log         zerolog.Logger
 	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions transitionLog
@@ -294,6 +295,7 @@ func (c *conn) admit(a *admission, rt *route, conf *routeConf, req protocol.Requ
 
 	cl := getCall(c, rt, conf, a.primary, a.ticket, req)
 	cl.asked = a.asked
+	cl.inflight = rt.bulkhead.InFlight()
 	cl.flight, cl.resolved = a.flight, a.resolved
 	c.calls.Add(1)
 	s.startCall(rt, cl)
@@ -514,6 +516,9 @@ type call struct {
 	// resolved: the call follows a look-up that found its transaction,
 	// in doubt, not applied.
 	resolved bool
+	// inflight is how many calls to rt held a slot just after this one
+	// took its own, for the adaptive limit.
+	inflight int
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -628,6 +633,7 @@ func (cl *call) run() {
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
+	rt.adaptLimit(res, start.Add(took), took, cl.inflight)
 	// Counted and noted before the answer, like the breaker's record, so
 	// that a client holding its answer finds it in the metrics and in the
 	// target's last failure.

@@ -25,8 +25,13 @@ type TargetSnapshot struct {
 	breaker.Snapshot
 	// InFlight is the number of calls holding a bulkhead slot.
 	InFlight int
-	// MaxInFlight is the bulkhead's size.
+	// MaxInFlight is the bulkhead's size, the ceiling of an adaptive limit.
 	MaxInFlight int
+	// Limit is the limit in force, or computed while LimitMode is
+	// LimitObserve; MaxInFlight with a static limit.
+	Limit int
+	// LimitMode is how the limit is set.
+	LimitMode LimitMode
 	// ProbeTimeout is how long a half-open probe may stay silent before
 	// another is admitted: the target timeout plus one second.
 	ProbeTimeout time.Duration
@@ -131,7 +136,7 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		DedupWindow:       rc.settings.DedupWindow,
 	}
 	if rc.own {
-		settings.MaxInflight = r.bulkhead.Limit()
+		settings.MaxInflight = rc.settings.MaxInflight
 	}
 	if rc.probePayload != nil {
 		settings.ProbePayload = string(rc.probePayload)
@@ -143,7 +148,9 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		Fallback:     rc.fallbackName,
 		Snapshot:     r.breaker.Snapshot(),
 		InFlight:     r.bulkhead.InFlight(),
-		MaxInFlight:  r.bulkhead.Limit(),
+		MaxInFlight:  rc.settings.MaxInflight,
+		Limit:        r.limit(),
+		LimitMode:    rc.settings.AdaptiveLimit,
 		ProbeTimeout: bs.ProbeTimeout,
 		Settings:     settings,
 		LastFailure:  r.lastFailure.load(),

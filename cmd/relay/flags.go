@@ -24,6 +24,8 @@ type cli struct {
 	FailThreshold int          `help:"Consecutive failures that open a target's breaker." default:"5" env:"RELAY_FAIL_THRESHOLD"`
 	ResetTimeout  duration     `help:"How long an open breaker refuses calls before a probe; a bare number is seconds, 500ms works." default:"10s" env:"RELAY_RESET_TIMEOUT"`
 	MaxInflight   int          `help:"Calls in flight per target (bulkhead size); one more is answered E905." default:"10" env:"RELAY_MAX_INFLIGHT"`
+	AdaptiveLimit string       `help:"Let each target's bulkhead limit follow its capacity, from its latency and its calls in doubt, between --min-inflight and --max-inflight: on, off, or observe (computed and shown, --max-inflight enforced)." enum:"off,on,observe" default:"off" env:"RELAY_ADAPTIVE_LIMIT"`
+	MinInflight   int          `help:"Floor of the adaptive limit." default:"2" env:"RELAY_MIN_INFLIGHT"`
 	TargetTimeout duration     `help:"Time a target has to answer one call, connect included (E901 after)." default:"3s" env:"RELAY_TARGET_TIMEOUT"`
 	BreakerLog    string       `help:"File every breaker state change is appended to; locked while the relay runs, reopened on SIGHUP (for logrotate)." default:"breaker.log" env:"RELAY_BREAKER_LOG"`
 	FailureCodes  []string     `help:"Response codes that count as breaker failures, comma-separated or repeated: E400, E500, E901, E902, or a target's own code from E000 to E899." default:"E500,E901,E902" env:"RELAY_FAILURE_CODES"`
@@ -203,6 +205,7 @@ func (c *cli) Validate() error {
 	}{
 		{"--fail-threshold", c.FailThreshold},
 		{"--max-inflight", c.MaxInflight},
+		{"--min-inflight", c.MinInflight},
 		{"--max-line-bytes", c.MaxLineBytes},
 		{"--max-conns", c.MaxConns},
 	} {
@@ -390,6 +393,8 @@ func (c *cli) validateFleet() error {
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
 		MaxInflight:       c.MaxInflight,
+		AdaptiveLimit:     mustLimitMode(c.AdaptiveLimit),
+		MinInflight:       c.MinInflight,
 		TargetTimeout:     time.Duration(c.TargetTimeout),
 		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
 		FailureCodes:      codes,
@@ -429,4 +434,14 @@ func (c *cli) probeExpect() []string {
 		}
 	}
 	return out
+}
+
+// mustLimitMode is --adaptive-limit as a relay.LimitMode; kong's enum has
+// already refused anything else.
+func mustLimitMode(s string) relay.LimitMode {
+	m, err := relay.ParseLimitMode(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -326,7 +326,7 @@ func run(ctx context.Context, c *cli, logger zerolog.Logger, ready func(addr, ad
 	policy := c.targetDefaults(codes).Policy.Effective()
 	start := logger.Info().Str("addr", addr).Str("version", version).Strs("targets", names).
 		Int("fail_threshold", policy.FailThreshold).Stringer("reset_timeout", policy.ResetTimeout).
-		Int("max_inflight", c.MaxInflight).Stringer("target_timeout", c.TargetTimeout).
+		Int("max_inflight", c.MaxInflight).Str("adaptive_limit", c.AdaptiveLimit).Int("min_inflight", c.MinInflight).Stringer("target_timeout", c.TargetTimeout).
 		Stringer("target_idle_timeout", c.TargetIdleTimeout).
 		Str("breaker_log", absPath(c.BreakerLog)).Bool("breaker_log_sync", c.BreakerLogSync).Strs("failure_codes", codes).
 		Int("max_line_bytes", c.MaxLineBytes).Int("max_conns", c.MaxConns).

@@ -117,6 +117,11 @@ type Target struct {
 	ConsecutiveFailures int    `json:"consecutive_failures"`
 	Inflight            int    `json:"inflight"`
 	MaxInflight         int    `json:"max_inflight"`
+	// Limit is the bulkhead's limit now: max_inflight with a static
+	// limit, else the adaptive one (enforced, or only computed while
+	// LimitMode is "observe").
+	Limit     int    `json:"limit"`
+	LimitMode string `json:"limit_mode"` // static, adaptive or observe
 	// RetryAfterSeconds is how long until the breaker admits a probe, in
 	// seconds rounded up to the millisecond; 0 when closed, half-open or
 	// held open.
@@ -258,6 +263,8 @@ func TargetOf(t relay.TargetSnapshot) Target {
 		ConsecutiveFailures: t.ConsecutiveFailures,
 		Inflight:            t.InFlight,
 		MaxInflight:         t.MaxInFlight,
+		Limit:               t.Limit,
+		LimitMode:           t.LimitMode.String(),
 		RetryAfterSeconds:   relay.RetryAfterSeconds(t.RetryAfter),
 		Held:                t.Held,
 		Disabled:            t.Disabled,

@@ -38,6 +38,8 @@ import (
 const (
 	keyURL             = "url"
 	keyMaxInflight     = "max_inflight"
+	keyAdaptiveLimit   = "adaptive_limit"
+	keyMinInflight     = "min_inflight"
 	keyFailThreshold   = "fail_threshold"
 	keyResetTimeout    = "reset_timeout"
 	keyTargetTimeout   = "target_timeout"
@@ -72,7 +74,7 @@ const (
 var keyNames = []string{
 	keyURL, keyMaxInflight, keyFailThreshold, keyResetTimeout, keyTargetTimeout,
 	keyTargetIdle, keyFailureCodes, keyFailureRate, keyWindow, keyMinSamples, keySlowCall,
-	keyMaxResetTimeout, keyResetJitter, keyFallback,
+	keyMaxResetTimeout, keyResetJitter, keyAdaptiveLimit, keyMinInflight, keyFallback,
 	keyProbePayload, keyProbeExpect, keyProbeSuccesses, keyProbeInterval,
 	keyDedup, keyDedupWindow, keyDedupScope, keyStatusURL,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
@@ -189,6 +191,8 @@ type fileTarget struct {
 type table struct {
 	URL             targetURL    `toml:"url"`
 	MaxInflight     count        `toml:"max_inflight"`
+	AdaptiveLimit   limitMode    `toml:"adaptive_limit"`
+	MinInflight     count        `toml:"min_inflight"`
 	FailThreshold   count        `toml:"fail_threshold"`
 	ResetTimeout    duration     `toml:"reset_timeout"`
 	TargetTimeout   duration     `toml:"target_timeout"`
@@ -377,6 +381,10 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		ft.target.URL, err = t.URL.get()
 	case keyMaxInflight:
 		s.MaxInflight, err = t.MaxInflight.get()
+	case keyAdaptiveLimit:
+		s.AdaptiveLimit, err = t.AdaptiveLimit.get()
+	case keyMinInflight:
+		s.MinInflight, err = t.MinInflight.get()
 	case keyFailThreshold:
 		s.FailThreshold, err = t.FailThreshold.get()
 	case keyMinSamples:

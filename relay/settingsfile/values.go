@@ -53,6 +53,8 @@ type (
 	probeCodes struct{ checked[[]string] }
 	// dedupScope is the shield's scope: identity or target.
 	dedupScope struct{ checked[relay.DedupScope] }
+	// limitMode is adaptive_limit: true, false or "observe".
+	limitMode struct{ checked[relay.LimitMode] }
 )
 
 var (
@@ -67,6 +69,7 @@ var (
 	_ toml.Unmarshaler = (*probePayload)(nil)
 	_ toml.Unmarshaler = (*probeCodes)(nil)
 	_ toml.Unmarshaler = (*dedupScope)(nil)
+	_ toml.Unmarshaler = (*limitMode)(nil)
 )
 
 // UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
@@ -76,6 +79,21 @@ func (f *dedupScope) UnmarshalTOML(v any) error {
 		f.value, err = relay.ParseDedupScope(s)
 	}
 	f.err = err
+	return nil
+}
+
+// UnmarshalTOML implements toml.Unmarshaler; it never fails (see checked).
+func (f *limitMode) UnmarshalTOML(v any) error {
+	switch v {
+	case true:
+		f.value = relay.LimitAdaptive
+	case false:
+		f.value = relay.LimitStatic
+	case "observe":
+		f.value = relay.LimitObserve
+	default:
+		f.err = fmt.Errorf(`want true, false or "observe", got %s`, describe(v))
+	}
 	return nil
 }
 

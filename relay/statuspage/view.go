@@ -83,8 +83,12 @@ type targetView struct {
 	FailShareNote       string // over what, e.g. "calls in 60 s"
 
 	InFlight, MaxInFlight int
-	InFlightBar           int // width of the in-flight bar, of 60
-	BulkheadFull          bool
+	// Limit is the limit in force (or observed); Adaptive says it is
+	// computed, and the cell then shows the ceiling, MaxInFlight, beside it.
+	Limit        int
+	Adaptive     bool
+	InFlightBar  int // width of the in-flight bar, of 60
+	BulkheadFull bool
 
 	// InDoubt is how many of the target's calls ended in doubt since the
 	// hub started.
@@ -240,6 +244,8 @@ func newTargetView(in targetInput) targetView {
 		Threshold:   s.Settings.FailThreshold,
 		InFlight:    s.InFlight,
 		MaxInFlight: s.MaxInFlight,
+		Limit:       s.Limit,
+		Adaptive:    s.LimitMode != relay.LimitStatic,
 		InDoubt:     s.InDoubt,
 		Shield:      shieldText(s),
 	}
@@ -258,9 +264,12 @@ func newTargetView(in targetInput) targetView {
 		v.NotClosed = agoText(in.now.Sub(in.hist.leftClosed))
 	}
 	v.Retry, v.RetryNote = retryText(s)
-	if s.MaxInFlight > 0 {
-		v.InFlightBar = min(s.InFlight*inFlightWidth/s.MaxInFlight, inFlightWidth)
-		v.BulkheadFull = s.InFlight >= s.MaxInFlight
+	if v.Limit == 0 {
+		v.Limit = s.MaxInFlight // a snapshot made without one
+	}
+	if v.Limit > 0 {
+		v.InFlightBar = min(s.InFlight*inFlightWidth/v.Limit, inFlightWidth)
+		v.BulkheadFull = s.InFlight >= v.Limit
 	}
 	v.FailShare, v.FailShareNote = failShareText(s, in.rates)
 	v.AnswersTotal, v.Answers = answersText(in.rates)
