@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
@@ -57,29 +58,35 @@ type adaptiveLimit struct {
 	*bulkhead.Adaptive
 	mode     LimitMode
 	min, max int
+	now      func() time.Time // the breakers' clock, which closes its windows
 }
 
-// newAdaptiveLimit returns the controller for settings ts, or nil for a
-// static limit.
-func newAdaptiveLimit(ts TargetSettings) *adaptiveLimit {
+// newAdaptiveLimit returns the controller for settings ts on clock, or nil
+// for a static limit.
+func newAdaptiveLimit(ts TargetSettings, clock breaker.Clock) *adaptiveLimit {
 	if ts.AdaptiveLimit == LimitStatic {
 		return nil
 	}
-	return &adaptiveLimit{
+	a := &adaptiveLimit{
 		Adaptive: bulkhead.NewAdaptive(bulkhead.AdaptiveSettings{Max: ts.MaxInflight, Min: ts.MinInflight}),
 		mode:     ts.AdaptiveLimit, min: ts.MinInflight, max: ts.MaxInflight,
+		now: time.Now,
 	}
+	if clock != nil {
+		a.now = clock.Now
+	}
+	return a
 }
 
 // setLimitMode gives r the limit ts asks for: the old controller while its
-// settings stay, a new one (at the ceiling) when they change, none for a
-// static limit; and the bulkhead the limit to enforce.
-func (r *route) setLimitMode(ts TargetSettings) {
+// settings stay, a new one on clock (at the ceiling) when they change, none
+// for a static limit; and the bulkhead the limit to enforce.
+func (r *route) setLimitMode(ts TargetSettings, clock breaker.Clock) {
 	old := r.limiter.Load()
 	if old != nil && old.mode == ts.AdaptiveLimit && old.min == ts.MinInflight && old.max == ts.MaxInflight {
 		return
 	}
-	a := newAdaptiveLimit(ts)
+	a := newAdaptiveLimit(ts, clock)
 	r.limiter.Store(a)
 	if a != nil && a.mode == LimitAdaptive {
 		r.bulkhead.SetLimit(a.Limit())
@@ -98,13 +105,13 @@ func (r *route) limit() int {
 }
 
 // adaptLimit gives r's limit controller, if any, the outcome of a call that
-// ended at end after took, admitted with inflight calls in flight: an
+// ended now after took, admitted with inflight calls in flight: an
 // answer from the target is a latency sample, a call in doubt after a
 // timeout or a broken connection is overload, and anything else (nothing
 // sent, a hub-side failure) tells nothing of the target's capacity. A move
 // of the limit is applied (unless observed), and logged when it is over
 // a tenth.
-func (r *route) adaptLimit(res targethttp.Result, end time.Time, took time.Duration, inflight int) {
+func (r *route) adaptLimit(res targethttp.Result, took time.Duration, inflight int) {
 	a := r.limiter.Load()
 	if a == nil {
 		return
@@ -118,7 +125,7 @@ func (r *route) adaptLimit(res targethttp.Result, end time.Time, took time.Durat
 	default:
 		return
 	}
-	ch, moved := a.Record(end, o, took, inflight)
+	ch, moved := a.Record(a.now(), o, took, inflight)
 	if !moved {
 		return
 	}

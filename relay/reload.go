@@ -150,7 +150,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 }
 
 // newRoute returns a route for p with a closed breaker and an empty
-// bulkhead; its metrics and its routeConf are the caller's to set before
+// bulkhead at its limit; its metrics and its routeConf are the caller's to set before
 // the route is published.
 func (s *Server) newRoute(p targetPlan) *route {
 	rt := &route{
@@ -173,6 +173,7 @@ func (s *Server) newRoute(p targetPlan) *route {
 		ProbePermits: s.probePermits,
 		ProbeTimeout: p.settings.TargetTimeout + ProbeGrace,
 	})
+	rt.setLimitMode(p.settings, s.clock)
 	return rt
 }
 
@@ -337,7 +338,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 			rt.breaker.SetPolicy(confs[i].settings.Policy)
 			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
 		}
-		rt.setLimitMode(confs[i].settings)
+		rt.setLimitMode(confs[i].settings, s.clock)
 		rt.conf.Store(confs[i])
 		if old != nil && old.client != confs[i].client {
 			// Calls in flight still hold the old client; its connections

@@ -633,7 +633,7 @@ func (cl *call) run() {
 	rt.logTransitions()
 	released = true
 	rt.bulkhead.Release()
-	rt.adaptLimit(res, start.Add(took), took, cl.inflight)
+	rt.adaptLimit(res, took, cl.inflight)
 	// Counted and noted before the answer, like the breaker's record, so
 	// that a client holding its answer finds it in the metrics and in the
 	// target's last failure.

@@ -45,7 +45,7 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 	assert.Equal(t, "t0ken", c.AdminToken)
 
 	assert.Equal(t, relay.TargetSettings{
-		MaxInflight: 10, Policy: breaker.Policy{
+		MaxInflight: 10, MinInflight: 2, Policy: breaker.Policy{
 			FailThreshold:   5,
 			ResetTimeout:    10 * time.Second,
 			FailureRate:     0.5,

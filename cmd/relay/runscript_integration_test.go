@@ -302,7 +302,7 @@ func TestRunScriptSecondCopyNeedsOnlyOtherPorts(t *testing.T) {
 		require.NoError(t, err)
 		assert.FileExists(t, filepath.Join(dir, "breaker-"+port+".log"))
 		assert.FileExists(t, filepath.Join(dir, "in-doubt-"+port+".log"))
-		assert.Contains(t, r.output(t), `"breaker_log":"breaker-`+port+`.log"`)
+		assert.Contains(t, r.output(t), `"breaker_log":"`+filepath.Join(dir, "breaker-"+port+".log")+`"`)
 	}
 
 	// and each stops cleanly.

@@ -52,7 +52,7 @@ func TestLoadFileRefusesWhatTheHubRefuses(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte("[CORE\n"), 0o600))
 	_, err = LoadFile(path, flagDefaults)
-	assert.ErrorContains(t, err, "config "+path+": line 2: ")
+	assert.ErrorContains(t, err, "config "+path+": line 1: ")
 }
 
 func TestOverride(t *testing.T) {
