@@ -501,3 +501,22 @@ func TestLoadDedupScope(t *testing.T) {
 	assert.Equal(t, relay.DedupByTarget, byName(t, targets, "CORE").Settings.DedupScope)
 	assert.Equal(t, relay.DedupByIdentity, byName(t, targets, "CLAIM").Settings.DedupScope)
 }
+
+func TestLoadAdaptiveLimit(t *testing.T) {
+	// Given a file that turns the adaptive limit on for CORE with its own
+	// floor, and observes it for CLAIM,
+	path := writeConfig(t, "[CORE]\nadaptive_limit = true\nmin_inflight = 4\n[CLAIM]\nadaptive_limit = \"observe\"\n")
+
+	targets, err := Load(path, flagDefaults, defaultPair)
+
+	// then each target has what its section says.
+	require.NoError(t, err)
+	core := byName(t, targets, "CORE").Settings
+	assert.Equal(t, relay.LimitAdaptive, core.AdaptiveLimit)
+	assert.Equal(t, 4, core.MinInflight)
+	assert.Equal(t, relay.LimitObserve, byName(t, targets, "CLAIM").Settings.AdaptiveLimit)
+
+	// and a value that is none of true, false and "observe" is refused.
+	_, err = Load(writeConfig(t, "[CORE]\nadaptive_limit = \"yes\"\n"), flagDefaults, defaultPair)
+	assert.ErrorContains(t, err, `[CORE] adaptive_limit: want true, false or "observe", got`)
+}
