@@ -21,6 +21,28 @@ func BenchmarkTargetCall(b *testing.B) {
 	}
 }
 
+// BenchmarkStale measures the idle check a pooled connection gets before
+// each reuse (targetConn.stale, one non-blocking peek) on a healthy
+// kept-alive loopback connection: docs/DESIGN.md, "The target client",
+// cites its figure.
+func BenchmarkStale(b *testing.B) {
+	tg := newBenchTarget(b)
+	c := tg.pool.get()
+	if c == nil {
+		b.Fatal("no pooled connection")
+	}
+	defer tg.pool.put(c)
+	if c.rc == nil {
+		b.Skip("no idle check on this platform")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if c.stale() {
+			b.Fatal("a healthy connection found stale")
+		}
+	}
+}
+
 // newBenchTarget returns a Client for a raw answering target, its one
 // connection opened.
 func newBenchTarget(b *testing.B) *Client {
