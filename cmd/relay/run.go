@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/appendfile"
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/fleet"
@@ -134,7 +135,7 @@ func (p *process) configure() (err error) {
 type logFiles struct {
 	breaker      *breakerlog.Log
 	breakerQueue *breakerlog.Queue
-	access       *appendFile
+	access       *appendfile.File
 	inDoubt      *indoubt.Journal
 }
 
@@ -156,7 +157,7 @@ func openLogs(c *cli, logger zerolog.Logger) (_ *logFiles, err error) {
 		}
 	}()
 	if c.AccessLog != "" {
-		if l.access, err = openAppendFile(c.AccessLog); err != nil {
+		if l.access, err = appendfile.Open(c.AccessLog); err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
 	}
