@@ -37,7 +37,7 @@ func TestAccessLogRecordsEveryAnswer(t *testing.T) {
 
 	// When lines of every kind are answered,
 	for _, line := range []string{"T1|core|hello", "T2|NOPE|xy", "junk", "T3|CORE|fail", "T4|CORE|late"} {
-		c.RoundTrip(line)
+		c.Exchange(line)
 	}
 	// then Shutdown writes out the whole log, one line per answer, in order.
 	c.Conn().Close()
@@ -86,7 +86,7 @@ func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	c.RoundTrip("first|NOPE|x")
+	c.Exchange("first|NOPE|x")
 	select {
 	case <-gate.entered:
 	case <-time.After(hubtest.IOTimeout):
@@ -101,7 +101,7 @@ func TestAccessLogDropsRatherThanBlockAnswers(t *testing.T) {
 	}
 	c.Send(lines...)
 	for range n {
-		c.Read()
+		c.ReadResponse()
 	}
 
 	// then every answer came at once, 4 lines wait in the queue and the
@@ -139,15 +139,15 @@ func TestAccessLogWriteErrorsAreCountedAndLoggedOnce(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// While the writer fails, lines are lost, counted, and logged once.
-	c.RoundTrip("lost1|NOPE|x")
+	c.Exchange("lost1|NOPE|x")
 	hubtest.Eventually(t, func() bool { return hubtest.MetricValue(t, reg, metricAccessLogDropped) == 1 }, "first lost line not counted")
-	c.RoundTrip("lost2|NOPE|x")
+	c.Exchange("lost2|NOPE|x")
 	hubtest.Eventually(t, func() bool { return hubtest.MetricValue(t, reg, metricAccessLogDropped) == 2 }, "second lost line not counted")
 	assert.Len(t, withMessage(logs.Lines(t), "access log write failed; lines are dropped until a write succeeds"), 1)
 
 	// Once it works again, the log resumes.
 	w.failing.Store(false)
-	c.RoundTrip("kept|NOPE|x")
+	c.Exchange("kept|NOPE|x")
 	require.NoError(t, srv.Close())
 	lines := w.out.Lines(t)
 	require.Len(t, lines, 1)
@@ -184,18 +184,18 @@ func TestAccessLogSaysWhatTheBreakerDid(t *testing.T) {
 	// the reset timeout passes and the probe closes the breaker, a call is
 	// held while another finds the bulkhead full, and a line names no
 	// target,
-	c.RoundTrip("ok|CORE|x")
-	c.RoundTrip("bad|CORE|fail")
+	c.Exchange("ok|CORE|x")
+	c.Exchange("bad|CORE|fail")
 	clk.Advance(time.Second)
-	c.RoundTrip("no|CORE|x")
+	c.Exchange("no|CORE|x")
 	clk.Advance(10 * time.Second)
-	c.RoundTrip("probe|CORE|x")
+	c.Exchange("probe|CORE|x")
 	c.Send("held|CORE|hold")
 	core.WaitEntered(t, 1)
-	c.RoundTrip("full|CORE|x")
+	c.Exchange("full|CORE|x")
 	core.UnblockAll()
-	c.Read()
-	c.RoundTrip("lost|NOPE|x")
+	c.ReadResponse()
+	c.Exchange("lost|NOPE|x")
 	require.NoError(t, srv.Close())
 
 	// then each line says what the breaker did and when, on its clock, to

@@ -386,7 +386,7 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 			"EX1": unknown("EX1"), "EX2": unknown("EX2"),
 			"OV1": tooLong("OV1"), "OV2": tooLong("OV2"),
 			"S3": unknown("S3"),
-		}, c.ReadByTxID(7))
+		}, hubtest.Lines(c.ReadByTxID(7)))
 	})
 
 	t.Run("pipelined lines of every length", func(t *testing.T) {
@@ -407,7 +407,7 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 			_, err := io.WriteString(c.Conn(), strings.Join(lines, "\n")+"\n")
 			sent <- err
 		}()
-		assert.Equal(t, want, c.ReadByTxID(len(want)))
+		assert.Equal(t, want, hubtest.Lines(c.ReadByTxID(len(want))))
 		require.NoError(t, <-sent)
 	})
 
@@ -420,8 +420,8 @@ func TestLongLinesThroughTheServer(t *testing.T) {
 			require.NoError(t, err)
 			rest = rest[n:]
 		}
-		assert.Equal(t, unknown("PC"), c.Read())
-		assert.Equal(t, unknown("Z"), c.RoundTrip("Z|NONE|x"))
+		assert.Equal(t, unknown("PC"), c.ReadResponse().String())
+		assert.Equal(t, unknown("Z"), c.Exchange("Z|NONE|x").String())
 	})
 }
 
@@ -622,7 +622,7 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		var last time.Time
 		for i, start := 0, time.Now(); i < 100_000 && time.Since(start) < 3*deadlineSlack(idle); i++ {
 			last = time.Now()
-			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("B|NONE|x"))
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.Exchange("B|NONE|x").String())
 		}
 		// When the client then sends only the start of a line.
 		_, err := io.WriteString(c.Conn(), "C|NONE|partial")
@@ -640,7 +640,7 @@ func TestIdleTimeoutWithCoarseDeadlines(t *testing.T) {
 		c := hubtest.Dial(t, addr)
 		n := 0
 		for start := time.Now(); n < 1_000_000 && time.Since(start) < 4*timeout; n++ {
-			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("B|NONE|x"), "after %d lines", n)
+			require.Equal(t, "B|E903|"+protocol.MsgUnknownTarget, c.Exchange("B|NONE|x").String(), "after %d lines", n)
 		}
 		c.ExpectEOF() // and the idle timeout still ends it once it is quiet
 	})
@@ -699,7 +699,7 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 				txid, _, _ := strings.Cut(l, "|")
 				want[txid] = answers[txid]
 			}
-			require.Equal(t, want, c.ReadByTxID(len(want)), "lines %d to %d", sent, next-1)
+			require.Equal(t, want, hubtest.Lines(c.ReadByTxID(len(want))), "lines %d to %d", sent, next-1)
 			sent = next
 		}
 	})
@@ -719,7 +719,7 @@ func TestLinesArriveAfterDrainedReads(t *testing.T) {
 			_, err := io.WriteString(c.Conn(), burst.String())
 			require.NoError(t, err)
 			c.Send(b + "|NONE|x")
-			got := c.ReadByTxID(41)
+			got := hubtest.Lines(c.ReadByTxID(41))
 			require.Len(t, got, 41)
 			require.Equal(t, unknown(b), got[b], "round %d", i)
 		}
@@ -879,7 +879,7 @@ func TestShutdownStopsAReaderWaitingWithAPartialLine(t *testing.T) {
 	require.NoError(t, c.Conn().SetWriteDeadline(time.Now().Add(hubtest.IOTimeout)))
 	_, err := io.WriteString(c.Conn(), "A|NONE|x\n"+partial)
 	require.NoError(t, err)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.Read())
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.ReadResponse().String())
 
 	// When the hub shuts down, then it stops reading at once.
 	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
@@ -930,7 +930,7 @@ func TestLinesAfterAPauseAreReadAfterTheEndCheck(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 	for i := range 3 {
 		txid := fmt.Sprintf("P%d", i)
-		assert.Equal(t, txid+"|E903|"+protocol.MsgUnknownTarget, c.RoundTrip(txid+"|NONE|x"))
+		assert.Equal(t, txid+"|E903|"+protocol.MsgUnknownTarget, c.Exchange(txid+"|NONE|x").String())
 		time.Sleep(60 * time.Millisecond)
 	}
 }

@@ -48,7 +48,7 @@ func TestAHubOutOfDescriptorsIsNotATargetFailure(t *testing.T) {
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Contains(t, c.RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, c.Exchange("F1|CORE|x").String(), "|E500|")
 	core.Set(hubtest.AnswerCode("0000", "balance=100000"))
 	core.CloseClientConnections() // each call needs a connection of its own
 	short.Store(true)
@@ -57,7 +57,7 @@ func TestAHubOutOfDescriptorsIsNotATargetFailure(t *testing.T) {
 	const calls = 10
 	for i := range calls {
 		txid := fmt.Sprintf("S%d", i)
-		assert.Equal(t, txid+"|E906|"+msgHubOverloaded, c.RoundTrip(txid+"|CORE|BAL 1001"))
+		assert.Equal(t, txid+"|E906|"+msgHubOverloaded, c.Exchange(txid+"|CORE|BAL 1001").String())
 	}
 
 	// then the breaker is CLOSED and counted them as neither failures nor
@@ -83,7 +83,7 @@ func TestAHubOutOfDescriptorsIsNotATargetFailure(t *testing.T) {
 
 	// and once descriptors are free again, CORE is called at once.
 	short.Store(false)
-	assert.Equal(t, "OK|0000|balance=100000", c.RoundTrip("OK|CORE|BAL 1001"))
+	assert.Equal(t, "OK|0000|balance=100000", c.Exchange("OK|CORE|BAL 1001").String())
 	assert.Equal(t, 2, core.Calls())
 }
 
@@ -95,21 +95,21 @@ func TestAProbeTheHubCannotSendIsHandedBack(t *testing.T) {
 	cfg.DialTarget = shortOfDescriptors(&short)
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Contains(t, c.RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, c.Exchange("F1|CORE|x").String(), "|E500|")
 	require.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 	core.CloseClientConnections() // the probe needs a connection of its own
 	clk.Advance(time.Second)
 
 	// when the request admitted as the probe cannot be sent,
 	short.Store(true)
-	assert.Equal(t, "P1|E906|"+msgHubOverloaded, c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P1|E906|"+msgHubOverloaded, c.Exchange("P1|CORE|x").String())
 
 	// then the probe is handed back, not failed: the breaker waits
 	// half-open for the next request, which is the probe,
 	assert.Equal(t, breaker.HalfOpen, status(t, srv, "CORE").State)
 	short.Store(false)
 	core.Set(hubtest.AnswerCode("0000", "ok"))
-	assert.Equal(t, "P2|0000|ok", c.RoundTrip("P2|CORE|x"))
+	assert.Equal(t, "P2|0000|ok", c.Exchange("P2|CORE|x").String())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
 }
 
@@ -123,7 +123,7 @@ func TestASyntheticProbeTheHubCannotSendIsHandedBack(t *testing.T) {
 	cfg.DialTarget = shortOfDescriptors(&short)
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
-	require.Contains(t, hubtest.Dial(t, addr).RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, hubtest.Dial(t, addr).Exchange("F1|CORE|x").String(), "|E500|")
 	core.CloseClientConnections() // the probe needs a connection of its own
 	calls := core.Calls()
 
@@ -190,7 +190,7 @@ func TestAcceptOutOfDescriptorsBacksOffAndLogsOnce(t *testing.T) {
 
 			// a client waiting in the listen queue is served once they
 			// pass,
-			assert.Equal(t, "T1|0000|ok", hubtest.Dial(t, addr).RoundTrip("T1|CORE|x"))
+			assert.Equal(t, "T1|0000|ok", hubtest.Dial(t, addr).Exchange("T1|CORE|x").String())
 
 			// and the burst of failures is logged once, with its end.
 			failed := logs.Messages(t, "accept failed; retrying with backoff until it works again")

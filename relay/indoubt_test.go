@@ -49,7 +49,7 @@ func TestACallInDoubtIsJournalledBeforeItsAnswer(t *testing.T) {
 
 	// When CORE takes the request and never answers in time,
 	before := time.Now()
-	assert.Equal(t, "T1|E901|no answer within target timeout; outcome unknown", c.RoundTrip("T1|CORE|XFER 1001 1002 2500"))
+	assert.Equal(t, "T1|E901|no answer within target timeout; outcome unknown", c.Exchange("T1|CORE|XFER 1001 1002 2500").String())
 
 	// then the journal already holds its line,
 	lines := logtest.FileLines(t, path)
@@ -76,7 +76,7 @@ func TestACallInDoubtIsJournalledBeforeItsAnswer(t *testing.T) {
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, "relay_in_doubt_total", "target", "CORE"))
 
 	// When CLAIM refuses the connection, twice (the one retry),
-	assert.Equal(t, "T2|E902|target unreachable: connection refused; not sent", c.RoundTrip("T2|CLAIM|SUBMIT P1 100"))
+	assert.Equal(t, "T2|E902|target unreachable: connection refused; not sent", c.Exchange("T2|CLAIM|SUBMIT P1 100").String())
 
 	// then nothing is in doubt there.
 	assert.Len(t, logtest.FileLines(t, path), 1)
@@ -105,7 +105,7 @@ func TestAJournalThatFailsStillAnswers(t *testing.T) {
 	cfg.InDoubtLog, cfg.Metrics = j, m
 	srv, addr := startServer(t, cfg)
 
-	assert.Equal(t, "T1|E901|no answer within target timeout; outcome unknown", hubtest.Dial(t, addr).RoundTrip("T1|CORE|x"))
+	assert.Equal(t, "T1|E901|no answer within target timeout; outcome unknown", hubtest.Dial(t, addr).Exchange("T1|CORE|x").String())
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, "relay_in_doubt_log_errors_total"))
 	assert.Len(t, srv.InDoubt(time.Time{}), 1, "still listed")
 }
@@ -126,7 +126,7 @@ func TestARefusedConnectIsTriedOnceMore(t *testing.T) {
 	}
 	srv, addr := startServer(t, cfg)
 
-	assert.Equal(t, "T1|0000|balance=100000", hubtest.Dial(t, addr).RoundTrip("T1|CORE|BAL 1001"))
+	assert.Equal(t, "T1|0000|balance=100000", hubtest.Dial(t, addr).Exchange("T1|CORE|BAL 1001").String())
 	assert.Equal(t, int32(2), dials.Load())
 	assert.Equal(t, 1, core.Calls())
 	assert.Zero(t, status(t, srv, "CORE").InDoubt)

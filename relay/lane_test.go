@@ -75,7 +75,7 @@ func makeRefusalHeavy(t *testing.T, c *hubtest.Client, prefix string) {
 	t.Helper()
 	for i := range laneAfter {
 		txid := fmt.Sprintf("%s%d", prefix, i)
-		require.Equal(t, txid+"|E904|circuit open; retry after 3600s", c.RoundTrip(txid+"|CORE|BAL 1"))
+		require.Equal(t, txid+"|E904|circuit open; retry after 3600s", c.Exchange(txid+"|CORE|BAL 1").String())
 	}
 }
 
@@ -118,9 +118,9 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 	// Then the other connections are served meanwhile: admitted lines,
 	// and the refusals of a connection that is not refusal-heavy.
 	claim := hubtest.Dial(t, addr)
-	assert.Equal(t, "C1|0000|got SUBMIT P1 100", claim.RoundTrip("C1|CLAIM|SUBMIT P1 100"))
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", claim.Exchange("C1|CLAIM|SUBMIT P1 100").String())
 	fresh := hubtest.Dial(t, addr)
-	assert.Equal(t, "F1|E904|circuit open; retry after 3600s", fresh.RoundTrip("F1|CORE|BAL 1"))
+	assert.Equal(t, "F1|E904|circuit open; retry after 3600s", fresh.Exchange("F1|CORE|BAL 1").String())
 	expectNoAnswerYet(t, heavy)
 
 	// When a turn is given back, both lines are read and answered in it.
@@ -128,7 +128,7 @@ func TestRefusalHeavyConnectionWaitsForItsTurn(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"H1": "H1|E904|circuit open; retry after 3600s",
 		"H2": "H2|E904|circuit open; retry after 3600s",
-	}, heavy.ReadByTxID(2))
+	}, hubtest.Lines(heavy.ReadByTxID(2)))
 	waitersBecome(t, srv, 0)
 	assert.Zero(t, hubtest.MetricValue(t, reg, metricLaneWaiting))
 }
@@ -143,7 +143,7 @@ func TestLaneHoldsNoOneBackWithoutCalls(t *testing.T) {
 
 	// Then its lines are answered at once: there is no call to make room
 	// for.
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Exchange("H1|CORE|BAL 1").String())
 	assert.Zero(t, srv.lane.waiting.Load())
 }
 
@@ -168,9 +168,9 @@ func TestCallInFlightPutsTheLaneInForce(t *testing.T) {
 
 	// Then, the call answered and a turn given back, both are answered.
 	claim.UnblockAll()
-	assert.Equal(t, "C1|0000|got SUBMIT P1 100", caller.Read())
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", caller.ReadResponse().String())
 	giveBack()
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.ReadResponse().String())
 }
 
 func TestAdmittedLineTakesTheConnectionOutOfTheLane(t *testing.T) {
@@ -179,7 +179,7 @@ func TestAdmittedLineTakesTheConnectionOutOfTheLane(t *testing.T) {
 	srv, addr := laneServer(t, Config{})
 	c := hubtest.Dial(t, addr)
 	makeRefusalHeavy(t, c, "R")
-	assert.Equal(t, "C1|0000|got SUBMIT P1 100", c.RoundTrip("C1|CLAIM|SUBMIT P1 100"))
+	assert.Equal(t, "C1|0000|got SUBMIT P1 100", c.Exchange("C1|CLAIM|SUBMIT P1 100").String())
 
 	// When every turn is held, its refusals are answered at once again,
 	// until laneAfter of them in a row make it refusal-heavy anew.
@@ -189,7 +189,7 @@ func TestAdmittedLineTakesTheConnectionOutOfTheLane(t *testing.T) {
 	waitersBecome(t, srv, 1)
 	expectNoAnswerYet(t, c)
 	giveBack()
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", c.Read())
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", c.ReadResponse().String())
 }
 
 func TestEveryKindOfRefusalCounts(t *testing.T) {
@@ -206,13 +206,13 @@ func TestEveryKindOfRefusalCounts(t *testing.T) {
 			srv, addr := laneServer(t, Config{MaxLineBytes: 64})
 			c := hubtest.Dial(t, addr)
 			for range laneAfter {
-				require.Equal(t, tt.answer, c.RoundTrip(tt.line))
+				require.Equal(t, tt.answer, c.Exchange(tt.line).String())
 			}
 			giveBack := holdLane(t, srv)
 			c.Send(tt.line)
 			waitersBecome(t, srv, 1)
 			giveBack()
-			assert.Equal(t, tt.answer, c.Read())
+			assert.Equal(t, tt.answer, c.ReadResponse().String())
 		})
 	}
 }
@@ -230,7 +230,7 @@ func TestShutdownDoesNotWaitForTheLane(t *testing.T) {
 	// When the hub shuts down, the line is answered E906 and the drain
 	// ends.
 	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
-	assert.Equal(t, "H1|E906|shutting down", heavy.Read())
+	assert.Equal(t, "H1|E906|shutting down", heavy.ReadResponse().String())
 	heavy.ExpectEOF()
 	assert.NoError(t, <-done)
 }
@@ -252,8 +252,8 @@ func TestWaitForATurnIsNotIdleTime(t *testing.T) {
 
 	// Then, its turn come, it is answered and still serves.
 	giveBack()
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
-	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.RoundTrip("H2|CORE|BAL 1"))
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.ReadResponse().String())
+	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.Exchange("H2|CORE|BAL 1").String())
 }
 
 func TestStuckTurnDoesNotHoldTheLaneBack(t *testing.T) {
@@ -267,8 +267,8 @@ func TestStuckTurnDoesNotHoldTheLaneBack(t *testing.T) {
 
 	// When the refusal-heavy connection sends a line, it is answered
 	// without a turn.
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.RoundTrip("H1|CORE|BAL 1"))
-	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.RoundTrip("H2|CORE|BAL 1"))
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Exchange("H1|CORE|BAL 1").String())
+	assert.Equal(t, "H2|E904|circuit open; retry after 3600s", heavy.Exchange("H2|CORE|BAL 1").String())
 }
 
 // TestLaneHammer runs refusal-heavy connections, pipelining, beside
@@ -416,7 +416,7 @@ func TestLastLineWithTheEndOfInputWaitsForItsTurn(t *testing.T) {
 
 	// Then, its turn come, it is answered and the hub closes its side.
 	giveBack()
-	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.Read())
+	assert.Equal(t, "H1|E904|circuit open; retry after 3600s", heavy.ReadResponse().String())
 	heavy.ExpectEOF()
 }
 
@@ -497,5 +497,5 @@ func TestRefusalHeavyTLSConnectionWaitsForItsTurnLikeAnyOther(t *testing.T) {
 
 	// Then its turn come, it is answered.
 	giveBack()
-	assert.Equal(t, map[string]string{"H1": "H1|E904|circuit open; retry after 3600s"}, heavy.ReadByTxID(1))
+	assert.Equal(t, map[string]string{"H1": "H1|E904|circuit open; retry after 3600s"}, hubtest.Lines(heavy.ReadByTxID(1)))
 }

@@ -21,16 +21,16 @@ func TestSnapshotHoldsTheLastFailedCall(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// when it has only succeeded and refused business, no failure is held;
-	assert.Equal(t, "T1|0000|got x", c.RoundTrip("T1|CORE|x"))
+	assert.Equal(t, "T1|0000|got x", c.Exchange("T1|CORE|x").String())
 	core.Set(hubtest.AnswerCode("B201", "insufficient funds"))
-	assert.Equal(t, "T2|B201|insufficient funds", c.RoundTrip("T2|CORE|x"))
+	assert.Equal(t, "T2|B201|insufficient funds", c.Exchange("T2|CORE|x").String())
 	assert.Zero(t, status(t, srv, "CORE").LastFailure)
 
 	// when it fails with a message holding markup and control characters,
 	// the failure is held with the message as the client got it;
 	before := time.Now()
 	core.Set(hubtest.AnswerCode("E500", "<script>alert(1)</script>\r\nT9|0000|forged"))
-	assert.Equal(t, "T3|E500|<script>alert(1)</script>  T9|0000|forged", c.RoundTrip("T3|CORE|x"))
+	assert.Equal(t, "T3|E500|<script>alert(1)</script>  T9|0000|forged", c.Exchange("T3|CORE|x").String())
 	lf := status(t, srv, "CORE").LastFailure
 	assert.Equal(t, "E500", lf.Code)
 	assert.Equal(t, "<script>alert(1)</script>  T9|0000|forged", lf.Message)
@@ -39,16 +39,16 @@ func TestSnapshotHoldsTheLastFailedCall(t *testing.T) {
 
 	// when the same failure comes again, only its time moves;
 	first := lf.At
-	assert.Contains(t, c.RoundTrip("T4|CORE|x"), "|E500|")
+	assert.Contains(t, c.Exchange("T4|CORE|x").String(), "|E500|")
 	assert.False(t, status(t, srv, "CORE").LastFailure.At.Before(first))
 
 	// when a success follows, the failure stays; a different failure
 	// replaces it.
 	core.Set(hubtest.Echo)
-	assert.Equal(t, "T5|0000|got x", c.RoundTrip("T5|CORE|x"))
+	assert.Equal(t, "T5|0000|got x", c.Exchange("T5|CORE|x").String())
 	assert.Equal(t, "E500", status(t, srv, "CORE").LastFailure.Code)
 	core.Set(hubtest.AnswerStatus(503))
-	assert.Contains(t, c.RoundTrip("T6|CORE|x"), "|E500|target failed: HTTP 503")
+	assert.Contains(t, c.Exchange("T6|CORE|x").String(), "|E500|target failed: HTTP 503")
 	assert.Equal(t, "target failed: HTTP 503: injected", status(t, srv, "CORE").LastFailure.Message)
 }
 

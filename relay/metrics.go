@@ -194,98 +194,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m := &Metrics{
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricTransitions,
-			Help: "State changes of the target's circuit breaker.",
-		}, []string{labelTarget, labelFrom, labelTo}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricRequests,
-			Help: "Answers to request lines for a configured target, by response code; Bnnn and Ennn stand for every business rejection and every other error code the target sent.",
-		}, []string{labelTarget, labelCode}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    metricDuration,
-			Help:    "Duration of target calls in seconds, whatever their outcome, timeouts included.",
-			Buckets: durationBuckets[:],
-		}, []string{labelTarget}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricFallbacks,
-			Help: "Requests the target's breaker refused that its fallback's breaker admitted; their answers are counted under the fallback in relay_requests_total.",
-		}, []string{labelTarget, labelFallback}),
-		connsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricConnsOpened,
-			Help: "Connections opened to the target, each a new TCP (and, for https, TLS) handshake; a kept-alive connection reused is not counted.",
-		}, []string{labelTarget}),
-		inDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricInDoubt,
-			Help: "Calls to the target that ended in doubt: the request may have reached the target and the outcome is unknown (see the in-doubt journal).",
-		}, []string{labelTarget}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricRetries,
-			Help: "Calls tried a second time because the connect to the target was refused or reset, before any byte of the request was sent.",
-		}, []string{labelTarget}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricProbes,
-			Help: "Synthetic recovery probes the hub sent to the target, by outcome: healthy (an answer code of probe_expect) or failed.",
-		}, []string{labelTarget, labelOutcome}),
-		probeLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricProbeLast,
-			Help: "When the target's latest synthetic probe ended, in seconds since the Unix epoch.",
-		}, []string{labelTarget}),
-		probeTook: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricProbeLastTook,
-			Help: "How long the target's latest synthetic probe took, in seconds.",
-		}, []string{labelTarget}),
-		probeOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricProbeLastHealthy,
-			Help: "1 when the target's latest synthetic probe was healthy, 0 when it failed.",
-		}, []string{labelTarget}),
-		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricDedup,
-			Help: "Requests the duplicate-TXID shield dealt with, by outcome: joined the call in flight, replayed a remembered answer, refused_payload (E909), resolved_applied, resolved_not_applied (sent afresh) or unresolved (E901 without a call) for a resend of a call in doubt.",
-		}, []string{labelTarget, labelOutcome}),
-		hubRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricHubRefusals,
-			Help: "Calls to the target the hub did not make for want of its own resources, answered E906 (hub overloaded; not sent) and not counted by the breaker, by reason: descriptors, memory, ports, socket.",
-		}, []string{labelTarget, labelReason}),
-		dedupFull: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricDedupRefused,
-			Help: "New TXIDs refused E906 without a call because the duplicate-TXID shield was at --dedup-max-entries with calls in flight or in doubt only, which it never forgets before their window.",
-		}, []string{labelTarget}),
-		inDoubtErrs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricInDoubtLogError,
-			Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricAccessLogDropped,
-			Help: "Access log lines not written because the writer's queue was full or the writer failed.",
-		}),
-		live: newLiveCollector(),
-	}
-	unrouted := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metricUnrouted,
-		Help: "Answers attributed to no configured target (malformed line, unknown target, or shutdown or connection limit before the target was known), by response code.",
-	}, []string{labelCode})
-	for i, code := range unroutedCodes {
-		m.unrouted[i] = unrouted.WithLabelValues(code)
-	}
-	panics := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metricPanics,
-		Help: "Panics caught in the hub's goroutines, by task; each is also logged with its stack. Any is a bug.",
-	}, []string{labelTask})
-	for i, name := range taskNames {
-		m.panics[i] = panics.WithLabelValues(name)
-	}
-	for _, c := range []prometheus.Collector{
-		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
-		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.dedupFull, m.hubRefusals,
-		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
-			func(s *Server) int64 { return s.shieldMem.Evictions() }),
-		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
-			func(s *Server) int64 { return s.shieldMem.Len() }),
-		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Commands of the duplicate-TXID shield to the fleet's store that failed (a shielded call makes two: its claim and its outcome), each leaving the hub to shield on its own memory.",
-			func(s *Server) int64 { return s.dedupFallbacks.Load() }),
-	} {
+	m := &Metrics{live: newLiveCollector()}
+	m.newCallMetrics()
+	m.newProbeMetrics()
+	m.newShieldMetrics()
+	unrouted, panics := m.newHubMetrics()
+	for _, c := range m.collectors(unrouted, panics) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
@@ -295,6 +209,120 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// newCallMetrics creates the metrics of each target's breaker and calls.
+func (m *Metrics) newCallMetrics() {
+	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricTransitions,
+		Help: "State changes of the target's circuit breaker.",
+	}, []string{labelTarget, labelFrom, labelTo})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricRequests,
+		Help: "Answers to request lines for a configured target, by response code; Bnnn and Ennn stand for every business rejection and every other error code the target sent.",
+	}, []string{labelTarget, labelCode})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    metricDuration,
+		Help:    "Duration of target calls in seconds, whatever their outcome, timeouts included.",
+		Buckets: durationBuckets[:],
+	}, []string{labelTarget})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricFallbacks,
+		Help: "Requests the target's breaker refused that its fallback's breaker admitted; their answers are counted under the fallback in relay_requests_total.",
+	}, []string{labelTarget, labelFallback})
+	m.connsOpened = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricConnsOpened,
+		Help: "Connections opened to the target, each a new TCP (and, for https, TLS) handshake; a kept-alive connection reused is not counted.",
+	}, []string{labelTarget})
+	m.inDoubt = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricInDoubt,
+		Help: "Calls to the target that ended in doubt: the request may have reached the target and the outcome is unknown (see the in-doubt journal).",
+	}, []string{labelTarget})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricRetries,
+		Help: "Calls tried a second time because the connect to the target was refused or reset, before any byte of the request was sent.",
+	}, []string{labelTarget})
+	m.hubRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricHubRefusals,
+		Help: "Calls to the target the hub did not make for want of its own resources, answered E906 (hub overloaded; not sent) and not counted by the breaker, by reason: descriptors, memory, ports, socket.",
+	}, []string{labelTarget, labelReason})
+}
+
+// newProbeMetrics creates the metrics of each target's synthetic probes.
+func (m *Metrics) newProbeMetrics() {
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricProbes,
+		Help: "Synthetic recovery probes the hub sent to the target, by outcome: healthy (an answer code of probe_expect) or failed.",
+	}, []string{labelTarget, labelOutcome})
+	m.probeLast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricProbeLast,
+		Help: "When the target's latest synthetic probe ended, in seconds since the Unix epoch.",
+	}, []string{labelTarget})
+	m.probeTook = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricProbeLastTook,
+		Help: "How long the target's latest synthetic probe took, in seconds.",
+	}, []string{labelTarget})
+	m.probeOK = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricProbeLastHealthy,
+		Help: "1 when the target's latest synthetic probe was healthy, 0 when it failed.",
+	}, []string{labelTarget})
+}
+
+// newShieldMetrics creates the duplicate-TXID shield's metrics per target;
+// those of its memory as a whole are collectors (m.collectors).
+func (m *Metrics) newShieldMetrics() {
+	m.dedup = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricDedup,
+		Help: "Requests the duplicate-TXID shield dealt with, by outcome: joined the call in flight, replayed a remembered answer, refused_payload (E909), resolved_applied, resolved_not_applied (sent afresh) or unresolved (E901 without a call) for a resend of a call in doubt.",
+	}, []string{labelTarget, labelOutcome})
+	m.dedupFull = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricDedupRefused,
+		Help: "New TXIDs refused E906 without a call because the duplicate-TXID shield was at --dedup-max-entries with calls in flight or in doubt only, which it never forgets before their window.",
+	}, []string{labelTarget})
+}
+
+// newHubMetrics creates the metrics of the hub's own doings, and returns
+// the vectors whose children it resolved into m.unrouted and m.panics, for
+// registering.
+func (m *Metrics) newHubMetrics() (unrouted, panics *prometheus.CounterVec) {
+	m.inDoubtErrs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: metricInDoubtLogError,
+		Help: "Calls in doubt not written to the in-doubt journal (a write or fsync failed, its queue was full, or it took too long); each was answered all the same.",
+	})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: metricAccessLogDropped,
+		Help: "Access log lines not written because the writer's queue was full or the writer failed.",
+	})
+	unrouted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricUnrouted,
+		Help: "Answers attributed to no configured target (malformed line, unknown target, or shutdown or connection limit before the target was known), by response code.",
+	}, []string{labelCode})
+	for i, code := range unroutedCodes {
+		m.unrouted[i] = unrouted.WithLabelValues(code)
+	}
+	panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPanics,
+		Help: "Panics caught in the hub's goroutines, by task; each is also logged with its stack. Any is a bug.",
+	}, []string{labelTask})
+	for i, name := range taskNames {
+		m.panics[i] = panics.WithLabelValues(name)
+	}
+	return unrouted, panics
+}
+
+// collectors returns every collector of m to register, with unrouted and
+// panics, the vectors of m.unrouted and m.panics.
+func (m *Metrics) collectors(unrouted, panics *prometheus.CounterVec) []prometheus.Collector {
+	return []prometheus.Collector{
+		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
+		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.dedupFull, m.hubRefusals,
+		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
+			func(s *Server) int64 { return s.shieldMem.Evictions() }),
+		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
+			func(s *Server) int64 { return s.shieldMem.Len() }),
+		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Commands of the duplicate-TXID shield to the fleet's store that failed (a shielded call makes two: its claim and its outcome), each leaving the hub to shield on its own memory.",
+			func(s *Server) int64 { return s.dedupFallbacks.Load() }),
+	}
 }
 
 // countUnrouted counts an answer attributed to no target. code is one of

@@ -102,7 +102,7 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		{"garbage", "E900"},
 		{"T10|CORE", "E900"},
 	} {
-		got := c.RoundTrip(rt.line)
+		got := c.Exchange(rt.line).String()
 		require.Contains(t, got, "|"+rt.code+"|", rt.line)
 	}
 
@@ -159,12 +159,12 @@ func TestMetricsCountTargetConnectionsOpened(t *testing.T) {
 			// Only real time expires the last call's deadline.
 			time.Sleep(2 * timeout)
 		}
-		require.Equal(t, "T|0000|got x", c.RoundTrip("T|CORE|x"))
+		require.Equal(t, "T|0000|got x", c.Exchange("T|CORE|x").String())
 	}
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CORE"), "one connection, reused")
 
 	core.CloseClientConnections()
-	require.Equal(t, "T|0000|got x", c.RoundTrip("T|CORE|x"))
+	require.Equal(t, "T|0000|got x", c.Exchange("T|CORE|x").String())
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CORE"), "a fresh one once the target closed it")
 	assert.Zero(t, hubtest.MetricValue(t, reg, metricConnsOpened, "target", "CLAIM"), "counted per target")
 }
@@ -185,11 +185,11 @@ func TestMetricsFollowTheBreaker(t *testing.T) {
 
 	// When two calls fail, the state is 1 (open) and the trip is counted;
 	// a refusal counts as E904 and as a rejection for reason open.
-	c.RoundTrip("F1|CORE|x")
-	c.RoundTrip("F2|CORE|x")
+	c.Exchange("F1|CORE|x")
+	c.Exchange("F2|CORE|x")
 	assert.Equal(t, 1.0, state())
 	assert.Equal(t, 1.0, moves("CLOSED", "OPEN"))
-	assert.Contains(t, c.RoundTrip("R1|CORE|x"), "|E904|")
+	assert.Contains(t, c.Exchange("R1|CORE|x").String(), "|E904|")
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "E904"))
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
 
@@ -201,13 +201,13 @@ func TestMetricsFollowTheBreaker(t *testing.T) {
 	core.WaitEntered(t, 1)
 	assert.Equal(t, 2.0, state())
 	assert.Equal(t, 1.0, moves("OPEN", "HALF_OPEN"))
-	assert.Contains(t, c.RoundTrip("R2|CORE|x"), "|E904|")
+	assert.Contains(t, c.Exchange("R2|CORE|x").String(), "|E904|")
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "open"))
 
 	// Then the probe's success closes the breaker: state 0, and each of the
 	// three changes counted once.
 	core.UnblockAll()
-	assert.Equal(t, "P1|0000|got x", c.Read())
+	assert.Equal(t, "P1|0000|got x", c.ReadResponse().String())
 	assert.Equal(t, 0.0, state())
 	assert.Equal(t, 1.0, moves("HALF_OPEN", "CLOSED"))
 	assert.Zero(t, moves("HALF_OPEN", "OPEN"))
@@ -227,13 +227,13 @@ func TestMetricsLiveGauges(t *testing.T) {
 	c1.Send("A|CORE|a", "B|CORE|b")
 	core.WaitEntered(t, 2)
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricInflight, "target", "CORE"))
-	assert.Equal(t, "C|E905|"+protocol.MsgBulkheadFull, c1.RoundTrip("C|CORE|c"))
+	assert.Equal(t, "C|E905|"+protocol.MsgBulkheadFull, c1.Exchange("C|CORE|c").String())
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRejections, "target", "CORE", "reason", "full"))
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, "target", "CORE", "code", "E905"))
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricConnectionsOpen))
 
 	c2 := hubtest.Dial(t, addr)
-	c2.RoundTrip("Z|NOPE|z")
+	c2.Exchange("Z|NOPE|z")
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricConnectionsOpen))
 	assert.Equal(t, 2, srv.ConnectionsOpen())
 
@@ -307,7 +307,7 @@ func TestMetricsCountEveryAnswerUnderLoad(t *testing.T) {
 			}
 			go func() { _, _ = c.Conn().Write([]byte(b.String())) }()
 			for range perClient {
-				if _, err := c.ReadLine(); !assert.NoError(t, err) {
+				if _, err := c.ReadLine(hubtest.ClientTimeout); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -374,11 +374,11 @@ func TestBreakerTransitionsAreLogged(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// When it trips, then recovers through a probe,
-	c.RoundTrip("F1|CORE|x")
-	c.RoundTrip("F2|CORE|x")
+	c.Exchange("F1|CORE|x")
+	c.Exchange("F2|CORE|x")
 	clk.Advance(5 * time.Second)
 	core.Set(hubtest.Echo)
-	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P1|0000|got x", c.Exchange("P1|CORE|x").String())
 
 	// then each change is one line, at warn when it opened, with the
 	// failure count and the retry hint of the moment.
@@ -406,7 +406,7 @@ func TestFailedCallsAreLoggedSparingly(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 	const calls = 4 * failLogBurst
 	for i := range calls {
-		c.RoundTrip(fmt.Sprintf("F%d|CORE|x", i))
+		c.Exchange(fmt.Sprintf("F%d|CORE|x", i))
 	}
 
 	// A call is logged after its answer is written.

@@ -37,11 +37,11 @@ func TestPanicAfterTheAnswerSendsNoSecondAnswer(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// when a transaction is answered,
-	assert.Equal(t, "A1|0000|got x", c.RoundTrip("A1|CORE|x"))
+	assert.Equal(t, "A1|0000|got x", c.Exchange("A1|CORE|x").String())
 
 	// then the next answer on the connection is the next line's, not an
 	// E907 for the first,
-	assert.Equal(t, "A2|0000|got y", c.RoundTrip("A2|CORE|y"))
+	assert.Equal(t, "A2|0000|got y", c.Exchange("A2|CORE|y").String())
 
 	// the answer is counted once, and the panic is logged.
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "0000"))
@@ -85,11 +85,11 @@ func TestAccessLogWriterRestartsAfterAPanic(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// when transactions go on after the panic,
-	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P1|0000|got x", c.Exchange("P1|CORE|x").String())
 	hubtest.Eventually(t, func() bool {
 		return hubtest.MetricValue(t, reg, metricPanics, labelTask, "access_log") == 1
 	}, "the access log writer's panic was not counted")
-	assert.Equal(t, "P2|0000|got y", c.RoundTrip("P2|CORE|y"))
+	assert.Equal(t, "P2|0000|got y", c.Exchange("P2|CORE|y").String())
 
 	// then the restarted writer logs them, the line lost in the panic is
 	// counted as dropped,
@@ -112,7 +112,7 @@ func TestPanicInAConnectionIsCaughtWhereItHappens(t *testing.T) {
 
 	// when a client comes and goes,
 	c := hubtest.Dial(t, addr)
-	assert.Equal(t, "U1|E903|unknown target", c.RoundTrip("U1|NOPE|x"))
+	assert.Equal(t, "U1|E903|unknown target", c.Exchange("U1|NOPE|x").String())
 	c.Conn().Close()
 
 	// then the panic is counted at once, the connection is forgotten, and
@@ -122,7 +122,7 @@ func TestPanicInAConnectionIsCaughtWhereItHappens(t *testing.T) {
 	}, "the connection's panic was not counted when it happened")
 	hubtest.Eventually(t, func() bool { return srv.ConnectionsOpen() == 0 }, "the panicked connection is still tracked")
 	c2 := hubtest.Dial(t, addr)
-	assert.Equal(t, "U2|E903|unknown target", c2.RoundTrip("U2|NOPE|x"))
+	assert.Equal(t, "U2|E903|unknown target", c2.Exchange("U2|NOPE|x").String())
 	c2.Conn().Close()
 	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
 	select {

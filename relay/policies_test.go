@@ -44,17 +44,17 @@ func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// when CORE trips,
-	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
+	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.Exchange("F1|CORE|x").String())
 	require.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// then CORE_DR answers for it, saying so, and CORE is not called;
-	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.RoundTrip("F2|core|x"))
-	assert.Equal(t, "F3|0000|via CORE_DR: got y", c.RoundTrip("F3|CORE|y"))
+	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.Exchange("F2|core|x").String())
+	assert.Equal(t, "F3|0000|via CORE_DR: got y", c.Exchange("F3|CORE|y").String())
 	assert.Equal(t, 1, core.Calls())
 	assert.Equal(t, 2, dr.Calls())
 
 	// a request for CORE_DR itself is answered without the prefix;
-	assert.Equal(t, "D1|0000|got z", c.RoundTrip("D1|CORE_DR|z"))
+	assert.Equal(t, "D1|0000|got z", c.Exchange("D1|CORE_DR|z").String())
 
 	// the answers count under CORE_DR, the refusals under CORE's fallbacks;
 	assert.Equal(t, 3.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE_DR", labelCode, "0000"))
@@ -64,13 +64,13 @@ func TestFallbackTakesRequestsWhileTheBreakerRefuses(t *testing.T) {
 
 	// when CORE_DR fails too, its failure reaches the client through it,
 	dr.Set(hubtest.AnswerStatus(503))
-	assert.Equal(t, "F4|E500|via CORE_DR: target failed: HTTP 503: injected", c.RoundTrip("F4|CORE|x"))
+	assert.Equal(t, "F4|E500|via CORE_DR: target failed: HTTP 503: injected", c.Exchange("F4|CORE|x").String())
 	require.Equal(t, breaker.Open, status(t, srv, "CORE_DR").State)
 
 	// and once both breakers refuse, the answer is E904 with CORE's own
 	// retry hint (CORE_DR's would be about a minute).
 	clk.Advance(3 * time.Second)
-	assert.Equal(t, "F5|E904|circuit open; retry after 7s", c.RoundTrip("F5|CORE|x"))
+	assert.Equal(t, "F5|E904|circuit open; retry after 7s", c.Exchange("F5|CORE|x").String())
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricRequests, labelTarget, "CORE", labelCode, "E904"))
 	assert.Equal(t, 3.0, hubtest.MetricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
 	assert.Equal(t, 1, core.Calls())
@@ -107,12 +107,12 @@ func TestFallbackBulkheadFullIsE905(t *testing.T) {
 
 	// when another request for CORE comes, it gets CORE_DR's E905 at once,
 	// naming CORE_DR,
-	assert.Equal(t, "B2|E905|via CORE_DR: target busy: too many calls in flight", c.RoundTrip("B2|CORE|x"))
+	assert.Equal(t, "B2|E905|via CORE_DR: target busy: too many calls in flight", c.Exchange("B2|CORE|x").String())
 
 	// and the call in flight is answered through CORE_DR as usual; CORE
 	// was never called.
 	dr.UnblockAll()
-	assert.Equal(t, "B1|0000|via CORE_DR: got x", c.Read())
+	assert.Equal(t, "B1|0000|via CORE_DR: got x", c.ReadResponse().String())
 	assert.Zero(t, core.Calls())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE_DR").State, "E905 is no failure")
 }
@@ -130,10 +130,10 @@ func TestFullPrimaryBulkheadDoesNotFallBack(t *testing.T) {
 	core.WaitEntered(t, 1)
 
 	// when another request comes, it is CORE's E905, not a fallback.
-	assert.Equal(t, "P2|E905|target busy: too many calls in flight", c.RoundTrip("P2|CORE|x"))
+	assert.Equal(t, "P2|E905|target busy: too many calls in flight", c.Exchange("P2|CORE|x").String())
 	assert.Zero(t, dr.Calls())
 	core.UnblockAll()
-	assert.Equal(t, "P1|0000|got x", c.Read())
+	assert.Equal(t, "P1|0000|got x", c.ReadResponse().String())
 }
 
 func TestHeldOpenMessage(t *testing.T) {
@@ -153,23 +153,23 @@ func TestHeldOpenMessage(t *testing.T) {
 	// time to retry;
 	_, err := srv.ControlBreaker("core", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H1|E904|circuit open; held open by operator", c.RoundTrip("H1|CORE|x"))
+	assert.Equal(t, "H1|E904|circuit open; held open by operator", c.Exchange("H1|CORE|x").String())
 
 	// holding CLAIM open sends its requests to DR (an operator's failover),
 	_, err = srv.ControlBreaker("CLAIM", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H2|0000|via DR: got x", c.RoundTrip("H2|CLAIM|x"))
+	assert.Equal(t, "H2|0000|via DR: got x", c.Exchange("H2|CLAIM|x").String())
 
 	// and with DR held open too, the message is CLAIM's.
 	_, err = srv.ControlBreaker("DR", ActionOpen)
 	require.NoError(t, err)
-	assert.Equal(t, "H3|E904|circuit open; held open by operator", c.RoundTrip("H3|CLAIM|x"))
+	assert.Equal(t, "H3|E904|circuit open; held open by operator", c.Exchange("H3|CLAIM|x").String())
 	assert.Zero(t, core.Calls()+claim.Calls())
 
 	// Enable starts a normal open period: the hint is back.
 	_, err = srv.ControlBreaker("CORE", ActionEnable)
 	require.NoError(t, err)
-	assert.Equal(t, "H4|E904|circuit open; retry after 10s", c.RoundTrip("H4|CORE|x"))
+	assert.Equal(t, "H4|E904|circuit open; retry after 10s", c.Exchange("H4|CORE|x").String())
 }
 
 func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
@@ -180,15 +180,15 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 		cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxResetTimeout = 1, time.Second, 5*time.Second
 		srv, addr := startServer(t, cfg)
 		c := hubtest.Dial(t, addr)
-		require.Equal(t, "F0|E500|target failed: HTTP 500: injected", c.RoundTrip("F0|CORE|x"))
-		assert.Equal(t, "R0|E904|circuit open; retry after 1s", c.RoundTrip("R0|CORE|x"))
+		require.Equal(t, "F0|E500|target failed: HTTP 500: injected", c.Exchange("F0|CORE|x").String())
+		assert.Equal(t, "R0|E904|circuit open; retry after 1s", c.Exchange("R0|CORE|x").String())
 
 		// when each probe fails, the hint doubles, up to the cap.
 		period := time.Second
 		for i, want := range []string{"2s", "4s", "5s", "5s"} {
 			clk.Advance(period)
-			require.Contains(t, c.RoundTrip("P|CORE|x"), "|E500|", "probe %d", i)
-			assert.Equal(t, "R|E904|circuit open; retry after "+want, c.RoundTrip("R|CORE|x"), "after failed probe %d", i+1)
+			require.Contains(t, c.Exchange("P|CORE|x").String(), "|E500|", "probe %d", i)
+			assert.Equal(t, "R|E904|circuit open; retry after "+want, c.Exchange("R|CORE|x").String(), "after failed probe %d", i+1)
 			period = min(2*period, 5*time.Second)
 			assert.Equal(t, period, status(t, srv, "CORE").RetryAfter)
 		}
@@ -197,10 +197,10 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 		// timeout.
 		clk.Advance(period)
 		core.Set(hubtest.Echo)
-		require.Equal(t, "P|0000|got x", c.RoundTrip("P|CORE|x"))
+		require.Equal(t, "P|0000|got x", c.Exchange("P|CORE|x").String())
 		core.Set(hubtest.AnswerStatus(500))
-		require.Contains(t, c.RoundTrip("F|CORE|x"), "|E500|")
-		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.RoundTrip("R|CORE|x"))
+		require.Contains(t, c.Exchange("F|CORE|x").String(), "|E500|")
+		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.Exchange("R|CORE|x").String())
 	})
 	t.Run("jitter", func(t *testing.T) {
 		// Given a reset of 4 s with jitter 0.5 and a random source that
@@ -214,11 +214,11 @@ func TestRetryHintFollowsBackoffAndJitter(t *testing.T) {
 
 		// when CORE opens, the open period is 4 s + 4 s × 0.5 × 0.5 = 5 s,
 		// and the hint and the status say so.
-		require.Contains(t, c.RoundTrip("F|CORE|x"), "|E500|")
-		assert.Equal(t, "R|E904|circuit open; retry after 5s", c.RoundTrip("R|CORE|x"))
+		require.Contains(t, c.Exchange("F|CORE|x").String(), "|E500|")
+		assert.Equal(t, "R|E904|circuit open; retry after 5s", c.Exchange("R|CORE|x").String())
 		assert.Equal(t, 5*time.Second, status(t, srv, "CORE").RetryAfter)
 		clk.Advance(4500 * time.Millisecond)
-		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.RoundTrip("R|CORE|x"))
+		assert.Equal(t, "R|E904|circuit open; retry after 1s", c.Exchange("R|CORE|x").String())
 		assert.Equal(t, 500*time.Millisecond, status(t, srv, "CORE").RetryAfter)
 	})
 }
@@ -258,15 +258,15 @@ func TestPerTargetSettingsApplied(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 	c.Send("C1|CORE|x")
 	core.WaitEntered(t, 1)
-	assert.Equal(t, "C2|E905|target busy: too many calls in flight", c.RoundTrip("C2|CORE|x"))
-	assert.Equal(t, "C1|E901|no answer within target timeout; outcome unknown", c.Read())
+	assert.Equal(t, "C2|E905|target busy: too many calls in flight", c.Exchange("C2|CORE|x").String())
+	assert.Equal(t, "C1|E901|no answer within target timeout; outcome unknown", c.ReadResponse().String())
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// and CLAIM's 4xx count as failures there, opening it at its threshold 3.
 	for range 3 {
-		assert.Contains(t, c.RoundTrip("L|CLAIM|x"), "|E400|")
+		assert.Contains(t, c.Exchange("L|CLAIM|x").String(), "|E400|")
 	}
-	assert.Contains(t, c.RoundTrip("L|CLAIM|x"), "|E904|")
+	assert.Contains(t, c.Exchange("L|CLAIM|x").String(), "|E904|")
 }
 
 func TestFailureRatePolicyIsWired(t *testing.T) {
@@ -283,12 +283,12 @@ func TestFailureRatePolicyIsWired(t *testing.T) {
 
 	// when two of four calls fail, not in a row,
 	for _, p := range []string{"e500", "ok", "e500", "ok"} {
-		c.RoundTrip("R|CORE|" + p)
+		c.Exchange("R|CORE|" + p)
 	}
 
 	// then the breaker opens on the rate.
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
-	assert.Contains(t, c.RoundTrip("R|CORE|ok"), "|E904|")
+	assert.Contains(t, c.Exchange("R|CORE|ok").String(), "|E904|")
 }
 
 func TestNewRejectsBadPolicies(t *testing.T) {
@@ -334,21 +334,21 @@ func TestProbePermitsHoldTheProbeUntilPermitted(t *testing.T) {
 	cfg.ProbePermits = true
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
+	assert.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.Exchange("F1|CORE|x").String())
 	core.Set(hubtest.Echo)
 
 	// when its open period has passed, it still refuses, with a hint of a
 	// second, and calls nobody,
 	clk.Advance(time.Minute)
-	assert.Equal(t, "W1|E904|circuit open; retry after 1s", c.RoundTrip("W1|CORE|x"))
-	assert.Equal(t, "W2|E904|circuit open; retry after 1s", c.RoundTrip("W2|CORE|x"))
+	assert.Equal(t, "W1|E904|circuit open; retry after 1s", c.Exchange("W1|CORE|x").String())
+	assert.Equal(t, "W2|E904|circuit open; retry after 1s", c.Exchange("W2|CORE|x").String())
 	assert.Equal(t, 1, core.Calls())
 
 	// until its breaker is permitted a probe, whose success closes it.
 	b := srv.Breaker("core")
 	require.NotNil(t, b)
 	b.PermitProbe()
-	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "P1|0000|got x", c.Exchange("P1|CORE|x").String())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
 	assert.Nil(t, srv.Breaker("NOPE"))
 }

@@ -65,7 +65,7 @@ func TestSyntheticProbesFollowAReload(t *testing.T) {
 	cfg, clk := testConfig(t, Target{Name: "CORE", URL: core.URL, Settings: settings(0, 1, time.Second)})
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Contains(t, c.RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, c.Exchange("F1|CORE|x").String(), "|E500|")
 
 	// when a reload gives it a probe payload and its open period passes,
 	probing := *settings(0, 1, time.Second)
@@ -80,7 +80,7 @@ func TestSyntheticProbesFollowAReload(t *testing.T) {
 	got := core.WaitEntered(t, 1)
 	assert.True(t, strings.HasPrefix(got[0], ProbeTxIDPrefix), got[0])
 	assert.Equal(t, breaker.HalfOpen, status(t, srv, "CORE").State)
-	assert.Contains(t, c.RoundTrip("H1|CORE|x"), "|E904|")
+	assert.Contains(t, c.Exchange("H1|CORE|x").String(), "|E904|")
 	core.UnblockAll()
 	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").State == breaker.Closed }, "the healthy probe closes CORE")
 	last := status(t, srv, "CORE").LastProbe
@@ -93,10 +93,10 @@ func TestSyntheticProbesFollowAReload(t *testing.T) {
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL, Settings: settings(0, 1, time.Second)}})
 	require.NoError(t, err)
 	core.Set(hubtest.AnswerStatus(500))
-	require.Contains(t, c.RoundTrip("F2|CORE|x"), "|E500|")
+	require.Contains(t, c.Exchange("F2|CORE|x").String(), "|E500|")
 	clk.Advance(time.Second)
 	calls := core.Calls()
-	assert.Contains(t, c.RoundTrip("P1|CORE|x"), "|E500|", "the customer is the probe")
+	assert.Contains(t, c.Exchange("P1|CORE|x").String(), "|E500|", "the customer is the probe")
 	assert.Equal(t, calls+1, core.Calls())
 }
 
@@ -109,7 +109,7 @@ func TestShutdownStopsTheProbers(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: core.URL, Settings: s})
 	cfg.Clock = nil
 	srv, addr := startServer(t, cfg)
-	require.Contains(t, hubtest.Dial(t, addr).RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, hubtest.Dial(t, addr).Exchange("F1|CORE|x").String(), "|E500|")
 	hubtest.Eventually(t, func() bool { return core.Calls() >= 3 }, "the hub probes")
 
 	// when it shuts down, its prober has ended by the time Close returns.

@@ -148,8 +148,8 @@ func TestProxyHeaderGivesTheClientAddress(t *testing.T) {
 			require.NoError(t, err)
 
 			// Then the lines are served as ever,
-			assert.Equal(t, "T1|0000|got a", c.Read())
-			assert.Equal(t, "T2|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("T2|NONE|b"))
+			assert.Equal(t, "T1|0000|got a", c.ReadResponse().String())
+			assert.Equal(t, "T2|E903|"+protocol.MsgUnknownTarget, c.Exchange("T2|NONE|b").String())
 			c.Conn().Close()
 
 			// and the access log and the connection's log name the client
@@ -213,9 +213,9 @@ func TestProxyRules(t *testing.T) {
 				return
 			}
 			if tt.mode == ProxyOff {
-				assert.True(t, strings.HasPrefix(c.Read(), "-|E900|"))
+				assert.True(t, strings.HasPrefix(c.ReadResponse().String(), "-|E900|"))
 			}
-			assert.Equal(t, "T1|0000|got a", c.Read())
+			assert.Equal(t, "T1|0000|got a", c.ReadResponse().String())
 			c.Conn().Close()
 			lines := accessLines(t, srv, access)
 			require.NotEmpty(t, lines)
@@ -237,7 +237,7 @@ func TestProxyOptionalNeverHoldsAShortFirstLine(t *testing.T) {
 	// than one, it is answered at once: the hub waits for no more bytes
 	// than the client sent.
 	start := time.Now()
-	assert.Equal(t, "P|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("P|X|"))
+	assert.Equal(t, "P|E903|"+protocol.MsgUnknownTarget, c.Exchange("P|X|").String())
 	assert.Less(t, time.Since(start), proxyHeaderTimeout/2)
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/reconcile"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -49,7 +48,7 @@ type routeConf struct {
 	statusURL    string             // Target.StatusURL; empty when none
 	// lookup asks the target about a resend in doubt, at statusURL, with
 	// the target's TLS settings; nil without a status URL.
-	lookup *reconcile.Checker
+	lookup *targethttp.StatusClient
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -192,7 +191,7 @@ func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, e
 		if p.tls != nil {
 			tr.TLSClientConfig = p.tls.Clone()
 		}
-		rc.lookup = reconcile.New(reconcile.Config{Client: &http.Client{Transport: tr}})
+		rc.lookup = targethttp.NewStatusClient(targethttp.StatusConfig{Client: &http.Client{Transport: tr}})
 	}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
 		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&

@@ -22,7 +22,7 @@ func TestReloadKeepsTheCountAndAppliesTheNewThreshold(t *testing.T) {
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
 	for i := range 2 {
-		require.Contains(t, c.RoundTrip(fmt.Sprintf("F%d|CORE|x", i)), "|E500|")
+		require.Contains(t, c.Exchange(fmt.Sprintf("F%d|CORE|x", i)).String(), "|E500|")
 	}
 
 	// When the threshold becomes 3
@@ -38,9 +38,9 @@ func TestReloadKeepsTheCountAndAppliesTheNewThreshold(t *testing.T) {
 	assert.Equal(t, 3, st.Settings.FailThreshold)
 
 	// and the third failure opens it.
-	assert.Contains(t, c.RoundTrip("F3|CORE|x"), "|E500|")
+	assert.Contains(t, c.Exchange("F3|CORE|x").String(), "|E500|")
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
-	assert.Equal(t, "F4|E904|circuit open; retry after 60s", c.RoundTrip("F4|CORE|x"))
+	assert.Equal(t, "F4|E904|circuit open; retry after 60s", c.Exchange("F4|CORE|x").String())
 	assert.Equal(t, 3, core.Calls())
 }
 
@@ -66,12 +66,12 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 
 	// Then LOANS answers, closed, from the start; CLAIM is unknown to new
 	// lines while its call in flight still finishes and is answered;
-	assert.Equal(t, "L1|0000|got x", c.RoundTrip("L1|LOANS|x"))
-	assert.Equal(t, "C2|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("C2|CLAIM|x"))
+	assert.Equal(t, "L1|0000|got x", c.Exchange("L1|LOANS|x").String())
+	assert.Equal(t, "C2|E903|"+protocol.MsgUnknownTarget, c.Exchange("C2|CLAIM|x").String())
 	// The E903's own count drops just after its answer is written.
 	hubtest.Eventually(t, func() bool { return srv.activeCalls.Load() == 1 }, "only the CLAIM call is still in flight")
 	claim.UnblockAll()
-	assert.Equal(t, "C1|0000|got slow", c.Read())
+	assert.Equal(t, "C1|0000|got slow", c.ReadResponse().String())
 	assert.Equal(t, 1, claim.Calls())
 
 	// the status and the state metric know only the targets served,
@@ -88,7 +88,7 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 	// is held open by an operator, removed, and added back,
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}, {Name: "CLAIM", URL: core.URL}})
 	require.NoError(t, err)
-	assert.Equal(t, "C3|0000|got y", c.RoundTrip("C3|CLAIM|y"))
+	assert.Equal(t, "C3|0000|got y", c.Exchange("C3|CLAIM|y").String())
 	_, err = srv.ControlBreaker("CLAIM", ActionOpen)
 	require.NoError(t, err)
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL}})
@@ -98,7 +98,7 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 
 	// so it is still open, and its breaker's changes form one chain, as the
 	// breaker log must.
-	assert.Equal(t, "C4|E904|"+protocol.MsgHeldOpen, c.RoundTrip("C4|CLAIM|x"))
+	assert.Equal(t, "C4|E904|"+protocol.MsgHeldOpen, c.Exchange("C4|CLAIM|x").String())
 	_, err = srv.ControlBreaker("CLAIM", ActionClose)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"CLAIM:CLOSED->OPEN", "CLAIM:OPEN->CLOSED"}, tr.List())
@@ -155,7 +155,7 @@ func TestReloadRefusesABadConfigurationWhole(t *testing.T) {
 		})
 	}
 	c := hubtest.Dial(t, addr)
-	assert.Equal(t, "T1|0000|got x", c.RoundTrip("T1|CORE|x"))
+	assert.Equal(t, "T1|0000|got x", c.Exchange("T1|CORE|x").String())
 }
 
 func TestReloadChangesBulkheadURLAndFailureCodes(t *testing.T) {
@@ -168,7 +168,7 @@ func TestReloadChangesBulkheadURLAndFailureCodes(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 	c.Send("H1|CORE|held")
 	oldCore.WaitEntered(t, 1)
-	assert.Equal(t, "B1|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("B1|CORE|x"))
+	assert.Equal(t, "B1|E905|"+protocol.MsgBulkheadFull, c.Exchange("B1|CORE|x").String())
 
 	// When a reload moves CORE to another URL with a bulkhead of two and
 	// E400 among its failure codes
@@ -183,13 +183,13 @@ func TestReloadChangesBulkheadURLAndFailureCodes(t *testing.T) {
 
 	// Then one more call is admitted, goes to the new URL, and its E400 now
 	// counts as a failure,
-	assert.Contains(t, c.RoundTrip("N1|CORE|x"), "N1|E400|")
+	assert.Contains(t, c.Exchange("N1|CORE|x").String(), "N1|E400|")
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 	assert.Equal(t, 1, newCore.Calls())
 
 	// while the held call finishes at the URL of its admission.
 	oldCore.UnblockAll()
-	assert.Equal(t, "H1|0000|got held", c.Read())
+	assert.Equal(t, "H1|0000|got held", c.ReadResponse().String())
 	assert.Equal(t, 1, oldCore.Calls())
 }
 
@@ -201,7 +201,7 @@ func TestReloadSetsAndDropsAFallback(t *testing.T) {
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Contains(t, c.RoundTrip("F1|CORE|x"), "|E500|")
+	require.Contains(t, c.Exchange("F1|CORE|x").String(), "|E500|")
 
 	// When a reload adds CORE_DR as its fallback, CORE_DR takes its requests,
 	_, err := srv.Reload([]Target{
@@ -210,14 +210,14 @@ func TestReloadSetsAndDropsAFallback(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State, "CORE stays open")
-	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.RoundTrip("F2|CORE|x"))
+	assert.Equal(t, "F2|0000|via CORE_DR: got x", c.Exchange("F2|CORE|x").String())
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, metricFallbacks, labelTarget, "CORE", labelFallback, "CORE_DR"))
 	assert.Equal(t, "CORE_DR", status(t, srv, "CORE").Fallback)
 
 	// and once a reload drops it, CORE refuses on its own again.
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL, Settings: settings(0, 1, time.Minute)}, {Name: "CORE_DR", URL: dr.URL}})
 	require.NoError(t, err)
-	assert.Equal(t, "F3|E904|circuit open; retry after 60s", c.RoundTrip("F3|CORE|x"))
+	assert.Equal(t, "F3|E904|circuit open; retry after 60s", c.Exchange("F3|CORE|x").String())
 }
 
 func TestReloadAfterShutdownIsRefused(t *testing.T) {
@@ -272,7 +272,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		}
 		for n, c := range clients {
-			got := c.ReadByTxID(wave)
+			got := hubtest.Lines(c.ReadByTxID(wave))
 			for i := range wave {
 				txid := fmt.Sprintf("T%d-%d-%d", n, w, i)
 				assert.Equal(t, fmt.Sprintf("%s|0000|got p%d", txid, i), got[txid])

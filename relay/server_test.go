@@ -46,7 +46,7 @@ func TestRelayAnswers(t *testing.T) {
 			cfg, _ := testConfig(t, Target{Name: "core", URL: core.URL})
 			_, addr := startServer(t, cfg)
 			c := hubtest.Dial(t, addr)
-			assert.Equal(t, tt.want, c.RoundTrip(tt.line))
+			assert.Equal(t, tt.want, c.Exchange(tt.line).String())
 		})
 	}
 }
@@ -64,7 +64,7 @@ func TestTargetNamesMatchInASCIICaseOnly(t *testing.T) {
 		"T3|\u017fK|x": "T3|E903|" + protocol.MsgUnknownTarget, // LATIN SMALL LETTER LONG S
 		"T4|S\u212a|x": "T4|E903|" + protocol.MsgUnknownTarget, // KELVIN SIGN
 	} {
-		assert.Equal(t, want, c.RoundTrip(line), line)
+		assert.Equal(t, want, c.Exchange(line).String(), line)
 	}
 }
 
@@ -79,17 +79,17 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 
 	// When three calls fail, the breaker opens.
 	for i := range 3 {
-		assert.Equal(t, fmt.Sprintf("F%d|E500|target failed: HTTP 503: injected", i), c.RoundTrip(fmt.Sprintf("F%d|CORE|x", i)))
+		assert.Equal(t, fmt.Sprintf("F%d|E500|target failed: HTTP 503: injected", i), c.Exchange(fmt.Sprintf("F%d|CORE|x", i)).String())
 	}
 	assert.Equal(t, breaker.Open, status(t, srv, "CORE").State)
 
 	// Then requests are refused at once with the retry hint, and the target
 	// is not called.
-	assert.Equal(t, "R1|E904|circuit open; retry after 7s", c.RoundTrip("R1|CORE|x"))
+	assert.Equal(t, "R1|E904|circuit open; retry after 7s", c.Exchange("R1|CORE|x").String())
 	clk.Advance(2500 * time.Millisecond)
-	assert.Equal(t, "R2|E904|circuit open; retry after 5s", c.RoundTrip("R2|core|x"))
+	assert.Equal(t, "R2|E904|circuit open; retry after 5s", c.Exchange("R2|core|x").String())
 	clk.Advance(4499 * time.Millisecond)
-	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.RoundTrip("R3|CORE|x"))
+	assert.Equal(t, "R3|E904|circuit open; retry after 1s", c.Exchange("R3|CORE|x").String())
 	assert.Equal(t, 3, core.Calls())
 	assert.Equal(t, time.Millisecond, status(t, srv, "CORE").RetryAfter)
 
@@ -97,8 +97,8 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 	// probe closes the breaker.
 	clk.Advance(time.Millisecond)
 	core.Set(hubtest.Echo)
-	assert.Equal(t, "P1|0000|got x", c.RoundTrip("P1|CORE|x"))
-	assert.Equal(t, "N1|0000|got y", c.RoundTrip("N1|CORE|y"))
+	assert.Equal(t, "P1|0000|got x", c.Exchange("P1|CORE|x").String())
+	assert.Equal(t, "N1|0000|got y", c.Exchange("N1|CORE|y").String())
 	assert.Equal(t, []string{"CORE:CLOSED->OPEN", "CORE:OPEN->HALF_OPEN", "CORE:HALF_OPEN->CLOSED"}, tr.List())
 	st := status(t, srv, "CORE")
 	assert.Equal(t, breaker.Closed, st.State)
@@ -114,11 +114,11 @@ func TestHealthyAnswersNeverTrip(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	for i := range 4 {
-		assert.Equal(t, fmt.Sprintf("B%d|B201|insufficient funds", i), c.RoundTrip(fmt.Sprintf("B%d|CORE|x", i)))
+		assert.Equal(t, fmt.Sprintf("B%d|B201|insufficient funds", i), c.Exchange(fmt.Sprintf("B%d|CORE|x", i)).String())
 	}
 	core.Set(hubtest.AnswerStatus(404))
 	for i := range 4 {
-		assert.Contains(t, c.RoundTrip(fmt.Sprintf("R%d|CORE|x", i)), "|E400|")
+		assert.Contains(t, c.Exchange(fmt.Sprintf("R%d|CORE|x", i)).String(), "|E400|")
 	}
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
 	assert.Equal(t, 8, core.Calls())
@@ -145,7 +145,7 @@ func TestFailureCodes(t *testing.T) {
 			srv, addr := startServer(t, cfg)
 			c := hubtest.Dial(t, addr)
 
-			assert.Equal(t, "T1|"+tt.answer+"|x", c.RoundTrip("T1|CORE|x"))
+			assert.Equal(t, "T1|"+tt.answer+"|x", c.Exchange("T1|CORE|x").String())
 			want := breaker.Closed
 			if tt.wantTrip {
 				want = breaker.Open
@@ -170,18 +170,18 @@ func TestBulkheadFullAnswersAtOnce(t *testing.T) {
 
 	// When more requests arrive on the same connection, they are answered
 	// at once, ahead of the slow calls; CLAIM is untouched.
-	assert.Equal(t, "S3|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("S3|CORE|c"))
-	assert.Equal(t, "C1|0000|got d", c.RoundTrip("C1|CLAIM|d"))
-	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("U1|NOPE|e"))
+	assert.Equal(t, "S3|E905|"+protocol.MsgBulkheadFull, c.Exchange("S3|CORE|c").String())
+	assert.Equal(t, "C1|0000|got d", c.Exchange("C1|CLAIM|d").String())
+	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.Exchange("U1|NOPE|e").String())
 	assert.Equal(t, 2, core.Calls())
 
 	// Then the slow calls answer when the target does, and the slots free.
 	core.UnblockAll()
-	got := c.ReadByTxID(2)
+	got := hubtest.Lines(c.ReadByTxID(2))
 	assert.Equal(t, "S1|0000|got a", got["S1"])
 	assert.Equal(t, "S2|0000|got b", got["S2"])
 	hubtest.Eventually(t, func() bool { return status(t, srv, "CORE").InFlight == 0 }, "slots not released")
-	assert.Equal(t, "S4|0000|got f", c.RoundTrip("S4|CORE|f"))
+	assert.Equal(t, "S4|0000|got f", c.Exchange("S4|CORE|f").String())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State, "E905 is not a failure")
 }
 
@@ -211,9 +211,9 @@ func TestFastAnswerNeverWaitsBehindSlowCall(t *testing.T) {
 			core.WaitEntered(t, 1)
 
 			// The fast answer arrives while the slow call is still out.
-			assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.Read())
+			assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, c.ReadResponse().String())
 			core.UnblockAll()
-			assert.Equal(t, "S1|0000|got slow", c.Read())
+			assert.Equal(t, "S1|0000|got slow", c.ReadResponse().String())
 		})
 	}
 }
@@ -227,7 +227,7 @@ func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight, cfg.OnTransition = 1, time.Second, 2, tr.Observe
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.RoundTrip("F1|CORE|x"))
+	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.Exchange("F1|CORE|x").String())
 	rt := srv.lookup([]byte("CORE"))
 	require.True(t, rt.bulkhead.TryAcquire())
 	require.True(t, rt.bulkhead.TryAcquire())
@@ -235,14 +235,14 @@ func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 
 	// When requests arrive, each is admitted as the probe, finds the bulkhead
 	// full, and hands the probe back: E905, never E904.
-	assert.Equal(t, "P1|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E905|"+protocol.MsgBulkheadFull, c.RoundTrip("P2|CORE|x"))
+	assert.Equal(t, "P1|E905|"+protocol.MsgBulkheadFull, c.Exchange("P1|CORE|x").String())
+	assert.Equal(t, "P2|E905|"+protocol.MsgBulkheadFull, c.Exchange("P2|CORE|x").String())
 
 	// Then once a slot frees, the next request is the probe and decides.
 	rt.bulkhead.Release()
 	rt.bulkhead.Release()
 	core.Set(hubtest.Echo)
-	assert.Equal(t, "P3|0000|got x", c.RoundTrip("P3|CORE|x"))
+	assert.Equal(t, "P3|0000|got x", c.Exchange("P3|CORE|x").String())
 	assert.Equal(t, breaker.Closed, status(t, srv, "CORE").State)
 	assert.Equal(t, 2, core.Calls())
 	assert.Equal(t, "CORE:HALF_OPEN->CLOSED", tr.List()[len(tr.List())-1])
@@ -286,10 +286,10 @@ func TestPipelinedLinesAnsweredOnce(t *testing.T) {
 	}()
 
 	// Then every TXID is answered exactly once, and nothing else.
-	got := c.ReadByTxID(len(want))
+	got := hubtest.Lines(c.ReadByTxID(len(want)))
 	require.NoError(t, <-sent)
 	assert.Equal(t, want, got)
-	assert.Equal(t, "Z1|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("Z1|NONE|x"), "no stray answer may follow")
+	assert.Equal(t, "Z1|E903|"+protocol.MsgUnknownTarget, c.Exchange("Z1|NONE|x").String(), "no stray answer may follow")
 }
 
 func TestOverlongLines(t *testing.T) {
@@ -317,7 +317,7 @@ func TestOverlongLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, c.RoundTrip(tt.line))
+			assert.Equal(t, tt.want, c.Exchange(tt.line).String())
 		})
 	}
 }
@@ -329,13 +329,13 @@ func TestBlankLinesAndLineEndings(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	c.Send("", "\r", "", "T1|CORE|abc\r", "  ", "T2|CORE|x")
-	got := c.ReadByTxID(3)
+	got := hubtest.Lines(c.ReadByTxID(3))
 	assert.Equal(t, map[string]string{
 		"T1": "T1|0000|got abc",
 		"-":  "-|E900|" + protocol.MsgMissingFields,
 		"T2": "T2|0000|got x",
 	}, got)
-	assert.Equal(t, "Z|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("Z|NONE|"))
+	assert.Equal(t, "Z|E903|"+protocol.MsgUnknownTarget, c.Exchange("Z|NONE|").String())
 }
 
 func TestLastLineWithoutNewline(t *testing.T) {
@@ -348,7 +348,7 @@ func TestLastLineWithoutNewline(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Conn().(*net.TCPConn).CloseWrite())
 
-	got := c.ReadByTxID(2)
+	got := hubtest.Lines(c.ReadByTxID(2))
 	assert.Equal(t, "T1|0000|got a", got["T1"])
 	assert.Equal(t, "T2|0000|got b", got["T2"])
 	c.ExpectEOF()
@@ -361,16 +361,16 @@ func TestMaxConns(t *testing.T) {
 
 	// Given one connection being served.
 	first := hubtest.Dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, first.RoundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, first.Exchange("A|NONE|x").String())
 
 	// When more arrive, each gets one line and is closed, whether or not it
 	// has sent anything.
 	silent := hubtest.Dial(t, addr)
-	assert.Equal(t, "-|E906|too many connections", silent.Read())
+	assert.Equal(t, "-|E906|too many connections", silent.ReadResponse().String())
 	silent.ExpectEOF()
 	talker := hubtest.Dial(t, addr)
 	talker.Send("B|CORE|x", "C|CORE|x")
-	assert.Equal(t, "-|E906|too many connections", talker.Read())
+	assert.Equal(t, "-|E906|too many connections", talker.ReadResponse().String())
 	talker.ExpectEOF()
 
 	// Then once the first leaves, a new connection is served.
@@ -378,7 +378,7 @@ func TestMaxConns(t *testing.T) {
 	hubtest.Eventually(t, func() bool {
 		c := hubtest.Dial(t, addr)
 		c.Send("D|NONE|x")
-		return c.Read() == "D|E903|"+protocol.MsgUnknownTarget
+		return c.ReadResponse().String() == "D|E903|"+protocol.MsgUnknownTarget
 	}, "a connection slot never freed")
 }
 
@@ -400,21 +400,21 @@ func TestShutdownDrainsCallsInFlight(t *testing.T) {
 	// When Shutdown starts, new lines get E906 and nothing new is accepted.
 	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
 	for i := 0; ; i++ {
-		line := c.RoundTrip(fmt.Sprintf("U%d|NONE|x", i))
+		line := c.Exchange(fmt.Sprintf("U%d|NONE|x", i)).String()
 		if strings.HasSuffix(line, "|E906|shutting down") {
 			break
 		}
 		require.Equal(t, fmt.Sprintf("U%d|E903|%s", i, protocol.MsgUnknownTarget), line)
 		require.Less(t, i, 100000, "shutdown never began")
 	}
-	assert.Equal(t, "M1|E906|shutting down", c.RoundTrip("M1|CORE|x"))
-	assert.Equal(t, "M2|E906|shutting down", c.RoundTrip("M2|CORE"), "even malformed lines")
+	assert.Equal(t, "M1|E906|shutting down", c.Exchange("M1|CORE|x").String())
+	assert.Equal(t, "M2|E906|shutting down", c.Exchange("M2|CORE").String(), "even malformed lines")
 	_, err = net.DialTimeout("tcp", ln.Addr().String(), hubtest.IOTimeout)
 	assert.Error(t, err, "the listener must be closed")
 
 	// Then the call in flight is answered, and the connection closed.
 	core.UnblockAll()
-	assert.Equal(t, "S1|0000|got slow", c.Read())
+	assert.Equal(t, "S1|0000|got slow", c.ReadResponse().String())
 	c.ExpectEOF()
 	require.NoError(t, <-done)
 	assert.ErrorIs(t, <-served, ErrServerClosed)
@@ -436,7 +436,7 @@ func TestShutdownDeadlineAbortsCalls(t *testing.T) {
 	// When the drain time runs out, the call is cancelled and answered.
 	err := <-hubtest.ShutdownAsync(srv, 30*time.Millisecond)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, "S1|E901|no answer before shutdown; outcome unknown", c.Read())
+	assert.Equal(t, "S1|E901|no answer before shutdown; outcome unknown", c.ReadResponse().String())
 	c.ExpectEOF()
 	assert.Zero(t, status(t, srv, "CORE").InFlight)
 }
@@ -445,7 +445,7 @@ func TestShutdownWithNothingInFlightClosesIdleConnections(t *testing.T) {
 	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:1"})
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.Exchange("A|NONE|x").String())
 
 	require.NoError(t, <-hubtest.ShutdownAsync(srv, hubtest.IOTimeout))
 	c.ExpectEOF()
@@ -482,7 +482,7 @@ func TestIdleTimeout(t *testing.T) {
 	cfg.IdleTimeout = 30 * time.Millisecond
 	_, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("A|NONE|x"))
+	require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.Exchange("A|NONE|x").String())
 	c.ExpectEOF()
 }
 
@@ -517,8 +517,8 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	rt := srv.lookup([]byte("CORE"))
 	c := hubtest.Dial(t, addr)
 
-	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.RoundTrip("P1|CORE|x"))
-	assert.Equal(t, "P2|E907|"+protocol.MsgInternal, c.RoundTrip("P2|CORE|x"), "the slot must have been released")
+	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.Exchange("P1|CORE|x").String())
+	assert.Equal(t, "P2|E907|"+protocol.MsgInternal, c.Exchange("P2|CORE|x").String(), "the slot must have been released")
 	st := status(t, srv, "CORE")
 	assert.Equal(t, breaker.Closed, st.State, "E907 is not a failure")
 	assert.Zero(t, st.InFlight)
@@ -529,8 +529,8 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true, 0)
 	clk.Advance(time.Second)
-	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.RoundTrip("P3|CORE|x"))
-	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.RoundTrip("P4|CORE|x"))
+	assert.Equal(t, "P3|E907|"+protocol.MsgInternal, c.Exchange("P3|CORE|x").String())
+	assert.Equal(t, "P4|E907|"+protocol.MsgInternal, c.Exchange("P4|CORE|x").String())
 }
 
 func TestServeAfterCloseAndShutdownTwice(t *testing.T) {
@@ -664,7 +664,7 @@ func TestHammer(t *testing.T) {
 			go func() { _, _ = c.Conn().Write([]byte(b.String())) }()
 			got := make(map[string]bool, perClient)
 			for range perClient {
-				line, err := c.ReadLine()
+				line, err := c.ReadLine(hubtest.ClientTimeout)
 				if !assert.NoError(t, err) {
 					return
 				}

@@ -9,7 +9,6 @@ import (
 	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
-	"github.com/relayhub/relayhub/relay/reconcile"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -201,7 +200,7 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 	outcome, ans, reason := cconf.lookup.Lookup(ctx, u, string(req.TxID))
 	cancel()
 	switch outcome {
-	case reconcile.Applied:
+	case targethttp.Applied:
 		rt.countDedup(dedupResolvedApplied)
 		code := ans.Code
 		if !protocol.ValidTargetCode(code) {
@@ -218,7 +217,7 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
 		answer(c, req.TxID, code, msg, true)
 		answerAll(ws, code, msg)
-	case reconcile.NotApplied:
+	case targethttp.NotApplied:
 		rt.countDedup(dedupResolvedNotApplied)
 		// dispatch's steps 3 to 5 with the flight held, so that copies
 		// still join this call.

@@ -98,18 +98,18 @@ func TestTLSAllowedClientsPerTarget(t *testing.T) {
 	byDNS := h.dial(t, h.ca.Issue(t, certtest.Leaf{DNSNames: []string{"claims.partner.example"}}))
 
 	// Then each reaches its own targets and every client the open one,
-	assert.Equal(t, "B1|0000|got BAL 1", branch.RoundTrip("B1|core|BAL 1"))
-	assert.Equal(t, "B2|0000|got x", branch.RoundTrip("B2|OPEN|x"))
-	assert.Equal(t, "P1|0000|got SUBMIT", partner.RoundTrip("P1|CLAIM|SUBMIT"))
-	assert.Equal(t, "P2|0000|got y", partner.RoundTrip("P2|OPEN|y"))
-	assert.Equal(t, "D1|0000|got z", byDNS.RoundTrip("D1|CLAIM|z"))
+	assert.Equal(t, "B1|0000|got BAL 1", branch.Exchange("B1|core|BAL 1").String())
+	assert.Equal(t, "B2|0000|got x", branch.Exchange("B2|OPEN|x").String())
+	assert.Equal(t, "P1|0000|got SUBMIT", partner.Exchange("P1|CLAIM|SUBMIT").String())
+	assert.Equal(t, "P2|0000|got y", partner.Exchange("P2|OPEN|y").String())
+	assert.Equal(t, "D1|0000|got z", byDNS.Exchange("D1|CLAIM|z").String())
 
 	// and any other target's lines get E908, without a call or a breaker
 	// record.
-	assert.Equal(t, "B3|E908|"+protocol.MsgNotAllowed, branch.RoundTrip("B3|CLAIM|SUBMIT"))
-	assert.Equal(t, "P3|E908|"+protocol.MsgNotAllowed, partner.RoundTrip("P3|CORE|WD 1 99"))
-	assert.Equal(t, "D2|E908|"+protocol.MsgNotAllowed, byDNS.RoundTrip("D2|CORE|x"))
-	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, partner.RoundTrip("U1|NOPE|x"), "an unknown target is E903 for everyone")
+	assert.Equal(t, "B3|E908|"+protocol.MsgNotAllowed, branch.Exchange("B3|CLAIM|SUBMIT").String())
+	assert.Equal(t, "P3|E908|"+protocol.MsgNotAllowed, partner.Exchange("P3|CORE|WD 1 99").String())
+	assert.Equal(t, "D2|E908|"+protocol.MsgNotAllowed, byDNS.Exchange("D2|CORE|x").String())
+	assert.Equal(t, "U1|E903|"+protocol.MsgUnknownTarget, partner.Exchange("U1|NOPE|x").String(), "an unknown target is E903 for everyone")
 	assert.Equal(t, 1, core.Calls())
 	assert.Equal(t, 2, claim.Calls())
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, h.reg, metricRequests, labelTarget, "CORE", labelCode, "E908"))
@@ -129,11 +129,11 @@ func TestTLSAllowedClientsCheckOnlyTheNamedTarget(t *testing.T) {
 	c := h.dial(t, h.ca.Client(t, "branch-1"))
 
 	// Given CORE's breaker open after one failure,
-	require.Contains(t, c.RoundTrip("T1|CORE|x"), "|E902|")
+	require.Contains(t, c.Exchange("T1|CORE|x").String(), "|E902|")
 	// its fallback answers for the client of CORE, which may not name
 	// CORE_DR itself.
-	assert.Equal(t, "T2|0000|via CORE_DR: got x", c.RoundTrip("T2|CORE|x"))
-	assert.Equal(t, "T3|E908|"+protocol.MsgNotAllowed, c.RoundTrip("T3|CORE_DR|x"))
+	assert.Equal(t, "T2|0000|via CORE_DR: got x", c.Exchange("T2|CORE|x").String())
+	assert.Equal(t, "T3|E908|"+protocol.MsgNotAllowed, c.Exchange("T3|CORE_DR|x").String())
 }
 
 func TestTLSHandshakeFailuresAreCountedAndHoldNothing(t *testing.T) {
@@ -201,7 +201,7 @@ func TestTLSHandshakeFailuresAreCountedAndHoldNothing(t *testing.T) {
 			hubtest.Eventually(t, func() bool { return h.failures(t, tt.reason) == before+1 }, "failure not counted as "+tt.reason)
 			hubtest.Eventually(t, func() bool { return h.srv.ConnectionsOpen() == 0 }, "the refused connection still holds its slot")
 			// The hub goes on serving others.
-			assert.Equal(t, "G|E903|"+protocol.MsgUnknownTarget, h.dial(t, good).RoundTrip("G|NONE|x"))
+			assert.Equal(t, "G|E903|"+protocol.MsgUnknownTarget, h.dial(t, good).Exchange("G|NONE|x").String())
 		})
 	}
 	total := 0.0
@@ -223,14 +223,14 @@ func TestTLSConnectionCountsAgainstMaxConnsFromAccept(t *testing.T) {
 	hubtest.Eventually(t, func() bool { return h.srv.ConnectionsOpen() == 1 }, "a stalled handshake is not counted")
 	// a TLS client is turned away with E906 in TLS, which it can read,
 	turned := h.dial(t, nil)
-	assert.Equal(t, "-|E906|too many connections", turned.Read())
+	assert.Equal(t, "-|E906|too many connections", turned.ReadResponse().String())
 	turned.ExpectEOF()
 	// until the stall's handshake times out and frees the slot.
 	stall.ExpectEOF()
 	hubtest.Eventually(t, func() bool {
 		c := h.dial(t, nil)
 		c.Send("A|NONE|x")
-		return c.Read() == "A|E903|"+protocol.MsgUnknownTarget
+		return c.ReadResponse().String() == "A|E903|"+protocol.MsgUnknownTarget
 	}, "the slot of the stalled handshake was never freed")
 	assert.Equal(t, 1.0, h.failures(t, "timeout"))
 }
@@ -246,7 +246,7 @@ func TestTLSNewMaterialForNewHandshakesOnly(t *testing.T) {
 	resuming := h.ca.ClientConfig(oldClient)
 	resuming.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	kept := hubtest.DialTLS(t, h.addr, resuming)
-	require.Equal(t, "K1|0000|got x", kept.RoundTrip("K1|CORE|x"))
+	require.Equal(t, "K1|0000|got x", kept.Exchange("K1|CORE|x").String())
 
 	// when the hub's certificate and its client CA are replaced by those
 	// of a new CA,
@@ -255,10 +255,10 @@ func TestTLSNewMaterialForNewHandshakesOnly(t *testing.T) {
 	h.pool.Store(next.Pool())
 
 	// then the client connected before keeps being served,
-	assert.Equal(t, "K2|0000|got y", kept.RoundTrip("K2|CORE|y"))
+	assert.Equal(t, "K2|0000|got y", kept.Exchange("K2|CORE|y").String())
 	// a new client of the new CA sees the new certificate,
 	fresh := hubtest.DialTLS(t, h.addr, next.ClientConfig(next.Client(t, "branch-2")))
-	assert.Equal(t, "F1|0000|got z", fresh.RoundTrip("F1|CORE|z"))
+	assert.Equal(t, "F1|0000|got z", fresh.Exchange("F1|CORE|z").String())
 	// and a certificate of the CA taken out is refused, even to a client
 	// that resumes the session it had.
 	resuming.RootCAs = next.Pool()
@@ -279,7 +279,7 @@ func TestTLSResumedHandshakesAreCounted(t *testing.T) {
 		c := hubtest.DialTLS(t, h.addr, client)
 		// A round trip takes in the session ticket the hub sends after
 		// the handshake.
-		require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.RoundTrip("A|NONE|x"))
+		require.Equal(t, "A|E903|"+protocol.MsgUnknownTarget, c.Exchange("A|NONE|x").String())
 		state := c.Conn().(*tls.Conn).ConnectionState()
 		assert.Equal(t, i > 0, state.DidResume, "connection %d", i)
 		c.Conn().Close()
@@ -303,12 +303,12 @@ func TestTLSShutdownDrainsAndClosesCleanly(t *testing.T) {
 	done := hubtest.ShutdownAsync(h.srv, hubtest.IOTimeout)
 	hubtest.Eventually(t, h.srv.Draining, "shutdown did not begin")
 	c.Send("T2|CORE|y")
-	assert.Equal(t, "T2|E906|"+protocol.MsgShuttingDown, c.Read())
+	assert.Equal(t, "T2|E906|"+protocol.MsgShuttingDown, c.ReadResponse().String())
 	// the call in flight is answered, and the connection ends with a
 	// TLS close, not a reset.
 	target.UnblockAll()
-	assert.Equal(t, "T1|0000|got x", c.Read())
-	_, err := c.ReadLine()
+	assert.Equal(t, "T1|0000|got x", c.ReadResponse().String())
+	_, err := c.ReadLine(hubtest.ClientTimeout)
 	assert.ErrorIs(t, err, io.EOF)
 	require.NoError(t, <-done)
 }
@@ -395,23 +395,23 @@ func TestReloadChangesAllowedClientsOfOpenConnections(t *testing.T) {
 	h.start(t, cfg)
 	branch := h.dial(t, h.ca.Client(t, "branch-7"))
 	partner := h.dial(t, h.ca.Client(t, "partner-acme"))
-	assert.Equal(t, "B1|0000|got x", branch.RoundTrip("B1|CORE|x"))
-	assert.Equal(t, "P1|E908|"+protocol.MsgNotAllowed, partner.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "B1|0000|got x", branch.Exchange("B1|CORE|x").String())
+	assert.Equal(t, "P1|E908|"+protocol.MsgNotAllowed, partner.Exchange("P1|CORE|x").String())
 
 	// When a reload gives CORE to the partners instead,
 	res, err := h.srv.Reload([]Target{{Name: "CORE", URL: core.URL, AllowedClients: []string{"partner-*"}}})
 	require.NoError(t, err)
 	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
 	// then the connections already open follow it from their next line,
-	assert.Equal(t, "B2|E908|"+protocol.MsgNotAllowed, branch.RoundTrip("B2|CORE|x"))
-	assert.Equal(t, "P2|0000|got x", partner.RoundTrip("P2|CORE|x"))
+	assert.Equal(t, "B2|E908|"+protocol.MsgNotAllowed, branch.Exchange("B2|CORE|x").String())
+	assert.Equal(t, "P2|0000|got x", partner.Exchange("P2|CORE|x").String())
 
 	// and a reload that drops the restriction opens CORE to both.
 	res, err = h.srv.Reload([]Target{{Name: "CORE", URL: core.URL}})
 	require.NoError(t, err)
 	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
-	assert.Equal(t, "B3|0000|got x", branch.RoundTrip("B3|CORE|x"))
-	assert.Equal(t, "P3|0000|got x", partner.RoundTrip("P3|CORE|x"))
+	assert.Equal(t, "B3|0000|got x", branch.Exchange("B3|CORE|x").String())
+	assert.Equal(t, "P3|0000|got x", partner.Exchange("P3|CORE|x").String())
 	assert.Equal(t, 4, core.Calls())
 	assert.Equal(t, 2.0, hubtest.MetricValue(t, h.reg, metricRequests, labelTarget, "CORE", labelCode, "E908"))
 }
@@ -425,7 +425,7 @@ func TestReloadRefusesTLSSettingsItCannotServe(t *testing.T) {
 	assert.EqualError(t, err, "relay: target CORE: AllowedClients need TLS with ClientCAs: without a verified client certificate there is no identity to match")
 	_, err = srv.Reload([]Target{{Name: "CORE", URL: core.URL, TLS: &tls.Config{ServerName: "core"}}})
 	assert.EqualError(t, err, fmt.Sprintf("relay: target CORE: TLS settings need an https:// URL, got %q", core.URL))
-	assert.Equal(t, "T1|0000|got x", hubtest.Dial(t, addr).RoundTrip("T1|CORE|x"), "a refused reload changes nothing")
+	assert.Equal(t, "T1|0000|got x", hubtest.Dial(t, addr).Exchange("T1|CORE|x").String(), "a refused reload changes nothing")
 }
 
 func TestReloadReadsTargetTLSAgain(t *testing.T) {
@@ -444,7 +444,7 @@ func TestReloadReadsTargetTLSAgain(t *testing.T) {
 	reg := withMetrics(t, &cfg)
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
-	assert.Equal(t, "T1|0000|hello relayhub-1", c.RoundTrip("T1|CORE|x"))
+	assert.Equal(t, "T1|0000|hello relayhub-1", c.Exchange("T1|CORE|x").String())
 	opened := func() float64 { return hubtest.MetricValue(t, reg, metricConnsOpened, labelTarget, "CORE") }
 	require.Equal(t, 1.0, opened())
 
@@ -453,7 +453,7 @@ func TestReloadReadsTargetTLSAgain(t *testing.T) {
 	res, err := srv.Reload([]Target{{Name: "CORE", URL: target.URL, TLS: ca.ClientConfig(first)}})
 	require.NoError(t, err)
 	assert.Equal(t, ReloadResult{}, res)
-	assert.Equal(t, "T2|0000|hello relayhub-1", c.RoundTrip("T2|CORE|x"))
+	assert.Equal(t, "T2|0000|hello relayhub-1", c.Exchange("T2|CORE|x").String())
 	assert.Equal(t, 1.0, opened())
 
 	// when it reads a rotated client certificate, CORE changed and its
@@ -461,7 +461,7 @@ func TestReloadReadsTargetTLSAgain(t *testing.T) {
 	res, err = srv.Reload([]Target{{Name: "CORE", URL: target.URL, TLS: ca.ClientConfig(ca.Client(t, "relayhub-2"))}})
 	require.NoError(t, err)
 	assert.Equal(t, ReloadResult{Changed: []string{"CORE"}}, res)
-	assert.Equal(t, "T3|0000|hello relayhub-2", c.RoundTrip("T3|CORE|x"))
+	assert.Equal(t, "T3|0000|hello relayhub-2", c.Exchange("T3|CORE|x").String())
 	assert.Equal(t, 2.0, opened())
 }
 

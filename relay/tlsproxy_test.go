@@ -51,8 +51,8 @@ func TestTLSAfterProxyHeader(t *testing.T) {
 	partner := hubtest.DialTLSAfter(t, h.addr, proxyHeader(t, 1, "203.0.113.8:40000", h.addr), h.clientConfig(t, "partner-acme"))
 
 	// then each client is served under its certificate's identity,
-	assert.Equal(t, "T1|0000|got a", branch.RoundTrip("T1|CORE|a"))
-	assert.Equal(t, "T2|E908|"+protocol.MsgNotAllowed, partner.RoundTrip("T2|CORE|b"))
+	assert.Equal(t, "T1|0000|got a", branch.Exchange("T1|CORE|a").String())
+	assert.Equal(t, "T2|E908|"+protocol.MsgNotAllowed, partner.Exchange("T2|CORE|b").String())
 	branch.Conn().Close()
 	partner.Conn().Close()
 
@@ -78,7 +78,7 @@ func TestTLSProxyRules(t *testing.T) {
 	t.Run("optional, trusted, no header: the handshake is the first input", func(t *testing.T) {
 		h, _, logs := proxiedTLSHub(t, ProxyOptional, 0)
 		c := h.dial(t, h.ca.Client(t, "branch-1"))
-		assert.Equal(t, "T1|0000|got a", c.RoundTrip("T1|CORE|a"))
+		assert.Equal(t, "T1|0000|got a", c.Exchange("T1|CORE|a").String())
 		assert.Empty(t, logs.Messages(t, "connection refused"))
 	})
 	t.Run("required, trusted, no header: refused before any handshake", func(t *testing.T) {
@@ -96,9 +96,9 @@ func TestTLSProxyRules(t *testing.T) {
 	t.Run("over MaxConns: the header is skipped and E906 told in TLS", func(t *testing.T) {
 		h, _, _ := proxiedTLSHub(t, ProxyRequired, 1)
 		held := hubtest.DialTLSAfter(t, h.addr, proxyHeader(t, 2, "203.0.113.7:51234", h.addr), h.clientConfig(t, "branch-1"))
-		assert.Equal(t, "T1|0000|got a", held.RoundTrip("T1|CORE|a"))
+		assert.Equal(t, "T1|0000|got a", held.Exchange("T1|CORE|a").String())
 		turned := hubtest.DialTLSAfter(t, h.addr, proxyHeader(t, 2, "203.0.113.9:51234", h.addr), h.clientConfig(t, "branch-2"))
-		assert.Equal(t, "-|E906|too many connections", turned.Read())
+		assert.Equal(t, "-|E906|too many connections", turned.ReadResponse().String())
 		turned.ExpectEOF()
 		assert.Zero(t, h.failures(t, "not_tls"))
 	})

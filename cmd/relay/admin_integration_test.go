@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/admin"
 )
@@ -119,12 +120,12 @@ func (r *adminRelay) scrape(t *testing.T) (map[string]float64, string) {
 
 // adminReadUntil returns the answer for txid, from answers if it came
 // already, else reading from c and keeping every other answer in answers.
-func adminReadUntil(c *proctest.Conn, answers map[string]proctest.Answer, txid string) proctest.Answer {
+func adminReadUntil(c *hubtest.Client, answers map[string]hubtest.Response, txid string) hubtest.Response {
 	for {
 		if a, ok := answers[txid]; ok {
 			return a
 		}
-		a := c.ReadAnswer()
+		a := c.ReadResponse()
 		answers[a.TxID] = a
 	}
 }
@@ -135,7 +136,7 @@ func TestAdminMetricsCountWhatClientsSent(t *testing.T) {
 	claim := proctest.StartFixture(t, "CLAIM", "claim")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
 		"--fail-threshold", "3", "--reset-timeout", "1m")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when clients send answers of every kind, unknown targets among them,
 	// and CORE fails until its breaker opens,
@@ -211,7 +212,7 @@ func TestAdminStatusThroughTripProbeAndRecovery(t *testing.T) {
 	claim := proctest.StartFixture(t, "CLAIM", "claim")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
 		"--fail-threshold", "2", "--reset-timeout", "500ms", "--target-timeout", "5s", "--target-idle-timeout", "2500ms")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	core.Ctl(t, `{"mode":"fail"}`)
 
 	// when CORE trips, /status shows it open with its retry hint and its
@@ -254,7 +255,7 @@ func TestAdminStatusThroughTripProbeAndRecovery(t *testing.T) {
 	assert.Equal(t, "HALF_OPEN", tg.State)
 	assert.Equal(t, 1, tg.Inflight)
 	assert.Zero(t, tg.RetryAfterSeconds)
-	answers := map[string]proctest.Answer{}
+	answers := map[string]hubtest.Response{}
 	c.Send("other|CORE|BAL 1")
 	assert.Equal(t, "E904", adminReadUntil(c, answers, "other").Code)
 
@@ -272,7 +273,7 @@ func TestAdminReadyzReportsDrainOnSIGTERM(t *testing.T) {
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--drain-timeout", "10s")
 	h.mustGet(t, "/readyz")
 	core.Ctl(t, `{"mode":"slow","delay_ms":2500}`)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	c.Send("slow-1|CORE|BAL 1001")
 	proctest.Eventually(t, 5*time.Second, "the slow call reaches CORE", func() bool {
 		s, err := core.StatsErr()
@@ -296,7 +297,7 @@ func TestAdminReadyzReportsDrainOnSIGTERM(t *testing.T) {
 
 	// then the call is answered, the relay exits 0 and the admin port
 	// closes with it.
-	assert.Equal(t, "0000", c.ReadAnswer().Code)
+	assert.Equal(t, "0000", c.ReadResponse().Code)
 	assert.Equal(t, 0, h.Wait())
 	_, err = net.DialTimeout("tcp", strings.TrimPrefix(h.admin, "http://"), time.Second)
 	assert.Error(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -33,14 +34,14 @@ var healthyCodes = regexp.MustCompile(`^(0000|B\d{3})$`)
 // request named. It is a plain value.
 type chaosAnswer struct {
 	target string
-	proctest.Answer
+	hubtest.Response
 }
 
 // chaosClient drives one connection: it keeps up to window transactions
 // outstanding and matches every answer to a request it sent and has not
 // seen answered yet. Its run method is called once, from one goroutine.
 type chaosClient struct {
-	c      *proctest.Conn
+	c      *hubtest.Client
 	id     int
 	n      int           // transactions to send
 	window int           // transactions outstanding at most
@@ -125,11 +126,11 @@ func (cc *chaosClient) run() ([]chaosAnswer, error) {
 	answers := make([]chaosAnswer, 0, cc.n)
 	err := func() error {
 		for len(answers) < cc.n {
-			line, err := cc.c.ReadLine(proctest.ReadTimeout)
+			line, err := cc.c.ReadLine(hubtest.ClientTimeout)
 			if err != nil {
 				return fmt.Errorf("read after %d answers: %w (partial %q)", len(answers), err, line)
 			}
-			a, err := proctest.ParseAnswer(line)
+			a, err := hubtest.ParseResponse(line)
 			if err != nil {
 				return err
 			}
@@ -140,7 +141,7 @@ func (cc *chaosClient) run() ([]chaosAnswer, error) {
 			if !ok {
 				return fmt.Errorf("answer %q is for no request outstanding: unknown or repeated TXID", a)
 			}
-			answers = append(answers, chaosAnswer{target: target, Answer: a})
+			answers = append(answers, chaosAnswer{target: target, Response: a})
 			if target == "CLAIM" {
 				<-cc.claim
 			}
@@ -152,11 +153,11 @@ func (cc *chaosClient) run() ([]chaosAnswer, error) {
 		if _, err := cc.c.Write([]byte(fin + "|NOPE|x\n")); err != nil {
 			return err
 		}
-		line, err := cc.c.ReadLine(proctest.ReadTimeout)
+		line, err := cc.c.ReadLine(hubtest.ClientTimeout)
 		if err != nil {
 			return fmt.Errorf("read the last answer: %w", err)
 		}
-		if a, err := proctest.ParseAnswer(line); err != nil || a.TxID != fin || a.Code != "E903" {
+		if a, err := hubtest.ParseResponse(line); err != nil || a.TxID != fin || a.Code != "E903" {
 			return fmt.Errorf("want %s|E903 after the last answer, got %q", fin, line)
 		}
 		return nil
@@ -243,9 +244,9 @@ func TestChaosEveryTransactionAnsweredOnce(t *testing.T) {
 	gBaseline := h.goroutineBaseline(t)
 	core.Ctl(t, `{"mode":"normal","reset":true}`)
 	claim.Ctl(t, `{"mode":"normal","reset":true}`)
-	conns := make([]*proctest.Conn, clients)
+	conns := make([]*hubtest.Client, clients)
 	for i := range conns {
-		conns[i] = proctest.Dial(t, h.Addr())
+		conns[i] = hubtest.Dial(t, h.Addr())
 	}
 
 	// Given CORE flipping between failing, healthy, slow, dropping and
@@ -385,12 +386,12 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL,
 		"--fail-threshold", "1", "--reset-timeout", resetTimeout.String())
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// The transitions the test causes, in order.
 	var want []string
 	n := 0
-	exchange := func() proctest.Answer {
+	exchange := func() hubtest.Response {
 		n++
 		return c.Exchange(fmt.Sprintf("k9-%d|CORE|BAL k9", n))
 	}
@@ -406,7 +407,7 @@ func TestBreakerLogSurvivesKill9(t *testing.T) {
 	probe := func(ctl, code, to string) {
 		t.Helper()
 		core.Ctl(t, ctl)
-		var a proctest.Answer
+		var a hubtest.Response
 		proctest.Eventually(t, 5*time.Second, "a probe is admitted after the reset timeout", func() bool {
 			a = exchange()
 			return a.Code != "E904"

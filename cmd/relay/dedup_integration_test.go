@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/admin"
@@ -50,7 +51,7 @@ func TestResendAfterATimeoutGetsTheBookedAnswerWithoutASecondCall(t *testing.T) 
 	journal := filepath.Join(t.TempDir(), "in-doubt.log")
 	h := startShieldedRelay(t, core.URL, core.URL+"/tx/{txid}", "--target-timeout", "300ms",
 		"--in-doubt-log", journal, "--hub-id", "hub-a")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a withdrawal times out and the branch sends it again,
 	require.Equal(t, "W1|E901|no answer within target timeout; outcome unknown", c.Exchange("W1|CORE|WD 1001 500").String())
@@ -82,7 +83,7 @@ func TestResendOfACallNotAppliedIsSentAfresh(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	core.Ctl(t, `{"mode":"drop"}`)
 	h := startShieldedRelay(t, core.URL, core.URL+"/tx/{txid}")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a withdrawal is in doubt, CORE recovers and the branch resends,
 	first := c.Exchange("W1|CORE|WD 1001 500")
@@ -102,7 +103,7 @@ func TestResendInDoubtWithoutAStatusURLIsNotSent(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
 	h := startShieldedRelay(t, core.URL, "", "--target-timeout", "300ms")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a withdrawal times out and is sent again,
 	require.Equal(t, "E901", c.Exchange("W1|CORE|WD 1001 500").Code)
@@ -122,14 +123,14 @@ func TestAShieldFullOfCallsInDoubtRefusesNewTXIDsRatherThanForgetOne(t *testing.
 	core.Ctl(t, `{"mode":"late","delay_ms":3000}`)
 	h := startShieldedRelay(t, core.URL, "", "--target-timeout", "500ms",
 		"--dedup-max-entries", fmt.Sprint(bound), "--max-inflight", "1000", "--fail-threshold", "100000")
-	cs := make([]*proctest.Conn, conns)
+	cs := make([]*hubtest.Client, conns)
 	for i := range cs {
-		cs[i] = proctest.Dial(t, h.Addr())
+		cs[i] = hubtest.Dial(t, h.Addr())
 	}
 	// send sends every transaction, each connection its share at once,
 	// and returns the answers by TXID.
-	send := func() map[string]proctest.Answer {
-		answers := make([][]proctest.Answer, conns)
+	send := func() map[string]hubtest.Response {
+		answers := make([][]hubtest.Response, conns)
 		var wg sync.WaitGroup
 		for i, c := range cs {
 			wg.Go(func() {
@@ -138,11 +139,11 @@ func TestAShieldFullOfCallsInDoubtRefusesNewTXIDsRatherThanForgetOne(t *testing.
 					lines[j] = fmt.Sprintf("F%d-%d|CORE|WD 1001 1", i, j)
 				}
 				c.Send(lines...)
-				answers[i] = c.ReadAnswers(each)
+				answers[i] = c.ReadResponses(each)
 			})
 		}
 		wg.Wait()
-		return proctest.ByTxID(t, slices.Concat(answers...))
+		return hubtest.ByTxID(t, slices.Concat(answers...))
 	}
 	const (
 		inDoubtMsg = "E901|no answer within target timeout; outcome unknown"
@@ -198,10 +199,10 @@ func TestCopiesOfACallInFlightJoinIt(t *testing.T) {
 	h := startShieldedRelay(t, core.URL, "")
 
 	// when two connections send W2 at once,
-	c1, c2 := proctest.Dial(t, h.Addr()), proctest.Dial(t, h.Addr())
+	c1, c2 := hubtest.Dial(t, h.Addr()), hubtest.Dial(t, h.Addr())
 	var wg sync.WaitGroup
 	answers := make([]string, 2)
-	for i, c := range []*proctest.Conn{c1, c2} {
+	for i, c := range []*hubtest.Client{c1, c2} {
 		wg.Go(func() { answers[i] = c.Exchange("W2|CORE|WD 1001 700").String() })
 	}
 	wg.Wait()
@@ -217,7 +218,7 @@ func TestResendAfterAnAnswerIsReplayedAndAnotherPayloadRefused(t *testing.T) {
 	// Given the shield on CORE,
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startShieldedRelay(t, core.URL, "")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when W3 is answered, then sent again, then sent with another amount,
 	first := c.Exchange("W3|CORE|WD 1001 200").String()
@@ -251,7 +252,7 @@ func TestWithoutTheShieldEveryLineIsACall(t *testing.T) {
 	// Given CORE without the shield (the default),
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when the same line is sent twice, both reach CORE (which remembers
 	// the id itself).
@@ -264,7 +265,7 @@ func TestFleetShieldsAResendToAnotherHubAndFallsBackWhenRedisDies(t *testing.T) 
 	// Given three hubs sharing a real Redis, with the shield on,
 	r := startFleetRig(t, same(3, "--dedup")...)
 	a, b, c := r.hubs[0], r.hubs[1], r.hubs[2]
-	ca := proctest.Dial(t, a.Addr())
+	ca := hubtest.Dial(t, a.Addr())
 
 	// when W3 is answered by hub a and resent to hubs b and c, once with
 	// another amount,
@@ -275,8 +276,8 @@ func TestFleetShieldsAResendToAnotherHubAndFallsBackWhenRedisDies(t *testing.T) 
 		v, _ := r.rdb.Get(context.Background(), "rh:{CORE}:tx:W3").Result()
 		return strings.HasPrefix(v, "1|A|")
 	})
-	again := proctest.Dial(t, b.Addr()).Exchange("W3|CORE|WD 1001 300").String()
-	other := proctest.Dial(t, c.Addr()).Exchange("W3|CORE|WD 1001 900").String()
+	again := hubtest.Dial(t, b.Addr()).Exchange("W3|CORE|WD 1001 300").String()
+	other := hubtest.Dial(t, c.Addr()).Exchange("W3|CORE|WD 1001 900").String()
 
 	// then b answers from the store, c refuses the other payload, and
 	// CORE saw one call.
@@ -307,7 +308,7 @@ func TestARefusedCallIsNotRememberedAndItsResendIsAFreshTry(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--dedup")
 	h.mustControl(t, "CORE", "open", "")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when W1 is refused E904, the breaker closed, and W1 sent again,
 	assert.Equal(t, "W1|E904|circuit open; held open by operator", c.Exchange("W1|CORE|WD 1001 500").String())
@@ -338,7 +339,7 @@ status_url = %q
 `, core.URL+"/tx/{txid}", dr.URL, dr.URL+"/tx/{txid}"))
 	h := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--config", conf, "--target-timeout", "300ms")
 	h.mustControl(t, "CORE", "open", "")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when W1, taken by CORE_DR, times out, and is sent again to CORE,
 	require.Equal(t, "W1|E901|via CORE_DR: no answer within target timeout; outcome unknown", c.Exchange("W1|CORE|WD 1001 500").String())

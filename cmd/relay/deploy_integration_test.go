@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
@@ -172,7 +173,7 @@ func TestLogrotateSnippetRotatesARunningRelay(t *testing.T) {
 	r := proctest.Start(t, relayPkg, "--listen", "127.0.0.1:0", "--admin-listen", "",
 		"--target", "CORE="+core.URL, "--breaker-log", breakerLog, "--access-log", accessLog,
 		"--in-doubt-log", inDoubtLog, "--target-timeout", "200ms")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	require.Equal(t, "0000", c.Exchange("B1|CORE|BAL 1001").Code)
 	// A call in doubt, so that the journal is not empty (notifempty),
 	core.Ctl(t, `{"mode":"slow","delay_ms":5000}`)
@@ -319,7 +320,7 @@ func TestHAProxyRecipeTakesAStoppingHubOutOfRotation(t *testing.T) {
 		if err != nil {
 			return "closed", nc.LocalAddr().String()
 		}
-		a, err := proctest.ParseAnswer(line)
+		a, err := hubtest.ParseResponse(line)
 		if err != nil {
 			return "garbled", nc.LocalAddr().String()
 		}
@@ -559,7 +560,7 @@ func TestShippedSettingsRelayOnlyToTheTargetsTheyName(t *testing.T) {
 		require.NotEmpty(t, adminAddr, "the shipped settings serve the admin port")
 		assert.Equal(t, http.StatusOK, readyz(t, adminAddr))
 
-		c := proctest.Dial(t, r.Addr())
+		c := hubtest.Dial(t, r.Addr())
 		assert.Equal(t, "0000", c.Exchange("T1|CORE|BAL 1001").Code)
 		assert.Equal(t, "E903", c.Exchange("T2|CLAIM|STATUS C1").Code, "no default CLAIM beside the targets named")
 		assert.Equal(t, int64(1), core.SettledStats(t).Calls)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/internal/filelimit"
 )
 
 // These tests hold the files of deploy/ to the relay they run: the unit's
@@ -100,7 +102,7 @@ func TestDeployUnitFitsTheEnvironmentFile(t *testing.T) {
 	// the default bulkheads and a fleet's store.
 	limit, err := strconv.ParseUint(one(t, unit, "LimitNOFILE"), 10, 64)
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, limit, filesNeeded(c.MaxConns, []int{c.MaxInflight, c.MaxInflight}, storeConns("redis://store:6379")))
+	assert.GreaterOrEqual(t, limit, filelimit.Needed(c.MaxConns, []int{c.MaxInflight, c.MaxInflight}, filelimit.StoreConns(true)))
 
 	// Stopping leaves room for the shutdown delay and the drain.
 	stop, err := time.ParseDuration(one(t, unit, "TimeoutStopSec"))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayhub/relayhub/breakerlog"
 	"github.com/relayhub/relayhub/internal/testutil/disktest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
@@ -57,7 +58,7 @@ func TestFullDiskLosesNoJournalledTransactionAndTearsNoLine(t *testing.T) {
 	r := startPolicyRelay(t, nil, "--breaker-log", blog, "--in-doubt-log", journal,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+closedPortURL(t),
 		"--target-timeout", "100ms", "--fail-threshold", "100000", "--max-inflight", "64")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	seq := 0
 	// inDoubt sends n withdrawals at once, each of which CORE books after
 	// the relay gave up on it, and returns their TXIDs: every one is
@@ -72,7 +73,7 @@ func TestFullDiskLosesNoJournalledTransactionAndTearsNoLine(t *testing.T) {
 			lines = append(lines, fmt.Sprintf("%s|CORE|WD ACC%d 1", txid, seq))
 		}
 		c.Send(lines...)
-		answers := proctest.ByTxID(t, c.ReadAnswers(n))
+		answers := c.ReadByTxID(n)
 		for _, txid := range txids {
 			a := answers[txid]
 			require.Equal(t, "E901", a.Code, a.String())
@@ -173,7 +174,7 @@ func TestStalledDiskDelaysOnlyTheBreakerLog(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	r := startPolicyRelay(t, nil, "--breaker-log", blog, "--target", "CORE="+core.URL,
 		"--fail-threshold", "1", "--reset-timeout", "200ms", "--drain-timeout", "1s")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 
 	// when that file system is frozen, and CORE fails, trips its breaker
 	// and recovers through a half-open probe that CORE books,

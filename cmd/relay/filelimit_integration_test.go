@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -39,7 +40,7 @@ func TestOutOfDescriptorsIsNeverBlamedOnTheTarget(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "breaker.log")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--breaker-log", logPath,
 		"--fail-threshold", "2", "--max-conns", "1000")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	assert.Equal(t, "E903", c.Exchange("warm|NONE|x").Code, "the connection is served")
 
 	// when its file limit leaves room for 40 more descriptors, and idle
@@ -48,9 +49,9 @@ func TestOutOfDescriptorsIsNeverBlamedOnTheTarget(t *testing.T) {
 	require.NoError(t, err)
 	limit := open + 40
 	prlimit(t, "--pid", strconv.Itoa(h.Pid()), fmt.Sprintf("--nofile=%d:%d", limit, limit))
-	flood := make([]*proctest.Conn, 80)
+	flood := make([]*hubtest.Client, 80)
 	for i := range flood {
-		flood[i] = proctest.Dial(t, h.Addr())
+		flood[i] = hubtest.Dial(t, h.Addr())
 	}
 	proctest.Eventually(t, 10*time.Second, "the flood takes every descriptor", func() bool {
 		n, err := h.OpenFDs()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/relay/admin"
@@ -92,7 +93,7 @@ func txFor(target, txid string) string { return txid + "|" + target + "|BAL 1001
 func (r *clusterRig) trip(t *testing.T, h *member, target string) {
 	t.Helper()
 	r.fixtures[target].Ctl(t, `{"mode":"fail"}`)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	defer c.Close()
 	for i := range 2 {
 		ans := c.Exchange(txFor(target, fmt.Sprintf("trip-%s-%s-%d", h.id, target, i)))
@@ -112,7 +113,7 @@ func (r *clusterRig) waitAdopted(t *testing.T, target, by string, hubs ...*membe
 			tg := h.of(t, target)
 			return tg.State == "OPEN" && tg.Fleet.OpenedBy == by && tg.Fleet.Source == "remote"
 		})
-		ans := proctest.Dial(t, h.Addr()).Exchange(txFor(target, "refused-"+h.id))
+		ans := hubtest.Dial(t, h.Addr()).Exchange(txFor(target, "refused-"+h.id))
 		assert.Equal(t, "E904", ans.Code, "%s: %s", h.id, ans)
 	}
 	return time.Since(began)
@@ -159,10 +160,10 @@ func (r *clusterRig) oneProbe(t *testing.T, target string) {
 		}
 		return false
 	})
-	var conns []*proctest.Conn
+	var conns []*hubtest.Client
 	var lines []string
 	for _, h := range r.hubs {
-		conns = append(conns, proctest.Dial(t, h.Addr()))
+		conns = append(conns, hubtest.Dial(t, h.Addr()))
 		for i := range 10 {
 			lines = append(lines, txFor(target, fmt.Sprintf("probe-%s-%d", h.id, i)))
 		}
@@ -199,7 +200,7 @@ func TestFleetOnAClusterTripsProbesAndStartsOpen(t *testing.T) {
 	// and B, restarted, answers E904 from its first line on, with the
 	// fleet's remaining time, without calling CORE;
 	b.restart(t)
-	ans := proctest.Dial(t, b.Addr()).Exchange(txFor("CORE", "first"))
+	ans := hubtest.Dial(t, b.Addr()).Exchange(txFor("CORE", "first"))
 	require.Equal(t, "E904", ans.Code, ans.String())
 	secs, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(ans.Message, "circuit open; retry after "), "s"))
 	require.NoError(t, err, ans.Message)
@@ -211,7 +212,7 @@ func TestFleetOnAClusterTripsProbesAndStartsOpen(t *testing.T) {
 	// closes every hub.
 	r.oneProbe(t, "CORE")
 	for _, h := range r.hubs {
-		assert.Equal(t, "0000", proctest.Dial(t, h.Addr()).Exchange(txFor("CORE", "after-"+h.id)).Code)
+		assert.Equal(t, "0000", hubtest.Dial(t, h.Addr()).Exchange(txFor("CORE", "after-"+h.id)).Code)
 	}
 	assert.Equal(t, "2", r.rdb.Get(t.Context(), "rh:{CORE}:epoch").Val(), "CORE's epoch, on its shard")
 	assert.Equal(t, "2", r.rdb.Get(t.Context(), "rh:{CLAIM}:epoch").Val(), "CLAIM's epoch, on its shard")
@@ -227,14 +228,14 @@ func TestFleetOnAClusterFollowsAFailover(t *testing.T) {
 
 	// and a CORE withdrawal answered by A, whose resend to B is answered
 	// from the store, in CORE's slot,
-	first := proctest.Dial(t, a.Addr()).Exchange("W1|CORE|WD 1001 300").String()
+	first := hubtest.Dial(t, a.Addr()).Exchange("W1|CORE|WD 1001 300").String()
 	require.Equal(t, "W1|0000|balance=99700", first)
 	// A settles the record in the store after it answers the client.
 	proctest.Eventually(t, 2*time.Second, "W1 settled in the store", func() bool {
 		return strings.HasPrefix(r.rdb.Get(t.Context(), "rh:{CORE}:tx:W1").Val(), "1|A|")
 	})
 	assert.Equal(t, cl.KeySlot("CORE"), cl.KeySlot("rh:{CORE}:tx:W1"))
-	assert.Equal(t, first, proctest.Dial(t, b.Addr()).Exchange("W1|CORE|WD 1001 300").String())
+	assert.Equal(t, first, hubtest.Dial(t, b.Addr()).Exchange("W1|CORE|WD 1001 300").String())
 	assert.Equal(t, 1.0, b.metric(t, `relay_dedup_total{outcome="replayed",target="CORE"}`))
 
 	// when CORE's master is killed,
@@ -258,7 +259,7 @@ func TestFleetOnAClusterFollowsAFailover(t *testing.T) {
 	promoted := cl.WaitFailover(old)
 	t.Logf("CORE's replica %s took over %v after the kill", promoted, time.Since(killed))
 	t.Logf("every hub shares every target again %v after the promotion", r.waitConnected(t, 5*time.Second))
-	assert.Equal(t, first, proctest.Dial(t, c.Addr()).Exchange("W1|CORE|WD 1001 300").String())
+	assert.Equal(t, first, hubtest.Dial(t, c.Addr()).Exchange("W1|CORE|WD 1001 300").String())
 	assert.Equal(t, 1.0, c.metric(t, `relay_dedup_total{outcome="replayed",target="CORE"}`))
 	assert.Equal(t, []string{"W1"}, r.fixtures["CORE"].Received(t))
 	r.trip(t, a, "CORE")
@@ -326,7 +327,7 @@ func TestFleetOnAClusterShardWithNoNodeLeftLeavesOnlyItsTargetsAlone(t *testing.
 	}
 	r.fixtures["CORE"].Ctl(t, `{"mode":"normal","reset":true}`)
 	for _, h := range r.hubs {
-		conn := proctest.Dial(t, h.Addr())
+		conn := hubtest.Dial(t, h.Addr())
 		proctest.Eventually(t, 3*time.Second, h.id+" probes CORE and closes", func() bool {
 			return conn.Exchange(txFor("CORE", "p")).Code == "0000" && h.of(t, "CORE").State == "CLOSED"
 		})

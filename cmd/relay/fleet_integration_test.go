@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/relay/admin"
@@ -132,7 +133,7 @@ func TestFleetTripReachesEveryHubWithin100ms(t *testing.T) {
 	)
 	a, b, c := r.hubs[0], r.hubs[1], r.hubs[2]
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca, cb, cc := proctest.Dial(t, a.Addr()), proctest.Dial(t, b.Addr()), proctest.Dial(t, c.Addr())
+	ca, cb, cc := hubtest.Dial(t, a.Addr()), hubtest.Dial(t, b.Addr()), hubtest.Dial(t, c.Addr())
 
 	var lags []time.Duration
 	for trip := range trips {
@@ -143,7 +144,7 @@ func TestFleetTripReachesEveryHubWithin100ms(t *testing.T) {
 
 		// then B and C answer E904 soon after.
 		for _, h := range []struct {
-			c  *proctest.Conn
+			c  *hubtest.Client
 			id string
 		}{{cb, "b"}, {cc, "c"}} {
 			for i := 0; ; i++ {
@@ -176,7 +177,7 @@ func TestFleetSendsOneProbeAndItsSuccessClosesEveryHub(t *testing.T) {
 	// Given three hubs whose fleet breaker for CORE is open,
 	r := startFleetRig(t, same(3, "--fail-threshold", "2", "--reset-timeout", "1s", "--target-timeout", "1s")...)
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	for _, h := range r.hubs {
@@ -201,10 +202,10 @@ func TestFleetSendsOneProbeAndItsSuccessClosesEveryHub(t *testing.T) {
 
 	// then of 30 requests sent at once, 10 to each hub, exactly one
 	// reaches CORE, and the others are refused at once;
-	var conns []*proctest.Conn
+	var conns []*hubtest.Client
 	var lines []string
 	for _, h := range r.hubs {
-		conns = append(conns, proctest.Dial(t, h.Addr()))
+		conns = append(conns, hubtest.Dial(t, h.Addr()))
 		for i := range 10 {
 			lines = append(lines, tx(fmt.Sprintf("%s-%d", h.id, i)))
 		}
@@ -220,7 +221,7 @@ func TestFleetSendsOneProbeAndItsSuccessClosesEveryHub(t *testing.T) {
 	// and its success closes all three.
 	for _, h := range r.hubs {
 		proctest.Eventually(t, time.Second, h.id+" closes", func() bool { return h.state(t) == "CLOSED" })
-		assert.Equal(t, "0000", proctest.Dial(t, h.Addr()).Exchange(tx("after-"+h.id)).Code)
+		assert.Equal(t, "0000", hubtest.Dial(t, h.Addr()).Exchange(tx("after-"+h.id)).Code)
 	}
 }
 
@@ -228,7 +229,7 @@ func TestFleetRestartedHubStartsOpen(t *testing.T) {
 	// Given a fleet open for 20 s,
 	r := startFleetRig(t, same(3, "--fail-threshold", "2", "--reset-timeout", "20s")...)
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	b := r.hubs[1]
@@ -239,7 +240,7 @@ func TestFleetRestartedHubStartsOpen(t *testing.T) {
 	b.restart(t)
 
 	// then its very first answer is E904 with the fleet's remaining time,
-	ans := proctest.Dial(t, b.Addr()).Exchange(tx("first"))
+	ans := hubtest.Dial(t, b.Addr()).Exchange(tx("first"))
 	require.Equal(t, "E904", ans.Code, ans.String())
 	secs, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(ans.Message, "circuit open; retry after "), "s"))
 	require.NoError(t, err, ans.Message)
@@ -261,7 +262,7 @@ func (p *pacedLoad) run(t *testing.T, hubs []*member, interval time.Duration, st
 	p.codes = map[string]int{}
 	var wg sync.WaitGroup
 	for _, h := range hubs {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		wg.Go(func() {
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
@@ -281,7 +282,7 @@ func (p *pacedLoad) run(t *testing.T, hubs []*member, interval time.Duration, st
 					p.record("read error", 0)
 					return
 				}
-				ans, err := proctest.ParseAnswer(line)
+				ans, err := hubtest.ParseResponse(line)
 				if err != nil {
 					p.record("garbled", 0)
 					continue
@@ -351,7 +352,7 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 	// Each hub trips on its own,
 	r.core.Ctl(t, `{"mode":"fail"}`)
 	for i, h := range r.hubs {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		c.Exchange(tx("f1"))
 		require.Equal(t, "E500", c.Exchange(tx("f2")).Code)
 		assert.Equal(t, "OPEN", h.state(t))
@@ -362,7 +363,7 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 	// and recovers on its own: each sends its own probe.
 	r.core.Ctl(t, `{"mode":"normal","reset":true}`)
 	for _, h := range r.hubs {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		proctest.Eventually(t, 3*time.Second, h.id+" probes and closes", func() bool {
 			return c.Exchange(tx("p")).Code == "0000" && h.state(t) == "CLOSED"
 		})
@@ -371,7 +372,7 @@ func TestFleetSurvivesRedisKill9(t *testing.T) {
 
 	// When A trips while the store is down and Redis comes back,
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	ca.Exchange(tx("g1"))
 	ca.Exchange(tx("g2"))
 	r.redis.Restart()
@@ -398,13 +399,13 @@ func TestFleetSimultaneousTripsMakeOneEpochAndStaleMessagesChangeNothing(t *test
 	ctx := context.Background()
 	r.core.Ctl(t, `{"mode":"fail"}`)
 	a, b := r.hubs[0], r.hubs[1]
-	ca, cb := proctest.Dial(t, a.Addr()), proctest.Dial(t, b.Addr())
+	ca, cb := hubtest.Dial(t, a.Addr()), hubtest.Dial(t, b.Addr())
 	ca.Exchange(tx("a1"))
 	cb.Exchange(tx("b1"))
 
 	// Given A and B one failure away from tripping, when both trip in the
 	// same instant,
-	answers := sendConcurrently(t, []*proctest.Conn{ca, cb}, []string{tx("a2"), tx("b2")})
+	answers := sendConcurrently(t, []*hubtest.Client{ca, cb}, []string{tx("a2"), tx("b2")})
 	for _, ans := range answers {
 		require.Equal(t, "E500", ans.Code)
 	}
@@ -428,9 +429,9 @@ func TestFleetSimultaneousTripsMakeOneEpochAndStaleMessagesChangeNothing(t *test
 	// When the fleet has recovered through its probe (sent by whichever
 	// hub wins the lease: each gets requests),
 	r.core.Ctl(t, `{"mode":"normal"}`)
-	cc := proctest.Dial(t, r.hubs[2].Addr())
+	cc := hubtest.Dial(t, r.hubs[2].Addr())
 	proctest.Eventually(t, 4*time.Second, "the fleet closes", func() bool {
-		for _, c := range []*proctest.Conn{ca, cb, cc} {
+		for _, c := range []*hubtest.Client{ca, cb, cc} {
 			c.Exchange(tx("p"))
 		}
 		for _, h := range r.hubs {
@@ -453,7 +454,7 @@ func TestFleetSimultaneousTripsMakeOneEpochAndStaleMessagesChangeNothing(t *test
 	}
 	for round := range 10 {
 		for _, h := range r.hubs {
-			ans := proctest.Dial(t, h.Addr()).Exchange(tx(fmt.Sprintf("s%d", round)))
+			ans := hubtest.Dial(t, h.Addr()).Exchange(tx(fmt.Sprintf("s%d", round)))
 			require.Equal(t, "0000", ans.Code, "%s after stale messages: %s", h.id, ans)
 			core, _ := h.core(t)
 			require.Equal(t, "CLOSED", core.State)
@@ -487,14 +488,14 @@ func TestFleetIgnoresHostileStoreContent(t *testing.T) {
 		proctest.Eventually(t, 3*time.Second, h.id+" counts the content it ignored", func() bool {
 			return h.metric(t, `relay_state_store_errors_total{kind="content"}`) >= 2
 		})
-		assert.Equal(t, "0000", proctest.Dial(t, h.Addr()).Exchange(tx("ok-"+h.id)).Code)
+		assert.Equal(t, "0000", hubtest.Dial(t, h.Addr()).Exchange(tx("ok-"+h.id)).Code)
 		assert.Equal(t, "CLOSED", h.state(t))
 		assert.Contains(t, h.Stderr(), "not the fleet's")
 	}
 
 	// A real trip overwrites the garbage and still reaches every hub.
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, a.Addr())
+	ca := hubtest.Dial(t, a.Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	proctest.Eventually(t, 2*time.Second, "b opens", func() bool { return b.state(t) == "OPEN" })
@@ -513,7 +514,7 @@ func TestFleetStartsWithoutTheStoreAndJoinsWhenItComesUp(t *testing.T) {
 
 	// the hubs serve on their own,
 	for _, h := range []*member{a, b} {
-		assert.Equal(t, "0000", proctest.Dial(t, h.Addr()).Exchange(tx("alone-"+h.id)).Code)
+		assert.Equal(t, "0000", hubtest.Dial(t, h.Addr()).Exchange(tx("alone-"+h.id)).Code)
 		_, up := h.core(t)
 		assert.False(t, up)
 		assert.Contains(t, h.Stderr(), "state store unreachable")
@@ -528,7 +529,7 @@ func TestFleetStartsWithoutTheStoreAndJoinsWhenItComesUp(t *testing.T) {
 		})
 	}
 	core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, a.Addr())
+	ca := hubtest.Dial(t, a.Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	proctest.Eventually(t, 2*time.Second, "b opens", func() bool { return b.state(t) == "OPEN" })
@@ -546,7 +547,7 @@ func TestFleetOperatorActionsActOnEveryHub(t *testing.T) {
 			return core.State == "OPEN" && core.Held
 		})
 	}
-	assert.Equal(t, "E904", proctest.Dial(t, c.Addr()).Exchange(tx("held")).Code)
+	assert.Equal(t, "E904", hubtest.Dial(t, c.Addr()).Exchange(tx("held")).Code)
 
 	// a hub started meanwhile starts held,
 	c.restart(t)
@@ -576,7 +577,7 @@ func TestFleetOnTheStatusPage(t *testing.T) {
 	r := startFleetRig(t, same(2, "--fail-threshold", "2", "--reset-timeout", "30s")...)
 	a, b := r.hubs[0], r.hubs[1]
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	c := proctest.Dial(t, a.Addr())
+	c := hubtest.Dial(t, a.Addr())
 	for i := range 2 {
 		require.Equal(t, "E500", c.Exchange(tx("F"+strconv.Itoa(i))).Code)
 	}

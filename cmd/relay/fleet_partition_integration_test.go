@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/internal/testutil/toxitest"
@@ -77,14 +78,14 @@ func TestFleetPartialPartitionOfOneHubsStoreLink(t *testing.T) {
 			// a trip on b reaches c, not a, whose CORE answers on;
 			core.Ctl(t, `{"mode":"fail"}`)
 			// (the paced load may be the one that trips it)
-			cb := proctest.Dial(t, b.Addr())
+			cb := hubtest.Dial(t, b.Addr())
 			proctest.Eventually(t, 5*time.Second, "b trips", func() bool {
 				return cb.Exchange("T-B|CORE|BAL 1001").Code == "E904"
 			})
 			proctest.Eventually(t, 2*time.Second, "c adopts b's trip", func() bool { return c.state(t) == "OPEN" })
 			assert.Equal(t, "CLOSED", a.state(t), "a, cut off, keeps its own state")
 			core.Ctl(t, `{"mode":"normal"}`)
-			assert.Equal(t, "0000", proctest.Dial(t, a.Addr()).Exchange("T-A0|CORE|BAL 1001").Code, "a, cut off, goes on calling CORE")
+			assert.Equal(t, "0000", hubtest.Dial(t, a.Addr()).Exchange("T-A0|CORE|BAL 1001").Code, "a, cut off, goes on calling CORE")
 
 			// and once the link heals, a reads the store again and adopts
 			// the trip it missed.
@@ -94,7 +95,7 @@ func TestFleetPartialPartitionOfOneHubsStoreLink(t *testing.T) {
 				st, up := a.core(t)
 				return up && st.State == "OPEN"
 			})
-			assert.Equal(t, "E904", proctest.Dial(t, a.Addr()).Exchange("T-A|CORE|BAL 1001").Code)
+			assert.Equal(t, "E904", hubtest.Dial(t, a.Addr()).Exchange("T-A|CORE|BAL 1001").Code)
 
 			close(stop)
 			wg.Wait()

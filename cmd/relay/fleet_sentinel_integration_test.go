@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/internal/testutil/redistest"
 	"github.com/relayhub/relayhub/relay/fleet"
@@ -92,7 +93,7 @@ func (r *sentinelRig) refusesEverywhere(t *testing.T, name string) {
 	t.Helper()
 	calls := r.core.SettledStats(t).Calls
 	for _, h := range r.hubs {
-		ans := proctest.Dial(t, h.Addr()).Exchange(tx(name + "-" + h.id))
+		ans := hubtest.Dial(t, h.Addr()).Exchange(tx(name + "-" + h.id))
 		assert.Equal(t, "E904", ans.Code, "%s: %s", h.id, ans)
 	}
 	assert.Equal(t, calls, r.core.Stats(t).Calls, "CORE was not called")
@@ -116,10 +117,10 @@ func (r *sentinelRig) oneProbeCloses(t *testing.T, within time.Duration) {
 		return false
 	})
 	t.Logf("hub %s won the probe lease", winner)
-	var conns []*proctest.Conn
+	var conns []*hubtest.Client
 	var lines []string
 	for _, h := range r.hubs {
-		conns = append(conns, proctest.Dial(t, h.Addr()))
+		conns = append(conns, hubtest.Dial(t, h.Addr()))
 		for i := range 10 {
 			lines = append(lines, tx(fmt.Sprintf("probe-%s-%d", h.id, i)))
 		}
@@ -211,7 +212,7 @@ func TestFleetSentinelFailoverUnderLoad(t *testing.T) {
 		propagated[h.id] = h.metric(t, "relay_state_propagation_seconds_count")
 	}
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	require.Equal(t, "E500", ca.Exchange(tx("t1")).Code)
 	require.Equal(t, "E500", ca.Exchange(tx("t2")).Code)
 	proctest.Eventually(t, 2*time.Second, "every hub holds A's open breaker", func() bool {
@@ -278,7 +279,7 @@ func TestFleetSentinelKeepsABreakerOpenedJustBeforeTheKill(t *testing.T) {
 			// milliseconds later (once it holds the trip, when the
 			// replica is to lack it),
 			master := r.store.Master().Client()
-			ca := proctest.Dial(t, a.Addr())
+			ca := hubtest.Dial(t, a.Addr())
 			require.Equal(t, "E500", ca.Exchange(tx("t1")).Code)
 			require.Equal(t, "E500", ca.Exchange(tx("t2")).Code)
 			tripped := time.Now()

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/fixtures"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -127,7 +128,7 @@ func (h *adminHub) checkGoroutinesBack(t *testing.T, baseline int) {
 // healthyClient is a well-behaved connection that must be served
 // throughout, whatever other clients do. It belongs to one test goroutine.
 type healthyClient struct {
-	c *proctest.Conn
+	c *hubtest.Client
 	n int
 }
 
@@ -218,7 +219,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL, "--target", "ECHO="+echo.URL,
 		"--max-inflight", strconv.Itoa(maxInflight), "--write-timeout", writeTimeout.String(),
 		"--target-timeout", "5s")
-	healthy := &healthyClient{c: proctest.Dial(t, h.Addr())}
+	healthy := &healthyClient{c: hubtest.Dial(t, h.Addr())}
 	healthy.check(t)
 
 	// A line of 100 KB, far over the default --max-line-bytes of 16384.
@@ -227,7 +228,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 	}
 
 	t.Run("100 KB line without newline, then close", func(t *testing.T) {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		_, err := c.Write(bigLine("big-1"))
 		require.NoError(t, err)
 		c.Close()
@@ -237,11 +238,11 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 	t.Run("100 KB line without newline, then end of input", func(t *testing.T) {
 		// The unterminated last line is still a line: it is answered E900,
 		// then the hub closes.
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		_, err := c.Write(bigLine("big-2"))
 		require.NoError(t, err)
 		c.CloseWrite()
-		a := c.ReadAnswer()
+		a := c.ReadResponse()
 		assert.Equal(t, "big-2", a.TxID, "the TXID is in the part of the line the hub reads: %s", a)
 		assert.Equal(t, "E900", a.Code, a.String())
 		assert.Equal(t, "line too long", a.Message)
@@ -250,14 +251,14 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 	})
 
 	t.Run("100 KB line, then a newline and a good line", func(t *testing.T) {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		_, err := c.Write(append(bigLine("big-3"), "\nafter-big|CLAIM|STATUS C-1\n"...))
 		require.NoError(t, err)
-		first := c.ReadAnswer()
+		first := c.ReadResponse()
 		assert.Equal(t, "big-3", first.TxID, "the TXID is in the part of the line the hub reads: %s", first)
 		assert.Equal(t, "E900", first.Code, first.String())
 		assert.Equal(t, "line too long", first.Message)
-		second := c.ReadAnswer()
+		second := c.ReadResponse()
 		assert.Equal(t, "after-big", second.TxID, "the rest of the long line was read as a line: %s", second)
 		assert.Equal(t, "B212", second.Code, second.String())
 		for _, txid := range []string{"big-1", "big-2", "big-3"} {
@@ -268,7 +269,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 	})
 
 	t.Run("100 KB lines whose TXID cannot be read are answered with -", func(t *testing.T) {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		for _, line := range [][]byte{
 			bigLine("big 4"),                     // a space is outside the TXID alphabet
 			bigLine(strings.Repeat("t", 65)),     // one character too long
@@ -276,7 +277,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		} {
 			_, err := c.Write(append(line, '\n'))
 			require.NoError(t, err)
-			a := c.ReadAnswer()
+			a := c.ReadResponse()
 			assert.Equal(t, "-", a.TxID, "line starting %q: %s", line[:8], a)
 			assert.Equal(t, "E900", a.Code, a.String())
 			assert.Equal(t, "line too long", a.Message)
@@ -318,7 +319,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		require.Positive(t, readable, "the garbage has lines with a readable TXID")
 
 		// when they arrive as lines, followed by a good line,
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		_, err := c.Write(garbage)
 		require.NoError(t, err)
 
@@ -326,7 +327,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		// refusing it, with the line's TXID where one can be read and "-"
 		// only where none can, and the good line is answered next.
 		var gotTxIDs []string
-		for _, a := range c.ReadAnswers(len(wantTxIDs)) {
+		for _, a := range c.ReadResponses(len(wantTxIDs)) {
 			assert.Contains(t, []string{"E900", "E903"}, a.Code, a.String())
 			gotTxIDs = append(gotTxIDs, a.TxID)
 		}
@@ -339,7 +340,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 	})
 
 	t.Run("invalid UTF-8 in TXID, target and payload", func(t *testing.T) {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		for _, tt := range []struct {
 			line, txid, code string
 		}{
@@ -371,7 +372,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		// when a client writes 10000 lines and closes without reading a
 		// single answer (the hub may give up on it first: then the write
 		// fails with a reset, never a timeout),
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		_, err := c.Write(b.Bytes())
 		assert.False(t, isTimeout(err), "writing the lines timed out: %v", err)
 		proctest.Eventually(t, 5*time.Second, "the bulkhead's worth of calls is in flight at CORE", func() bool {
@@ -417,13 +418,13 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 				lines, want[txid] = append(lines, txid+"|CORE"), "E900"
 			}
 		}
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		c.Send(lines...)
 		c.CloseWrite()
 
 		// then all its answers still arrive, each once, and only then does
 		// the hub close the connection.
-		got := proctest.ByTxID(t, c.ReadAnswers(len(lines)))
+		got := c.ReadByTxID(len(lines))
 		for txid, code := range want {
 			if assert.Contains(t, got, txid) {
 				assert.Equal(t, code, got[txid].Code, got[txid].String())
@@ -437,7 +438,7 @@ func TestHostileClientsDoNotHurtTheHub(t *testing.T) {
 		// Given a client that sends line after line and never reads: each
 		// two-byte line "!" earns a long E900 answer, so the answers fill
 		// the socket buffers quickly,
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		chunk := bytes.Repeat([]byte("!\n"), 16<<10)
 		start := time.Now()
 		var err error
@@ -472,17 +473,17 @@ func TestSlowClientsAreCutOffByIdleTimeout(t *testing.T) {
 	// as the slowloris,
 	core.Ctl(t, `{"mode":"slow","delay_ms":1500}`)
 	dialled := time.Now()
-	slow := proctest.Dial(t, h.Addr())
-	silent := proctest.Dial(t, h.Addr())
-	waiting := proctest.Dial(t, h.Addr())
+	slow := hubtest.Dial(t, h.Addr())
+	silent := hubtest.Dial(t, h.Addr())
+	waiting := hubtest.Dial(t, h.Addr())
 	waiting.Send("wait-1|CORE|BAL w")
-	healthy := &healthyClient{c: proctest.Dial(t, h.Addr())}
+	healthy := &healthyClient{c: hubtest.Dial(t, h.Addr())}
 	type closed struct {
 		read string
 		err  error
 		at   time.Time
 	}
-	watch := func(c *proctest.Conn) <-chan closed {
+	watch := func(c *hubtest.Client) <-chan closed {
 		ch := make(chan closed, 1)
 		go func() {
 			line, err := c.ReadLine(idleTimeout + 5*time.Second)
@@ -530,7 +531,7 @@ func TestSlowClientsAreCutOffByIdleTimeout(t *testing.T) {
 
 	// The idle timeout does not cut off an answer in flight: the waiting
 	// client gets its answer, and only then is it closed.
-	a := waiting.ReadAnswer()
+	a := waiting.ReadResponse()
 	assert.Equal(t, "wait-1", a.TxID, a.String())
 	assert.Equal(t, "0000", a.Code, a.String())
 	assert.Equal(t, "", waiting.ExpectClosed())
@@ -542,17 +543,17 @@ func TestConnectionFloodBeyondMaxConns(t *testing.T) {
 	h := startRelay(t, nil, "--target", "CORE="+core.URL, "--max-conns", strconv.Itoa(maxConns))
 
 	// Given maxConns connections the hub serves,
-	served := make([]*proctest.Conn, maxConns)
+	served := make([]*hubtest.Client, maxConns)
 	for i := range served {
-		served[i] = proctest.Dial(t, h.Addr())
+		served[i] = hubtest.Dial(t, h.Addr())
 		a := served[i].Exchange(fmt.Sprintf("served-%d|CORE|BAL s%d", i, i))
 		require.Equal(t, "0000", a.Code, a.String())
 	}
 
 	// when as many again arrive at once,
-	extra := make([]*proctest.Conn, maxConns)
+	extra := make([]*hubtest.Client, maxConns)
 	for i := range extra {
-		extra[i] = proctest.Dial(t, h.Addr())
+		extra[i] = hubtest.Dial(t, h.Addr())
 	}
 
 	// then each extra gets exactly one E906 line and is closed,
@@ -589,11 +590,11 @@ func TestNoLeaksAfterHostileClients(t *testing.T) {
 	// that succeed and calls that time out,
 	const perKind = 5
 	var (
-		clients []*proctest.Conn
+		clients []*hubtest.Client
 		readers []func() // run once every client has sent, so the timeouts overlap
 	)
-	dial := func() *proctest.Conn {
-		c := proctest.Dial(t, h.Addr())
+	dial := func() *hubtest.Client {
+		c := hubtest.Dial(t, h.Addr())
 		clients = append(clients, c)
 		return c
 	}
@@ -603,7 +604,7 @@ func TestNoLeaksAfterHostileClients(t *testing.T) {
 		ok.Send(fmt.Sprintf("ok-%d-a|CORE|BAL a", i), fmt.Sprintf("ok-%d-b|CORE|DEP a 5", i),
 			fmt.Sprintf("ok-%d-c|HANG|x", i), fmt.Sprintf("ok-%d-d|NOPE|x", i))
 		readers = append(readers, func() {
-			for _, a := range ok.ReadAnswers(4) {
+			for _, a := range ok.ReadResponses(4) {
 				assert.Regexp(t, `^(0000|E901|E903|E904|E905)$`, a.Code, a.String())
 			}
 		})
@@ -620,13 +621,13 @@ func TestNoLeaksAfterHostileClients(t *testing.T) {
 		half.Send(fmt.Sprintf("ho-%d|CORE|BAL b", i), fmt.Sprintf("ho-%d-hang|HANG|y", i))
 		half.CloseWrite()
 		readers = append(readers, func() {
-			half.ReadAnswers(2)
+			half.ReadResponses(2)
 			assert.Equal(t, "", half.ExpectClosed())
 		})
 		// Reset in the middle of a line.
 		c = dial()
 		_, _ = c.Write([]byte(fmt.Sprintf("rst-%d|CORE|BAL", i)))
-		require.NoError(t, c.TCP().SetLinger(0))
+		require.NoError(t, c.Conn().(*net.TCPConn).SetLinger(0))
 		c.Close()
 		// Calls in flight, then gone without reading.
 		c = dial()
@@ -660,7 +661,7 @@ func TestNoLeaksAfterHostileClients(t *testing.T) {
 	h.checkGoroutinesBack(t, gBaseline)
 
 	// It still serves.
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	a := c.Exchange("after-leaks|CORE|BAL a")
 	assert.Equal(t, "0000", a.Code, a.String())
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/indoubt"
@@ -34,7 +35,7 @@ func TestInDoubtCallIsJournalledBeforeItsAnswerAndSurvivesKill9(t *testing.T) {
 	journal := filepath.Join(t.TempDir(), "in-doubt.log")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms",
 		"--in-doubt-log", journal, "--hub-id", "hub-it")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a transfer times out after CORE took it,
 	a := c.Exchange("XF-1|CORE|XFER 1001 1002 2500")
@@ -81,7 +82,7 @@ func TestFailureBeforeSendIsNotInDoubtAndIsTriedOnceMore(t *testing.T) {
 	// Given CORE's port closed, and a journal,
 	journal := filepath.Join(t.TempDir(), "in-doubt.log")
 	h := startAdminRelay(t, "--target", "CORE="+closedPortURL(t), "--in-doubt-log", journal)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a transfer cannot connect,
 	a := c.Exchange("XF-1|CORE|XFER 1001 1002 2500")
@@ -112,7 +113,7 @@ func TestLateBookingsAreReconciledAppliedOnce(t *testing.T) {
 	journal := filepath.Join(t.TempDir(), "in-doubt.log")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target-timeout", "300ms",
 		"--in-doubt-log", journal, "--fail-threshold", "1000", "--max-inflight", fmt.Sprint(2*n))
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when n distinct withdrawals are sent at once,
 	lines := make([]string, n)
@@ -122,7 +123,7 @@ func TestLateBookingsAreReconciledAppliedOnce(t *testing.T) {
 	c.Send(lines...)
 
 	// then each client answer is a timeout of unknown outcome,
-	answers := proctest.ByTxID(t, c.ReadAnswers(n))
+	answers := c.ReadByTxID(n)
 	require.Len(t, answers, n)
 	for i := range n {
 		txid := fmt.Sprintf("LATE-%d", i)
@@ -207,7 +208,7 @@ func TestSecondRelayOnTheSameInDoubtJournalRefusesToStart(t *testing.T) {
 // inDoubtRound is one round of a client of
 // TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn: the answers it read.
 type inDoubtRound struct {
-	answers []proctest.Answer
+	answers []hubtest.Response
 	err     error
 }
 
@@ -215,7 +216,7 @@ type inDoubtRound struct {
 // each round once the last one's answers are all read, and sends each
 // round's answers (or the error that ended the rounds) on out. It uses no
 // method of c that fails the test, since it runs on a goroutine of its own.
-func sendInDoubtRounds(c *proctest.Conn, name string, n int, stop <-chan struct{}, out chan<- inDoubtRound) {
+func sendInDoubtRounds(c *hubtest.Client, name string, n int, stop <-chan struct{}, out chan<- inDoubtRound) {
 	for round := 0; ; round++ {
 		select {
 		case <-stop:
@@ -234,8 +235,8 @@ func sendInDoubtRounds(c *proctest.Conn, name string, n int, stop <-chan struct{
 		for range n {
 			line, err := c.ReadLine(10 * time.Second)
 			if err == nil {
-				var a proctest.Answer
-				if a, err = proctest.ParseAnswer(line); err == nil {
+				var a hubtest.Response
+				if a, err = hubtest.ParseResponse(line); err == nil {
 					r.answers = append(r.answers, a)
 					continue
 				}
@@ -264,7 +265,7 @@ func TestSIGHUPReopensTheInDoubtJournalWhileCallsGoOn(t *testing.T) {
 	rounds := make(chan inDoubtRound, 1024)
 	var wg sync.WaitGroup
 	for i := range clients {
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		wg.Go(func() { sendInDoubtRounds(c, fmt.Sprintf("C%d", i), inFlight, stop, rounds) })
 	}
 	stopped := false
@@ -370,7 +371,7 @@ func TestInDoubtJournalIsOnByDefault(t *testing.T) {
 	assert.Equal(t, "in-doubt.log", filepath.Base(journal))
 
 	// and a call in doubt is journalled there before its client hears.
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	require.Equal(t, "D1|E901|no answer within target timeout; outcome unknown", c.Exchange("D1|CORE|WD 1001 5").String())
 	lines := logtest.FileLines(t, journal)
 	require.Len(t, lines, 1)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -50,7 +51,7 @@ func TestShutdownDelayServesWhileReadyzSays503(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--shutdown-delay", "1s")
 	h.mustGet(t, "/readyz")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	require.Equal(t, "0000", c.Exchange("W0|CORE|BAL 1001").Code)
 
 	// When it gets SIGTERM
@@ -66,7 +67,7 @@ func TestShutdownDelayServesWhileReadyzSays503(t *testing.T) {
 
 	// lines are still answered 0000 for the second, on the connection it
 	// had and on a new one,
-	assert.Equal(t, "0000", proctest.Dial(t, h.Addr()).Exchange("N1|CORE|BAL 1001").Code)
+	assert.Equal(t, "0000", hubtest.Dial(t, h.Addr()).Exchange("N1|CORE|BAL 1001").Code)
 	var lastOK time.Time
 	var end string
 	for i := 0; ; i++ {
@@ -76,7 +77,7 @@ func TestShutdownDelayServesWhileReadyzSays503(t *testing.T) {
 			end = "closed"
 			break
 		}
-		a, perr := proctest.ParseAnswer(line)
+		a, perr := hubtest.ParseResponse(line)
 		require.NoError(t, perr, line)
 		if a.Code != "0000" {
 			end = a.Code
@@ -107,7 +108,7 @@ func TestProxyProtocolEndToEnd(t *testing.T) {
 
 	// When the trusted balancer sends a v2 header for its client, the
 	// client's lines are served;
-	lb := proctest.DialFrom(t, "127.0.0.1", r.Addr())
+	lb := hubtest.DialFrom(t, "127.0.0.1", r.Addr())
 	hdr := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.ParseIP("203.0.113.7"), Port: 4711}, &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 9200})
 	_, err := hdr.WriteTo(lb)
 	require.NoError(t, err)
@@ -116,7 +117,7 @@ func TestProxyProtocolEndToEnd(t *testing.T) {
 
 	// a connection from an address not trusted, header or not, is refused;
 	for _, withHeader := range []bool{true, false} {
-		other := proctest.DialFrom(t, "127.0.0.2", r.Addr())
+		other := hubtest.DialFrom(t, "127.0.0.2", r.Addr())
 		if withHeader {
 			_, err := hdr.WriteTo(other)
 			require.NoError(t, err)
@@ -187,7 +188,7 @@ func TestReloadKeepsTheCountAndAppliesTheNewThreshold(t *testing.T) {
 	core.Ctl(t, `{"mode":"fail"}`)
 	config := writeFile(t, "relay.toml", "[CORE]\nfail_threshold = 5\n")
 	r := startPolicyRelay(t, []string{"RELAY_ADMIN_TOKEN=tok"}, "--target", "CORE="+core.URL, "--config", config)
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	for i := range 2 {
 		require.Equal(t, "E500", c.Exchange(fmt.Sprintf("F%d|CORE|BAL 1001", i)).Code)
 	}
@@ -228,7 +229,7 @@ func TestReloadWithABrokenFileChangesNothing(t *testing.T) {
 	good := "[CORE]\nfail_threshold = 2\nmax_inflight = 4\n"
 	config := writeFile(t, "relay.toml", good)
 	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--config", config)
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	require.Equal(t, "E500", c.Exchange("F1|CORE|BAL 1001").Code)
 	before := r.status(t)
 
@@ -296,11 +297,11 @@ func TestSIGHUPWhileLinesFlowLosesNone(t *testing.T) {
 		wg   sync.WaitGroup
 		stop atomic.Bool
 	)
-	answers := make([][]proctest.Answer, conns)
+	answers := make([][]hubtest.Response, conns)
 	sent := make([]int, conns)
-	clients := make([]*proctest.Conn, conns)
+	clients := make([]*hubtest.Client, conns)
 	for i := range clients {
-		clients[i] = proctest.Dial(t, r.Addr())
+		clients[i] = hubtest.Dial(t, r.Addr())
 	}
 	for i, c := range clients {
 		wg.Go(func() {
@@ -313,7 +314,7 @@ func TestSIGHUPWhileLinesFlowLosesNone(t *testing.T) {
 				if err != nil {
 					return
 				}
-				a, err := proctest.ParseAnswer(line)
+				a, err := hubtest.ParseResponse(line)
 				if err != nil {
 					return
 				}
@@ -421,7 +422,7 @@ func TestReloadedTargetsOnTheStatusPageAndInTheAccessLog(t *testing.T) {
 
 	// and its answers are in the access log with what its breaker did,
 	// when, and for whom.
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	require.Equal(t, "0000", c.Exchange("A1|CLAIM|SUBMIT P1 100").Code)
 	var line map[string]any
 	proctest.Eventually(t, 5*time.Second, "the access log has A1", func() bool {

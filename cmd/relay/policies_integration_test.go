@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/admin"
 )
@@ -167,7 +168,7 @@ func TestPerTargetLimitsAreApplied(t *testing.T) {
 	for i := range 10 {
 		lines = append(lines, fmt.Sprintf("claim-%d|CLAIM|SUBMIT P-%d 100", i, i))
 	}
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	c.Send(lines...)
 
 	// then each target sees exactly its own limit of calls at once,
@@ -191,7 +192,7 @@ func TestPerTargetLimitsAreApplied(t *testing.T) {
 
 	// and the rest is refused at once, E905.
 	codes := map[string]map[string]int{"core": {}, "claim": {}}
-	for _, a := range c.ReadAnswers(len(lines)) {
+	for _, a := range c.ReadResponses(len(lines)) {
 		target, _, _ := strings.Cut(a.TxID, "-")
 		codes[target][a.Code]++
 	}
@@ -217,7 +218,7 @@ fail_threshold = 1
 reset_timeout = "2m"
 `)
 	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--config", conf)
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	a := c.Exchange("ok-1|CORE|BAL 1001")
 	require.Equal(t, "ok-1|0000|balance=100000", a.String(), "a healthy CORE answers itself")
 
@@ -270,7 +271,7 @@ func TestManualControlEndToEnd(t *testing.T) {
 	const token = "op-Secret-42"
 	r := startPolicyRelay(t, []string{"RELAY_ADMIN_TOKEN=" + token},
 		"--target", "CORE="+core.URL, "--fail-threshold", "2", "--reset-timeout", "300ms")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 
 	// an admin POST without the token, or with another, is refused 401 and
 	// changes nothing, while GETs stay open;
@@ -376,11 +377,11 @@ func TestFailureRateTripsEndToEnd(t *testing.T) {
 	core.Ctl(t, `{"mode":"flaky","fail_ratio":0.5}`)
 	r := startPolicyRelay(t, nil, "--target", "CORE="+core.URL, "--fail-threshold", "1000",
 		"--failure-rate", "0.3", "--min-samples", "10", "--window", "10s", "--reset-timeout", "1m")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 
 	// when calls go on until the breaker refuses one,
 	calls, failures := 0, 0
-	var a proctest.Answer
+	var a hubtest.Response
 	for i := range 500 {
 		a = c.Exchange(fmt.Sprintf("r-%d|CORE|BAL 1001", i))
 		if a.Code == "E904" {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -32,7 +33,7 @@ func isProbe(txid string) bool { return strings.HasPrefix(txid, probeTxIDPrefix)
 
 // tripCore fails CORE and sends threshold customer lines on c, which open
 // its breaker.
-func tripCore(t *testing.T, core *proctest.Fixture, c *proctest.Conn, threshold int) {
+func tripCore(t *testing.T, core *proctest.Fixture, c *hubtest.Client, threshold int) {
 	t.Helper()
 	core.Ctl(t, `{"mode":"fail"}`)
 	for i := range threshold {
@@ -44,7 +45,7 @@ func tripCore(t *testing.T, core *proctest.Fixture, c *proctest.Conn, threshold 
 // customersUntilServed sends a customer line on c every few milliseconds
 // until one is answered by the target, and returns its TXID and how many
 // were refused before it. Every answer before it must be E904.
-func customersUntilServed(t *testing.T, c *proctest.Conn, within time.Duration) (served string, refused int) {
+func customersUntilServed(t *testing.T, c *hubtest.Client, within time.Duration) (served string, refused int) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for n := 0; time.Now().Before(deadline); n++ {
@@ -73,7 +74,7 @@ func TestSyntheticProbesKeepCustomersOffARecoveringTarget(t *testing.T) {
 		"--fail-threshold", "2", "--reset-timeout", "300ms", "--target-timeout", "1s",
 		"--probe-payload", "BAL HEALTH", "--probe-successes", "3", "--probe-interval", "150ms",
 		"--access-log", access)
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 
 	// when CORE fails and opens the breaker, stays down for a failed probe
 	// or more,
@@ -182,7 +183,7 @@ url = %q
 		"--target", "CORE="+core.URL, "--config", conf,
 		"--fail-threshold", "1", "--reset-timeout", "200ms", "--target-timeout", "1s",
 		"--probe-payload", "HEALTH")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 
 	// when both open on a failure and CORE is back,
 	core.Ctl(t, `{"mode":"fail"}`)
@@ -222,7 +223,7 @@ func TestNoSyntheticProbeWhileHeldOrDisabled(t *testing.T) {
 		"--target", "CORE="+core.URL,
 		"--fail-threshold", "1", "--reset-timeout", "100ms", "--target-timeout", "1s",
 		"--probe-payload", "BAL HEALTH")
-	c := proctest.Dial(t, r.Addr())
+	c := hubtest.Dial(t, r.Addr())
 	tripCore(t, core, c, 1)
 	r.mustControl(t, "CORE", "open", "")
 	core.Ctl(t, `{"mode":"normal","reset":true}`)
@@ -258,7 +259,7 @@ func TestFleetOnlyTheLeaseHolderSendsSyntheticProbes(t *testing.T) {
 	r := startFleetRig(t, same(3, "--fail-threshold", "2", "--reset-timeout", "300ms", "--target-timeout", "1s",
 		"--probe-payload", "BAL HEALTH")...)
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	for _, h := range r.hubs {
@@ -273,9 +274,9 @@ func TestFleetOnlyTheLeaseHolderSendsSyntheticProbes(t *testing.T) {
 	r.core.Ctl(t, `{"mode":"normal"}`)
 
 	// then every hub closes, and customers on each got E904 until then,
-	conns := make([]*proctest.Conn, len(r.hubs))
+	conns := make([]*hubtest.Client, len(r.hubs))
 	for i, h := range r.hubs {
-		conns[i] = proctest.Dial(t, h.Addr())
+		conns[i] = hubtest.Dial(t, h.Addr())
 	}
 	for i, h := range r.hubs {
 		proctest.Eventually(t, 10*time.Second, h.id+" closes", func() bool {
@@ -321,7 +322,7 @@ func TestFleetLeaseHolderKeepsProbingThroughSeveralSuccesses(t *testing.T) {
 	r := startFleetRig(t, same(3, "--fail-threshold", "2", "--reset-timeout", "200ms", "--target-timeout", "1s",
 		"--probe-payload", "BAL HEALTH", "--probe-successes", "2", "--probe-interval", "2500ms")...)
 	r.core.Ctl(t, `{"mode":"fail"}`)
-	ca := proctest.Dial(t, r.hubs[0].Addr())
+	ca := hubtest.Dial(t, r.hubs[0].Addr())
 	ca.Exchange(tx("t1"))
 	ca.Exchange(tx("t2"))
 	for _, h := range r.hubs {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -145,7 +146,7 @@ func (e *echoTarget) body(txid string) ([]byte, http.Header, bool) {
 // sendConcurrently writes lines over conns, len(lines)/len(conns) per
 // connection, all connections writing at the same instant, and returns
 // every answer.
-func sendConcurrently(t *testing.T, conns []*proctest.Conn, lines []string) []proctest.Answer {
+func sendConcurrently(t *testing.T, conns []*hubtest.Client, lines []string) []hubtest.Response {
 	t.Helper()
 	per := len(lines) / len(conns)
 	start := make(chan struct{})
@@ -167,9 +168,9 @@ func sendConcurrently(t *testing.T, conns []*proctest.Conn, lines []string) []pr
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	var answers []proctest.Answer
+	var answers []hubtest.Response
 	for _, c := range conns {
-		answers = append(answers, c.ReadAnswers(per)...)
+		answers = append(answers, c.ReadResponses(per)...)
 	}
 	return answers
 }
@@ -180,7 +181,7 @@ func TestBreakerTripsAndAnswersE904WithoutCallingTarget(t *testing.T) {
 	h := startRelay(t, nil,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
 		"--fail-threshold", "3", "--reset-timeout", "60")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// Given a failing CORE (and a reset timeout given as a bare number,
 	// which means seconds),
@@ -218,10 +219,10 @@ func TestBreakerHalfOpenAdmitsExactlyOneProbe(t *testing.T) {
 		"--target", "CORE="+core.URL,
 		"--fail-threshold", "2", "--reset-timeout", resetTimeout.String(),
 		"--target-timeout", "5s", "--max-inflight", "50")
-	c := proctest.Dial(t, h.Addr())
-	conns := make([]*proctest.Conn, 5)
+	c := hubtest.Dial(t, h.Addr())
+	conns := make([]*hubtest.Client, 5)
 	for i := range conns {
-		conns[i] = proctest.Dial(t, h.Addr())
+		conns[i] = hubtest.Dial(t, h.Addr())
 	}
 
 	trip := func(round string) time.Time {
@@ -247,7 +248,7 @@ func TestBreakerHalfOpenAdmitsExactlyOneProbe(t *testing.T) {
 	// timeout, exactly one is admitted as the probe and the 29 others get
 	// E904. A burst that still finds the breaker open (all E904, no call)
 	// is repeated until the deadline.
-	var answers []proctest.Answer
+	var answers []hubtest.Response
 	proctest.Eventually(t, 5*time.Second, "a burst admits a probe", func() bool {
 		lines := make([]string, 30)
 		for i := range lines {
@@ -262,7 +263,7 @@ func TestBreakerHalfOpenAdmitsExactlyOneProbe(t *testing.T) {
 		require.Equal(t, int64(0), core.Stats(t).Calls, "an all-E904 burst called the target")
 		return false
 	})
-	proctest.ByTxID(t, answers)
+	hubtest.ByTxID(t, answers)
 	codes := map[string]int{}
 	for _, a := range answers {
 		codes[a.Code]++
@@ -286,7 +287,7 @@ func TestBreakerHalfOpenAdmitsExactlyOneProbe(t *testing.T) {
 	opened = trip("r2")
 	core.Ctl(t, `{"mode":"fail","reset":true}`)
 	waitUntil(opened.Add(resetTimeout))
-	var probe proctest.Answer
+	var probe hubtest.Response
 	n := 0
 	proctest.Eventually(t, 5*time.Second, "a request is admitted as the probe", func() bool {
 		n++
@@ -322,7 +323,7 @@ func TestBulkheadRejectsAtOnceWhenFull(t *testing.T) {
 	h := startRelay(t, nil,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
 		"--max-inflight", fmt.Sprint(limit), "--target-timeout", "10s")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// Given a slow CORE,
 	core.Ctl(t, `{"mode":"slow","delay_ms":2000}`)
@@ -337,7 +338,7 @@ func TestBulkheadRejectsAtOnceWhenFull(t *testing.T) {
 	// then the seven over the limit are answered E905 while the three
 	// admitted calls are still in flight,
 	for range len(lines) - limit {
-		a := c.ReadAnswer()
+		a := c.ReadResponse()
 		assert.Equal(t, "E905", a.Code, a.String())
 	}
 	proctest.Eventually(t, time.Second, "the admitted calls are in flight at CORE", func() bool {
@@ -351,7 +352,7 @@ func TestBulkheadRejectsAtOnceWhenFull(t *testing.T) {
 	assert.Equal(t, int64(limit), core.Stats(t).InFlight, "the CLAIM answer must not wait for CORE")
 
 	// and the admitted calls complete normally.
-	for _, a := range c.ReadAnswers(limit) {
+	for _, a := range c.ReadResponses(limit) {
 		assert.Equal(t, "0000", a.Code, a.String())
 	}
 	st := core.Stats(t)
@@ -443,7 +444,7 @@ func TestOnlyTargetFailuresTrip(t *testing.T) {
 		args = append(args, "--target", tt.target+"="+tt.url)
 	}
 	h := startRelay(t, nil, args...)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -488,7 +489,7 @@ func TestPipelinedLinesAreEachAnsweredOnce(t *testing.T) {
 	h := startRelay(t, nil,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL,
 		"--max-inflight", "500")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// Given 400 lines to two targets, an unknown target and with missing
 	// fields, written in one go on one connection,
@@ -513,7 +514,7 @@ func TestPipelinedLinesAreEachAnsweredOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	// then every TXID is answered exactly once, with its own result.
-	got := proctest.ByTxID(t, c.ReadAnswers(len(want)))
+	got := c.ReadByTxID(len(want))
 	for txid, code := range want {
 		if assert.Contains(t, got, txid) {
 			assert.Equal(t, code, got[txid].Code, got[txid].String())
@@ -531,7 +532,7 @@ func TestMalformedAndEdgeCaseLines(t *testing.T) {
 	h := startRelay(t, nil,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL, "--target", "ECHO="+echo.URL,
 		"--max-line-bytes", fmt.Sprint(maxLine))
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	txid64 := strings.Repeat("aZ09._:-", 8)
 	tests := []struct {
@@ -590,7 +591,7 @@ func TestMalformedAndEdgeCaseLines(t *testing.T) {
 
 	t.Run("blank lines get no answer", func(t *testing.T) {
 		c.Send("", "\r", "m-after-blank|NOPE|x")
-		a := c.ReadAnswer()
+		a := c.ReadResponse()
 		assert.Equal(t, "m-after-blank", a.TxID, "a blank line was answered: %s", a)
 		a = c.Exchange("m-after-blank-2|NOPE|x")
 		assert.Equal(t, "m-after-blank-2", a.TxID, "a blank line was answered: %s", a)
@@ -701,7 +702,7 @@ func TestEnvironmentConfiguresTheRelay(t *testing.T) {
 		"RELAY_RESET_TIMEOUT=1m",
 		"RELAY_TARGET=CORE=" + core.URL + ",CLAIM=" + claim.URL,
 	})
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// RELAY_TARGET names both targets, comma-separated.
 	a := c.Exchange("env-claim|CLAIM|SUBMIT POL1 100")
@@ -722,13 +723,13 @@ func TestMaxConnsRefusesExtraConnections(t *testing.T) {
 	h := startRelay(t, nil, "--target", "CORE="+core.URL, "--max-conns", "2")
 
 	// Given two connections the relay has taken,
-	c1 := proctest.Dial(t, h.Addr())
-	c2 := proctest.Dial(t, h.Addr())
+	c1 := hubtest.Dial(t, h.Addr())
+	c2 := hubtest.Dial(t, h.Addr())
 	assert.Equal(t, "0000", c1.Exchange("mc-1|CORE|BAL a").Code)
 	assert.Equal(t, "0000", c2.Exchange("mc-2|CORE|BAL a").Code)
 
 	// when a third arrives, it gets one E906 line and is closed.
-	c3 := proctest.Dial(t, h.Addr())
+	c3 := hubtest.Dial(t, h.Addr())
 	assert.Equal(t, "-|E906|too many connections\n", c3.ExpectClosed())
 	assert.Equal(t, "0000", c1.Exchange("mc-3|CORE|BAL a").Code, "the admitted connections keep working")
 
@@ -737,10 +738,10 @@ func TestMaxConnsRefusesExtraConnections(t *testing.T) {
 	n := 0
 	proctest.Eventually(t, 5*time.Second, "a connection is accepted after another closed", func() bool {
 		n++
-		c := proctest.Dial(t, h.Addr())
+		c := hubtest.Dial(t, h.Addr())
 		defer c.Close()
 		c.Send(fmt.Sprintf("mc-retry-%d|CORE|BAL a", n))
-		line, err := c.ReadLine(proctest.ReadTimeout)
+		line, err := c.ReadLine(hubtest.ClientTimeout)
 		require.NoError(t, err)
 		return strings.HasPrefix(line, fmt.Sprintf("mc-retry-%d|0000|", n))
 	})
@@ -752,7 +753,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	h := startRelay(t, nil,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL, "--target", "DEAD="+closedPortURL(t),
 		"--fail-threshold", "1", "--reset-timeout", "1m", "--target-timeout", "10s")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// Given a breaker log with a line in it and a slow call in flight,
 	a := c.Exchange("dead-1|DEAD|x")
@@ -778,7 +779,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	})
 
 	// lines read after the signal are answered E906 and not forwarded,
-	answers := map[string]proctest.Answer{}
+	answers := map[string]hubtest.Response{}
 	n := 0
 	proctest.Eventually(t, 5*time.Second, "a line sent after SIGTERM is answered E906", func() bool {
 		n++
@@ -809,12 +810,12 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 
 // readUntil returns the answer for txid, from answers if it came already,
 // else reading from c and keeping every other answer in answers.
-func readUntil(c *proctest.Conn, answers map[string]proctest.Answer, txid string) proctest.Answer {
+func readUntil(c *hubtest.Client, answers map[string]hubtest.Response, txid string) hubtest.Response {
 	for {
 		if a, ok := answers[txid]; ok {
 			return a
 		}
-		a := c.ReadAnswer()
+		a := c.ReadResponse()
 		answers[a.TxID] = a
 	}
 }

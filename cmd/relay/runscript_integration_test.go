@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -166,7 +167,7 @@ func (r *runScript) output(t *testing.T) string {
 // serves checks that the relay answers for both targets, the fixtures'.
 func (r *runScript) serves(t *testing.T) {
 	t.Helper()
-	c := proctest.Dial(t, r.relay)
+	c := hubtest.Dial(t, r.relay)
 	defer c.Close()
 	a := c.Exchange("run-1|CORE|BAL 1001")
 	assert.Equal(t, "0000", a.Code, a.String())

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/pires/go-proxyproto"
 	"github.com/rs/zerolog"
 
+	"github.com/relayhub/relayhub/internal/filelimit"
 	"github.com/relayhub/relayhub/relay"
 )
 
@@ -101,45 +101,21 @@ func delayShutdown(srv *relay.Server, delay time.Duration, logger zerolog.Logger
 	}
 }
 
-// What the relay holds open besides its connections to clients and
-// targets, counted by filesNeeded.
-const (
-	// fdLogs: the breaker log, the in-doubt journal and the access log,
-	// each of which may be open twice for a moment while SIGHUP reopens it.
-	fdLogs = 6
-	// fdListeners: the client port and the admin port.
-	fdListeners = 2
-	// fdAdmin: connections to the admin port (scrapes, status pages,
-	// relayctl).
-	fdAdmin = 16
-	// fdReserve: the standard streams, the Go runtime's poller, the files
-	// a reload reads (settings, TLS), the shield's look-ups of calls in
-	// doubt.
-	fdReserve = 32
-)
-
-// filesNeeded is how many files the relay may hold open at once: a
-// connection for each of maxConns clients and for each of the
-// relay.MaxTurningAway connections it may be turning away, two for each
-// call a target's bulkhead admits (the call's, and as many idle kept-alive
-// in the target's pool), storeConns to a fleet's store, and its logs,
-// listeners, admin connections and a reserve.
-func filesNeeded(maxConns int, bulkheads []int, storeConns int) uint64 {
-	n := uint64(maxConns) + relay.MaxTurningAway + uint64(storeConns) + fdLogs + fdListeners + fdAdmin + fdReserve
-	for _, b := range bulkheads {
-		n += 2 * uint64(b)
+// checkFileLimit refuses a configuration that needs more open files than
+// the process may have (filelimit.Needed).
+func checkFileLimit(srv *relay.Server, maxConns int, stateStore string) error {
+	limit, ok := filelimit.Raise()
+	if !ok {
+		return nil
 	}
-	return n
-}
-
-// storeConns is how many connections the relay may hold to a fleet's
-// state store (--state-store): go-redis's default pool of ten a CPU, its
-// subscription, and Sentinel's; none without a store.
-func storeConns(stateStore string) int {
-	if stateStore == "" {
-		return 0
+	var bulkheads []int
+	for _, t := range srv.Targets() {
+		bulkheads = append(bulkheads, t.MaxInFlight)
 	}
-	return 10*runtime.GOMAXPROCS(0) + 4
+	if need := filelimit.Needed(maxConns, bulkheads, filelimit.StoreConns(stateStore != "")); limit < need {
+		return fileLimitError(maxConns, need, limit)
+	}
+	return nil
 }
 
 // fileLimitError is the one line that refuses a configuration whose files

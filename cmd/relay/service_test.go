@@ -58,16 +58,7 @@ func TestBadServiceValuesNameTheirFlag(t *testing.T) {
 	assertBadFlags(t, tests)
 }
 
-func TestFilesNeeded(t *testing.T) {
-	// The default configuration: 10000 clients, as many as 1024 turned
-	// away, two bulkheads of 10 with as many idle connections, and the
-	// files, listeners and admin connections.
-	const files = fdLogs + fdListeners + fdAdmin + fdReserve
-	assert.Equal(t, uint64(10000+relay.MaxTurningAway+40+files), filesNeeded(10000, []int{10, 10}, 0))
-	assert.Equal(t, uint64(1+relay.MaxTurningAway+files), filesNeeded(1, nil, 0))
-	assert.Equal(t, uint64(1+relay.MaxTurningAway+files+7), filesNeeded(1, nil, 7), "a fleet's store")
-	assert.Zero(t, storeConns(""))
-	assert.Positive(t, storeConns("redis://store:6379"))
+func TestFileLimitError(t *testing.T) {
 	assert.Equal(t, "--max-conns 1000 needs about 2214 descriptors but the file limit (RLIMIT_NOFILE) is 256: raise the limit (ulimit -n, LimitNOFILE= under systemd) or lower --max-conns",
 		fileLimitError(1000, 2214, 256).Error())
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relayhub/relayhub/internal/testutil/proctest"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 )
 
 // These tests point the real relay binary at targets that answer badly
@@ -309,7 +309,7 @@ func TestSickTargetAnswers(t *testing.T) {
 		args = append(args, "--target", tt.target+"="+tt.url)
 	}
 	h := startRelay(t, nil, args...)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

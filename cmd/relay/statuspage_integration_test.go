@@ -344,7 +344,7 @@ func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
 	}))
 
 	// when two transfers time out after CORE took them,
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	for _, txid := range []string{"XF-1", "XF-2"} {
 		a := c.Exchange(txid + "|CORE|XFER 1001 1002 2500")
 		require.Equal(t, "E901", a.Code)
@@ -380,7 +380,7 @@ func TestStatusPageShowsTheShieldLive(t *testing.T) {
 	}))
 
 	// when a withdrawal is resent, then sent with another amount,
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	first := c.Exchange("W1|CORE|WD 1001 500").String()
 	require.Equal(t, first, c.Exchange("W1|CORE|WD 1001 500").String())
 	require.Equal(t, "E909", c.Exchange("W1|CORE|WD 1001 900").Code)
@@ -573,7 +573,7 @@ func TestStatusPageFitsTheWindow(t *testing.T) {
 	conf := writeFile(t, "relay.toml", fmt.Sprintf("[CORE]\ndedup = true\nstatus_url = %q\nfallback = \"CLAIM\"\n", core.URL+"/tx/{txid}"))
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+claim.URL, "--config", conf,
 		"--target-timeout", "300ms", "--fail-threshold", "3", "--admin-token", pageToken)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
 	require.Equal(t, "E901", c.Exchange("W1|CORE|WD 1001 500").Code)
 	require.Equal(t, "0000", c.Exchange("W1|CORE|WD 1001 500").Code)

@@ -137,13 +137,13 @@ func TestTLSClientToHubToHTTPSTargetsWithIdentities(t *testing.T) {
 	// A branch reaches core banking through the hub, over TLS on both
 	// sides, and is refused claims, without a call;
 	branch := hubtest.DialTLS(t, relay.Addr(), p.client(p.bank.Client(t, "branch-7")))
-	assert.Equal(t, "B1|0000|balance=100000", branch.RoundTrip("B1|CORE|BAL ACC1"))
-	assert.Equal(t, "B2|E908|client not allowed to use this target", branch.RoundTrip("B2|CLAIM|SUBMIT P-1 100"))
+	assert.Equal(t, "B1|0000|balance=100000", branch.Exchange("B1|CORE|BAL ACC1").String())
+	assert.Equal(t, "B2|E908|client not allowed to use this target", branch.Exchange("B2|CLAIM|SUBMIT P-1 100").String())
 	// a partner known by its URI reaches claims and is refused core
 	// banking;
 	partner := hubtest.DialTLS(t, relay.Addr(), p.client(p.bank.Issue(t, certtest.Leaf{CommonName: "acme", URIs: []string{"spiffe://bank/partner/acme"}})))
-	assert.Equal(t, "P1|0000|claim=CLM-000001 state=SUBMITTED", partner.RoundTrip("P1|CLAIM|SUBMIT P-1 100"))
-	assert.Equal(t, "P2|E908|client not allowed to use this target", partner.RoundTrip("P2|CORE|XFER ACC1 ACC2 99999"))
+	assert.Equal(t, "P1|0000|claim=CLM-000001 state=SUBMITTED", partner.Exchange("P1|CLAIM|SUBMIT P-1 100").String())
+	assert.Equal(t, "P2|E908|client not allowed to use this target", partner.Exchange("P2|CORE|XFER ACC1 ACC2 99999").String())
 	// relayctl speaks it too.
 	dir := t.TempDir()
 	cert, key := p.bank.Client(t, "branch-9").WriteFiles(t, dir, "branch-9")
@@ -171,7 +171,7 @@ func TestTLSHostileClientsLeaveTheHubServing(t *testing.T) {
 	relay := startAdminRelay(t, append(p.hubArgs(), "--tls-handshake-timeout", "300ms", "--target", "CORE="+closedPortURL(t))...)
 	good := p.bank.Client(t, "branch-1")
 	kept := hubtest.DialTLS(t, relay.Addr(), p.client(good))
-	require.Equal(t, "K0|E903|unknown target", kept.RoundTrip("K0|NONE|x"))
+	require.Equal(t, "K0|E903|unknown target", kept.Exchange("K0|NONE|x").String())
 	stranger := certtest.NewCA(t, "someone else's CA")
 
 	hostile := []struct {
@@ -203,7 +203,7 @@ func TestTLSHostileClientsLeaveTheHubServing(t *testing.T) {
 				require.NoError(t, err)
 				stalls = append(stalls, c)
 			}
-			assert.Equal(t, "K1|E903|unknown target", kept.RoundTrip("K1|NONE|x"), "served while the stalls last")
+			assert.Equal(t, "K1|E903|unknown target", kept.Exchange("K1|NONE|x").String(), "served while the stalls last")
 			for _, c := range stalls {
 				c.ExpectEOF()
 			}
@@ -214,8 +214,8 @@ func TestTLSHostileClientsLeaveTheHubServing(t *testing.T) {
 			h.client(t)
 			// The hub goes on serving: the connection it kept, and new ones.
 			txid := "G" + string(rune('0'+i))
-			assert.Equal(t, txid+"|E903|unknown target", kept.RoundTrip(txid+"|NONE|x"))
-			assert.Equal(t, txid+"|E903|unknown target", hubtest.DialTLS(t, relay.Addr(), p.client(good)).RoundTrip(txid+"|NONE|x"))
+			assert.Equal(t, txid+"|E903|unknown target", kept.Exchange(txid+"|NONE|x").String())
+			assert.Equal(t, txid+"|E903|unknown target", hubtest.DialTLS(t, relay.Addr(), p.client(good)).Exchange(txid+"|NONE|x").String())
 		})
 	}
 
@@ -231,7 +231,7 @@ func TestTLSHostileClientsLeaveTheHubServing(t *testing.T) {
 	})
 	assert.Contains(t, relay.Stderr(), `"reason":"expired"`)
 	assert.Contains(t, relay.Stderr(), "tls handshake failed; connection closed")
-	assert.Equal(t, "K2|E903|unknown target", kept.RoundTrip("K2|NONE|x"))
+	assert.Equal(t, "K2|E903|unknown target", kept.Exchange("K2|NONE|x").String())
 }
 
 func TestTLSCertificatesRotateOnSIGHUPWithoutDroppingConnections(t *testing.T) {
@@ -239,7 +239,7 @@ func TestTLSCertificatesRotateOnSIGHUPWithoutDroppingConnections(t *testing.T) {
 	target := newEchoTarget(t, nil)
 	relay := startAdminRelay(t, append(p.hubArgs(), "--target", "CORE="+target.URL)...)
 	kept := hubtest.DialTLS(t, relay.Addr(), p.client(p.bank.Client(t, "branch-1")))
-	require.Equal(t, "K0|0000|x", kept.RoundTrip("K0|CORE|x"))
+	require.Equal(t, "K0|0000|x", kept.Exchange("K0|CORE|x").String())
 
 	// When the certificate and the client CA files are replaced by those
 	// of a new CA, as a deployment does, and the relay is sent SIGHUP,
@@ -249,11 +249,11 @@ func TestTLSCertificatesRotateOnSIGHUPWithoutDroppingConnections(t *testing.T) {
 
 	// then the client connected before keeps getting answers,
 	for _, tx := range []string{"K1", "K2", "K3"} {
-		assert.Equal(t, tx+"|0000|x", kept.RoundTrip(tx+"|CORE|x"))
+		assert.Equal(t, tx+"|0000|x", kept.Exchange(tx+"|CORE|x").String())
 	}
 	// a client of the new CA is served with the new certificate,
 	fresh := hubtest.DialTLS(t, relay.Addr(), next.ClientConfig(next.Client(t, "branch-2")))
-	assert.Equal(t, "F1|0000|y", fresh.RoundTrip("F1|CORE|y"))
+	assert.Equal(t, "F1|0000|y", fresh.Exchange("F1|CORE|y").String())
 	// and a client that knows only the old CA no longer connects.
 	_, err := tls.Dial("tcp", relay.Addr(), p.client(p.bank.Client(t, "branch-3")))
 	assert.Error(t, err)
@@ -266,8 +266,8 @@ func TestTLSCertificatesRotateOnSIGHUPWithoutDroppingConnections(t *testing.T) {
 		return logged(relay.Process, "tls reload failed; still using the old certificates") == 1
 	})
 	again := hubtest.DialTLS(t, relay.Addr(), next.ClientConfig(next.Client(t, "branch-4")))
-	assert.Equal(t, "A1|0000|z", again.RoundTrip("A1|CORE|z"))
-	assert.Equal(t, "K4|0000|x", kept.RoundTrip("K4|CORE|x"))
+	assert.Equal(t, "A1|0000|z", again.Exchange("A1|CORE|z").String())
+	assert.Equal(t, "K4|0000|x", kept.Exchange("K4|CORE|x").String())
 	// The same SIGHUPs reopened the breaker log.
 	assert.Equal(t, 2, logged(relay.Process, "breaker log reopened"))
 	assert.Equal(t, 1, logged(relay.Process, "tls certificates reloaded"))
@@ -333,8 +333,8 @@ func TestTLSBehindProxyHeaderAndOneSIGHUPForCertificatesAndAllowedClients(t *tes
 	// served under its certificate's identity;
 	branch := dial("203.0.113.7:4711", p.client(p.bank.Client(t, "branch-7")))
 	partner := dial("203.0.113.8:4712", p.client(p.bank.Client(t, "partner-acme")))
-	assert.Equal(t, "B1|0000|x", branch.RoundTrip("B1|CORE|x"))
-	assert.Equal(t, "P1|E908|client not allowed to use this target", partner.RoundTrip("P1|CORE|x"))
+	assert.Equal(t, "B1|0000|x", branch.Exchange("B1|CORE|x").String())
+	assert.Equal(t, "P1|E908|client not allowed to use this target", partner.Exchange("P1|CORE|x").String())
 
 	// When CORE is given to the partners, the certificates are rotated to
 	// a new CA, and the relay is sent one SIGHUP,
@@ -346,12 +346,12 @@ func TestTLSBehindProxyHeaderAndOneSIGHUPForCertificatesAndAllowedClients(t *tes
 
 	// then the connections already open follow the new allowed clients
 	// from their next line,
-	assert.Equal(t, "B2|E908|client not allowed to use this target", branch.RoundTrip("B2|CORE|x"))
-	assert.Equal(t, "P2|0000|x", partner.RoundTrip("P2|CORE|x"))
+	assert.Equal(t, "B2|E908|client not allowed to use this target", branch.Exchange("B2|CORE|x").String())
+	assert.Equal(t, "P2|0000|x", partner.Exchange("P2|CORE|x").String())
 	// and a new client handshakes with the new certificates, after its
 	// header.
 	fresh := dial("203.0.113.9:4713", next.ClientConfig(next.Client(t, "partner-zeta")))
-	assert.Equal(t, "F1|0000|x", fresh.RoundTrip("F1|CORE|x"))
+	assert.Equal(t, "F1|0000|x", fresh.Exchange("F1|CORE|x").String())
 	assert.Equal(t, int64(3), target.calls.Load())
 	for _, l := range logMessages(relay.Process, "request refused: client not allowed to use target") {
 		assert.Contains(t, []any{"203.0.113.7:4711", "203.0.113.8:4712"}, l["remote"])
@@ -399,10 +399,10 @@ func TestTLSShieldKeepsEachClientIdentitysTXIDsApart(t *testing.T) {
 
 			// when a sends W1, b sends the same line, c sends W1 with
 			// another payload, and a sends W1 again,
-			require.Equal(t, "W1|0000|balance=99500", a.RoundTrip("W1|CORE|WD 1001 500"))
-			gotB := b.RoundTrip("W1|CORE|WD 1001 500")
-			gotC := c.RoundTrip("W1|CORE|WD 1001 900")
-			again := a.RoundTrip("W1|CORE|WD 1001 500")
+			require.Equal(t, "W1|0000|balance=99500", a.Exchange("W1|CORE|WD 1001 500").String())
+			gotB := b.Exchange("W1|CORE|WD 1001 500").String()
+			gotC := c.Exchange("W1|CORE|WD 1001 900").String()
+			again := a.Exchange("W1|CORE|WD 1001 500").String()
 
 			// then each gets what its scope says.
 			assert.Equal(t, tt.b, gotB)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relayhub/relayhub/breakerlog"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/internal/testutil/toxitest"
@@ -77,7 +78,7 @@ func toxiBatch(prefix string, n int) []toxiLine {
 // outstanding (an unknown or repeated TXID). A partial line before the
 // connection's end is not an answer. It uses no method of c that fails the
 // test, so it may run on a goroutine of its own.
-func sendToxiBatch(c *proctest.Conn, lines []toxiLine, window int) ([]proctest.Answer, error) {
+func sendToxiBatch(c *hubtest.Client, lines []toxiLine, window int) ([]hubtest.Response, error) {
 	var (
 		mu       sync.Mutex
 		pending  = map[string]bool{} // guarded by mu
@@ -115,13 +116,13 @@ func sendToxiBatch(c *proctest.Conn, lines []toxiLine, window int) ([]proctest.A
 		<-wrote
 	}()
 
-	answers := make([]proctest.Answer, 0, expected)
+	answers := make([]hubtest.Response, 0, expected)
 	for len(answers) < expected {
-		line, err := c.ReadLine(proctest.ReadTimeout)
+		line, err := c.ReadLine(hubtest.ClientTimeout)
 		if err != nil {
 			return answers, fmt.Errorf("after %d answers: %w", len(answers), err)
 		}
-		a, err := proctest.ParseAnswer(line)
+		a, err := hubtest.ParseResponse(line)
 		if err != nil {
 			return answers, err
 		}
@@ -141,19 +142,19 @@ func sendToxiBatch(c *proctest.Conn, lines []toxiLine, window int) ([]proctest.A
 // toxiLedger is what the clients of one test sent and got, and where the
 // relay and the targets keep their own account of it.
 type toxiLedger struct {
-	sent     map[string]toxiLine        // by TXID
-	answers  map[string]proctest.Answer // by TXID
-	journal  string                     // the relay's --in-doubt-log
+	sent     map[string]toxiLine         // by TXID
+	answers  map[string]hubtest.Response // by TXID
+	journal  string                      // the relay's --in-doubt-log
 	fixtures map[string]*proctest.Fixture
 }
 
 func newToxiLedger(journal string, fixtures map[string]*proctest.Fixture) *toxiLedger {
-	return &toxiLedger{sent: map[string]toxiLine{}, answers: map[string]proctest.Answer{}, journal: journal, fixtures: fixtures}
+	return &toxiLedger{sent: map[string]toxiLine{}, answers: map[string]hubtest.Response{}, journal: journal, fixtures: fixtures}
 }
 
 // add records lines sent and the answers got for them, failing the test on
 // a TXID answered twice across batches.
-func (l *toxiLedger) add(t *testing.T, lines []toxiLine, answers []proctest.Answer) {
+func (l *toxiLedger) add(t *testing.T, lines []toxiLine, answers []hubtest.Response) {
 	t.Helper()
 	for _, ln := range lines {
 		if ln.txid != "" {
@@ -169,9 +170,9 @@ func (l *toxiLedger) add(t *testing.T, lines []toxiLine, answers []proctest.Answ
 
 // run sends lines on a new connection to addr and records them, failing
 // the test unless every line is answered.
-func (l *toxiLedger) run(t *testing.T, addr string, lines []toxiLine, window int) []proctest.Answer {
+func (l *toxiLedger) run(t *testing.T, addr string, lines []toxiLine, window int) []hubtest.Response {
 	t.Helper()
-	answers, err := sendToxiBatch(proctest.Dial(t, addr), lines, window)
+	answers, err := sendToxiBatch(hubtest.Dial(t, addr), lines, window)
 	require.NoError(t, err)
 	l.add(t, lines, answers)
 	return answers
@@ -179,7 +180,7 @@ func (l *toxiLedger) run(t *testing.T, addr string, lines []toxiLine, window int
 
 // inDoubt reports whether an answer says its transaction may have been
 // processed.
-func inDoubt(a proctest.Answer) bool { return strings.HasSuffix(a.Message, "; outcome unknown") }
+func inDoubt(a hubtest.Response) bool { return strings.HasSuffix(a.Message, "; outcome unknown") }
 
 // check holds the ledger to the relay's promises. allAnswered: every line
 // sent got its answer (false when some clients were reset). reachedInDoubt:
@@ -261,7 +262,7 @@ func checkBreakerLog(t *testing.T, path string) {
 }
 
 // countAnswers returns how many answers read CODE|MESSAGE as want matches.
-func countAnswers(answers []proctest.Answer, want *regexp.Regexp) int {
+func countAnswers(answers []hubtest.Response, want *regexp.Regexp) int {
 	n := 0
 	for _, a := range answers {
 		if want.MatchString(a.Code + "|" + a.Message) {
@@ -305,13 +306,13 @@ func hostPort(f *proctest.Fixture) string { return strings.TrimPrefix(f.URL, "ht
 // through.
 func (l *toxiLedger) awaitRecovery(t *testing.T, addr, prefix string) {
 	t.Helper()
-	c := proctest.Dial(t, addr)
+	c := hubtest.Dial(t, addr)
 	i := 0
 	proctest.Eventually(t, 5*time.Second, "CORE served again after the toxic was removed", func() bool {
 		ln := newToxiLine(fmt.Sprintf("%s-%04d", prefix, i), "CORE", "BAL A0000")
 		i++
 		a := c.Exchange(ln.text)
-		l.add(t, []toxiLine{ln}, []proctest.Answer{a})
+		l.add(t, []toxiLine{ln}, []hubtest.Response{a})
 		return a.Code == "0000"
 	})
 }
@@ -326,7 +327,7 @@ func TestToxiTargetResetBeforeTheFirstAnswerByteIsAConnectionReset(t *testing.T)
 	p.AddToxic("rst", "reset_peer", toxitest.Downstream, toxitest.Attributes{"timeout": 0})
 	journal := filepath.Join(t.TempDir(), "in-doubt.log")
 	h := startRelay(t, nil, toxiRelayArgs(journal, toxiTargetTimeout, 10, "CORE=http://"+p.Listen)...)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 
 	// when a withdrawal is sent,
 	a := c.Exchange("RST-1|CORE|WD 1001 500")
@@ -473,7 +474,7 @@ func TestToxiClientLinkRequestsInSlices(t *testing.T) {
 	var (
 		wg      sync.WaitGroup
 		batches [clients][]toxiLine
-		got     [clients][]proctest.Answer
+		got     [clients][]hubtest.Response
 		errs    [clients]error
 	)
 	for i := range clients {
@@ -482,7 +483,7 @@ func TestToxiClientLinkRequestsInSlices(t *testing.T) {
 		crlf.text += "\r"
 		lines = append(lines[:10], append([]toxiLine{crlf, {text: ""}, {txid: fmt.Sprintf("S%d-bad", i), text: fmt.Sprintf("S%d-bad|CORE", i)}}, lines[10:]...)...)
 		batches[i] = lines
-		c := proctest.Dial(t, p.Listen)
+		c := hubtest.Dial(t, p.Listen)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -547,7 +548,7 @@ func TestToxiClientLinkResetMidStream(t *testing.T) {
 	// when they all send their lines at once,
 	type result struct {
 		lines   []toxiLine
-		answers []proctest.Answer
+		answers []hubtest.Response
 		err     error
 	}
 	var (
@@ -560,7 +561,7 @@ func TestToxiClientLinkResetMidStream(t *testing.T) {
 			addr, prefix = h.Addr(), fmt.Sprintf("D%d", i)
 		}
 		results[i].lines = batch(prefix)
-		c := proctest.Dial(t, addr)
+		c := hubtest.Dial(t, addr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -77,11 +77,11 @@ const (
 // a closed loop costs one read and one write per request. It is safe for
 // concurrent use; the zero value is ready.
 type rawTarget struct {
-	mu     sync.Mutex
-	lns    map[net.Listener]struct{} // guarded by mu
-	conns  map[net.Conn]struct{}     // guarded by mu
-	closed bool                      // guarded by mu
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	lns     map[net.Listener]struct{} // guarded by mu
+	conns   map[net.Conn]struct{}     // guarded by mu
+	closed  bool                      // guarded by mu
+	serving sync.WaitGroup            // owns each connection's serveConn
 }
 
 // Serve accepts connections on ln until Close, then returns
@@ -104,7 +104,7 @@ func (t *rawTarget) Serve(ln net.Listener) error {
 			c.Close()
 			return errTargetClosed
 		}
-		t.wg.Add(1)
+		t.serving.Add(1)
 		go t.serveConn(c)
 	}
 }
@@ -121,7 +121,7 @@ func (t *rawTarget) Close() {
 		c.Close()
 	}
 	t.mu.Unlock()
-	t.wg.Wait()
+	t.serving.Wait()
 }
 
 func (t *rawTarget) isClosed() bool {
@@ -162,7 +162,7 @@ func (t *rawTarget) untrack(ln net.Listener, c net.Conn) {
 // serveConn answers the requests of one connection, in order, until the
 // peer closes it, asks for close, or sends what it cannot read.
 func (t *rawTarget) serveConn(c net.Conn) {
-	defer t.wg.Done()
+	defer t.serving.Done()
 	defer t.untrack(nil, c)
 	defer c.Close()
 	br := bufio.NewReaderSize(c, 4096)

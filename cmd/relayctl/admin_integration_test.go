@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -103,7 +104,7 @@ func TestBreakerCommandsAgainstARealHub(t *testing.T) {
 	// Given a hub in front of a healthy CORE, its admin token in a file,
 	core := proctest.StartFixture(t, "CORE", "core")
 	h := startAdminHub(t, "--target", "CORE="+core.URL, "--reset-timeout", "30s")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	require.Equal(t, "0000", c.Exchange("B0|CORE|BAL 1001").Code)
 
 	// when an operator opens CORE's breaker, it is held open: the command
@@ -184,7 +185,7 @@ func TestReloadCommandAgainstARealHub(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "relay.toml")
 	require.NoError(t, os.WriteFile(config, []byte("[CORE]\nfail_threshold = 5\n"), 0o600))
 	h := startAdminHub(t, "--target", "CORE="+core.URL, "--config", config)
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	threshold := func() float64 {
 		t.Helper()
 		var st struct {
@@ -230,7 +231,7 @@ func TestInDoubtCommandAgainstARealHub(t *testing.T) {
 	core := proctest.StartFixture(t, "CORE", "core")
 	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
 	h := startAdminHub(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms", "--hub-id", "hub-it")
-	c := proctest.Dial(t, h.Addr())
+	c := hubtest.Dial(t, h.Addr())
 	assert.Equal(t, "0 calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt")))
 
 	// when a withdrawal times out after CORE took it,

@@ -253,10 +253,48 @@ type loadRun struct {
 // after that are counted in the result. Cancelling ctx stops sending; the
 // outstanding answers still get the Drain.
 func (g *Generator) Run(ctx context.Context) (*Result, error) {
-	cfg := g.cfg
+	r := newLoadRun(g.cfg, g.targets)
+	wallStart := time.Now()
+	conns := r.dialAll(ctx)
+	if len(conns) == 0 {
+		r.errMu.Lock()
+		defer r.errMu.Unlock()
+		return nil, fmt.Errorf("%w to %s: %s", ErrDialAll, r.cfg.Addr, r.errList[0])
+	}
+
+	meters, err := startMeters(r.cfg.ServerPIDs)
+	if err != nil {
+		for _, c := range conns {
+			_ = c.nc.Close()
+		}
+		return nil, err
+	}
+	r.start = time.Now()
+	if r.cfg.Requests == 0 {
+		r.deadline = int64(r.cfg.Duration)
+		t := time.AfterFunc(r.cfg.Duration, r.halt)
+		defer t.Stop()
+	}
+	defer context.AfterFunc(ctx, r.cancel)()
+	stopProgress := r.startProgress()
+	r.drive(conns)
+	use, meterErr := meters.stop()
+	stopProgress()
+	res := r.result(conns, time.Since(wallStart), use)
+	if meterErr != nil {
+		// A server that went away mid-run shows in the answers; this only
+		// says why its CPU time is missing.
+		res.ErrorSamples = append(res.ErrorSamples, meterErr.Error())
+	}
+	return res, nil
+}
+
+// newLoadRun returns the state of a run of cfg over targets, before any
+// connection is dialled.
+func newLoadRun(cfg Config, targets [][]byte) *loadRun {
 	r := &loadRun{
 		cfg:       cfg,
-		targets:   g.targets,
+		targets:   targets,
 		stop:      make(chan struct{}),
 		cancelled: make(chan struct{}),
 		exhausted: make(chan struct{}),
@@ -267,49 +305,41 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	if cfg.Rate > 0 {
 		r.interval = float64(time.Second) / cfg.Rate
 	}
+	return r
+}
 
-	wallStart := time.Now()
-	conns := r.dialAll(ctx)
-	if len(conns) == 0 {
-		r.errMu.Lock()
-		defer r.errMu.Unlock()
-		return nil, fmt.Errorf("%w to %s: %s", ErrDialAll, cfg.Addr, r.errList[0])
-	}
-
-	meters, err := startMeters(cfg.ServerPIDs)
-	if err != nil {
-		for _, c := range conns {
-			_ = c.nc.Close()
-		}
-		return nil, err
-	}
-	r.start = time.Now()
-	if cfg.Requests == 0 {
-		r.deadline = int64(cfg.Duration)
-		t := time.AfterFunc(cfg.Duration, r.halt)
-		defer t.Stop()
-	}
-	defer context.AfterFunc(ctx, r.cancel)()
-
-	var wg conc.WaitGroup
+// drive runs each connection's writer and reader until every connection
+// is done.
+func (r *loadRun) drive(conns []*loadConn) {
+	var loops conc.WaitGroup
 	for _, c := range conns {
-		wg.Go(c.writeLoop)
-		wg.Go(c.readLoop)
+		loops.Go(c.writeLoop)
+		loops.Go(c.readLoop)
 	}
-	var pwg conc.WaitGroup
-	progressDone := make(chan struct{})
-	if cfg.Progress != nil {
-		pwg.Go(func() { r.progressLoop(progressDone) })
-	}
-	wg.Wait()
-	use, meterErr := meters.stop()
-	close(progressDone)
-	pwg.Wait()
+	loops.Wait()
+}
 
+// startProgress starts the progress reports when Config asks for them, and
+// returns what stops them and waits until they have.
+func (r *loadRun) startProgress() (stop func()) {
+	var progress conc.WaitGroup
+	done := make(chan struct{})
+	if r.cfg.Progress != nil {
+		progress.Go(func() { r.progressLoop(done) })
+	}
+	return func() {
+		close(done)
+		progress.Wait()
+	}
+}
+
+// result closes conns, whose goroutines are done, and sums up the run:
+// wall is how long it took from the first dial, use the CPU time it cost.
+func (r *loadRun) result(conns []*loadConn, wall time.Duration, use meterReading) *Result {
 	res := &Result{
 		Sent:        r.sent.Load(),
 		ConnErrors:  r.connErrors.Load(),
-		Wall:        time.Since(wallStart),
+		Wall:        wall,
 		Hist:        r.hist,
 		OKHist:      r.okHist,
 		Codes:       make([]map[string]int64, len(r.targets)),
@@ -344,12 +374,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	r.errMu.Lock()
 	res.ErrorSamples = r.errList
 	r.errMu.Unlock()
-	if meterErr != nil {
-		// A server that went away mid-run shows in the answers; this only
-		// says why its CPU time is missing.
-		res.ErrorSamples = append(res.ErrorSamples, meterErr.Error())
-	}
-	return res, nil
+	return res
 }
 
 // dialAll opens the connections one after the other, counting failures.

@@ -157,8 +157,8 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 	c := hubtest.Dial(t, addr)
 
 	// When CORE trips,
-	c.RoundTrip("F1|CORE|x")
-	c.RoundTrip("F2|CORE|x")
+	c.Exchange("F1|CORE|x")
+	c.Exchange("F2|CORE|x")
 
 	// then /status has the documented shape and CORE's open breaker.
 	st := statusJSON(t, base)
@@ -200,7 +200,7 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 
 	// Then, the probe answered, CORE is closed with no failures.
 	core.UnblockAll()
-	assert.Equal(t, "P1|0000|got x", c.Read())
+	assert.Equal(t, "P1|0000|got x", c.ReadResponse().String())
 	tg = statusTarget(t, statusJSON(t, base), "CORE")
 	assert.Equal(t, "CLOSED", tg["state"])
 	assert.Equal(t, 0.0, tg["consecutive_failures"])
@@ -235,7 +235,7 @@ func TestAdminReadyzReportsTheDrain(t *testing.T) {
 
 	// and the call in flight is still answered.
 	core.UnblockAll()
-	assert.Equal(t, "S1|0000|got x", c.Read())
+	assert.Equal(t, "S1|0000|got x", c.ReadResponse().String())
 	c.Conn().Close()
 	require.NoError(t, <-done)
 }
@@ -247,7 +247,7 @@ func TestAdminStatusPretty(t *testing.T) {
 	cfg.FailThreshold = 1
 	srv, addr := startServer(t, cfg)
 	base := startAdmin(t, srv, nil)
-	hubtest.Dial(t, addr).RoundTrip("F1|CORE|x")
+	hubtest.Dial(t, addr).Exchange("F1|CORE|x")
 	plain := statusJSON(t, base)
 	code, body, _ := get(t, http.MethodGet, base+"/status")
 	require.Equal(t, http.StatusOK, code)

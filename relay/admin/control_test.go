@@ -91,21 +91,21 @@ func TestBreakerActions(t *testing.T) {
 	st := post("core", "open")
 	assert.Equal(t, statusTarget(t, statusJSON(t, base), "CORE"), st, "the same shape as an entry of /status")
 	assert.Subset(t, st, map[string]any{"name": "CORE", "state": "OPEN", "held": true, "disabled": false, "retry_after_seconds": 0.0})
-	assert.Equal(t, "O1|E904|circuit open; held open by operator", c.RoundTrip("O1|CORE|x"))
+	assert.Equal(t, "O1|E904|circuit open; held open by operator", c.Exchange("O1|CORE|x").String())
 	clk.Advance(time.Hour)
-	assert.Equal(t, "O2|E904|circuit open; held open by operator", c.RoundTrip("O2|CORE|x"), "a hold does not time out")
+	assert.Equal(t, "O2|E904|circuit open; held open by operator", c.Exchange("O2|CORE|x").String(), "a hold does not time out")
 
 	// enable starts a normal open period of the reset timeout;
 	st = post("CORE", "enable")
 	assert.Subset(t, st, map[string]any{"state": "OPEN", "held": false, "retry_after_seconds": 5.0})
-	assert.Equal(t, "E1|E904|circuit open; retry after 5s", c.RoundTrip("E1|CORE|x"))
+	assert.Equal(t, "E1|E904|circuit open; retry after 5s", c.Exchange("E1|CORE|x").String())
 
 	// disable closes it and lets every call through: failures never trip
 	// it, though they are still counted;
 	st = post("CORE", "disable")
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": true, "consecutive_failures": 0.0})
 	for range 4 {
-		assert.Contains(t, c.RoundTrip("D|CORE|x"), "|E500|")
+		assert.Contains(t, c.Exchange("D|CORE|x").String(), "|E500|")
 	}
 	st = decodeTarget(t, mustJSON(t, statusTarget(t, statusJSON(t, base), "CORE")))
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": true, "consecutive_failures": 4.0})
@@ -113,9 +113,9 @@ func TestBreakerActions(t *testing.T) {
 	// close ends the disable and clears the count;
 	st = post("CORE", "close")
 	assert.Subset(t, st, map[string]any{"state": "CLOSED", "disabled": false, "held": false, "consecutive_failures": 0.0})
-	assert.Contains(t, c.RoundTrip("C1|CORE|x"), "|E500|")
-	assert.Contains(t, c.RoundTrip("C2|CORE|x"), "|E500|")
-	assert.Contains(t, c.RoundTrip("C3|CORE|x"), "|E904|", "the threshold applies again")
+	assert.Contains(t, c.Exchange("C1|CORE|x").String(), "|E500|")
+	assert.Contains(t, c.Exchange("C2|CORE|x").String(), "|E500|")
+	assert.Contains(t, c.Exchange("C3|CORE|x").String(), "|E904|", "the threshold applies again")
 
 	// and every change went to the observer, the metrics and the log, after
 	// the action that caused it.

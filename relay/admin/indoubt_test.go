@@ -29,8 +29,8 @@ func TestInDoubtListsTheRecentCallsInDoubt(t *testing.T) {
 
 	// Each call takes the 50 ms timeout, so they end in different
 	// milliseconds.
-	assert.Contains(t, c.RoundTrip("T1|CORE|DEP 1001 5"), "|E901|")
-	assert.Contains(t, c.RoundTrip("T2|CORE|DEP 1001 7"), "|E901|")
+	assert.Contains(t, c.Exchange("T1|CORE|DEP 1001 5").String(), "|E901|")
+	assert.Contains(t, c.Exchange("T2|CORE|DEP 1001 7").String(), "|E901|")
 
 	list := func(query string) []map[string]any {
 		code, body, hdr := get(t, http.MethodGet, base+"/in-doubt"+query)

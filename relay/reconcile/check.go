@@ -1,31 +1,25 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // Defaults of Config.
 const (
-	DefaultTimeout     = 5 * time.Second
+	DefaultTimeout     = targethttp.DefaultStatusTimeout
 	DefaultConcurrency = 4
 )
 
-// maxAnswerBytes bounds a look-up answer read: a wrong URL serving
-// something huge must not exhaust memory.
-const maxAnswerBytes = 64 << 10
-
-// Outcome is what reconciliation found out about one transaction.
-type Outcome string
+// Outcome is what reconciliation found out about one transaction: the
+// target's own word on it, or Unknown.
+type Outcome = targethttp.Outcome
 
 // Outcomes.
 const (
@@ -33,19 +27,16 @@ const (
 	// answer it gave (a Bnnn answer means it was processed and rejected).
 	// It said so to the look-up, or to a hub when the client resent the
 	// transaction (Result.Resolved).
-	Applied Outcome = "applied"
+	Applied = targethttp.Applied
 	// NotApplied: the target says it never applied the transaction.
-	NotApplied Outcome = "not_applied"
+	NotApplied = targethttp.NotApplied
 	// Unknown: the target could not be asked, or answered something that
 	// is not a look-up answer for this transaction; Reason says which.
-	Unknown Outcome = "unknown"
+	Unknown = targethttp.Unknown
 )
 
 // Answer is a target's recorded answer to a transaction. A plain value.
-type Answer struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type Answer = targethttp.Answer
 
 // Result is what reconciliation found for one in-doubt transaction. A
 // plain value.
@@ -103,19 +94,15 @@ type Config struct {
 // Checker asks targets about in-doubt transactions. It is safe for
 // concurrent use.
 type Checker struct {
-	client      *http.Client
-	timeout     time.Duration
+	status      *targethttp.StatusClient
 	concurrency int
 }
 
 // New returns a Checker configured by cfg.
 func New(cfg Config) *Checker {
-	c := &Checker{client: cfg.Client, timeout: cfg.Timeout, concurrency: cfg.Concurrency}
-	if c.client == nil {
-		c.client = &http.Client{Transport: &http.Transport{}}
-	}
-	if c.timeout <= 0 {
-		c.timeout = DefaultTimeout
+	c := &Checker{
+		status:      targethttp.NewStatusClient(targethttp.StatusConfig{Client: cfg.Client, Timeout: cfg.Timeout}),
+		concurrency: cfg.Concurrency,
 	}
 	if c.concurrency <= 0 {
 		c.concurrency = DefaultConcurrency
@@ -196,74 +183,10 @@ func (r *Result) resolve(e Entry) {
 	r.Resolved = &Resolution{File: e.File, Line: e.Line, Time: e.Time, Hub: e.Hub}
 }
 
-// lookupAnswer is the body of GET /tx/{txid}. Applied is a pointer so an
-// answer without it — a 404 page of a target that has no look-up — is not
-// read as "not applied".
-type lookupAnswer struct {
-	TxID    string `json:"txid"`
-	Applied *bool  `json:"applied"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // lookup asks e's target about e's transaction, at its base URL's
 // /tx/{txid}.
 func (c *Checker) lookup(ctx context.Context, e Entry) (Outcome, *Answer, string) {
-	return c.Lookup(ctx, strings.TrimRight(e.URL, "/")+"/tx/"+url.PathEscape(e.TxID), e.TxID)
-}
-
-// Lookup asks a target about one transaction, txid, with GET u (its
-// look-up URL, the TXID in it). Only an answer that names the transaction
-// and says applied true or false settles it: anything else is Unknown,
-// with the reason, since "not applied" read from a mere error page could
-// get a booked transfer sent twice.
-func (c *Checker) Lookup(ctx context.Context, u, txid string) (Outcome, *Answer, string) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		// *url.Error repeats the method and URL this message already has.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return Unknown, nil, fmt.Sprintf("GET %s: read answer: %v", u, err)
-	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-		return Unknown, nil, fmt.Sprintf("GET %s: %s", u, resp.Status)
-	}
-	var a lookupAnswer
-	if err := json.Unmarshal(body, &a); err != nil || a.Applied == nil {
-		return Unknown, nil, fmt.Sprintf("GET %s: %s, not a look-up answer: %s", u, resp.Status, firstLine(body))
-	}
-	switch {
-	case a.TxID != txid:
-		return Unknown, nil, fmt.Sprintf("GET %s: the answer is about txid %q", u, a.TxID)
-	case *a.Applied && resp.StatusCode == http.StatusOK:
-		return Applied, &Answer{Code: a.Code, Message: a.Message}, ""
-	case !*a.Applied:
-		return NotApplied, nil, ""
-	default:
-		return Unknown, nil, fmt.Sprintf("GET %s: %s with applied true", u, resp.Status)
-	}
-}
-
-// firstLine returns the start of b's first line, for error messages.
-func firstLine(b []byte) string {
-	line, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte("\n"))
-	const max = 120
-	if len(line) > max {
-		return string(line[:max]) + "…"
-	}
-	return string(line)
+	return c.status.Lookup(ctx, strings.TrimRight(e.URL, "/")+"/tx/"+url.PathEscape(e.TxID), e.TxID)
 }
 
 // Summary counts the results of a reconciliation. A plain value.

@@ -240,109 +240,164 @@ func errorLine(data string, pos toml.Position) int {
 // file order), then its values (in file order), then what only the whole
 // file can tell (each target in turn).
 func parse(path, data string, defaults relay.TargetSettings, base []relay.Target) ([]relay.Target, error) {
-	var prims map[string]toml.Primitive
-	md, err := toml.Decode(data, &prims)
+	d, err := decode(path, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.addBase(defaults.WithDefaults(), base); err != nil {
+		return nil, err
+	}
+	if err := d.checkShape(); err != nil {
+		return nil, err
+	}
+	if err := d.applyValues(); err != nil {
+		return nil, err
+	}
+	if err := d.checkWhole(); err != nil {
+		return nil, err
+	}
+	out := make([]relay.Target, len(d.order))
+	for i, ft := range d.order {
+		out[i] = ft.target
+		s := ft.settings
+		out[i].Settings = &s
+	}
+	return out, nil
+}
+
+// doc is one settings file while parse reads it. It is not safe for
+// concurrent use.
+type doc struct {
+	path      string
+	md        toml.MetaData
+	prims     map[string]toml.Primitive
+	tables    map[string]*table // the values of prims that are tables
+	undecoded map[string]bool   // the keys no field of table has
+
+	defaults relay.TargetSettings // filled in
+	order    []*fileTarget        // base's targets, then those the file adds
+	byName   map[string]*fileTarget
+}
+
+// decode decodes data, the file at path, into a doc.
+func decode(path, data string) (*doc, error) {
+	d := &doc{path: path, byName: make(map[string]*fileTarget)}
+	md, err := toml.Decode(data, &d.prims)
 	if err != nil {
 		if pe := (toml.ParseError{}); errors.As(err, &pe) {
 			return nil, &Error{File: path, Line: errorLine(data, pe.Position), Key: pe.LastKey, Err: errors.New(pe.Message)}
 		}
 		return nil, &Error{File: path, Err: err}
 	}
+	d.md = md
 	// Every table is decoded before md.Undecoded is read: until then it
 	// holds the keys of the tables not yet decoded too. A value that is no
-	// table fails to decode and is refused in file order below.
-	tables := make(map[string]*table, len(prims))
-	for name, prim := range prims {
+	// table fails to decode and is refused in file order by tableFor.
+	d.tables = make(map[string]*table, len(d.prims))
+	for name, prim := range d.prims {
 		var t table
-		if md.PrimitiveDecode(prim, &t) == nil {
-			tables[name] = &t
+		if d.md.PrimitiveDecode(prim, &t) == nil {
+			d.tables[name] = &t
 		}
 	}
-	undecoded := make(map[string]bool)
-	for _, key := range md.Undecoded() {
-		undecoded[key.String()] = true
+	d.undecoded = make(map[string]bool)
+	for _, key := range d.md.Undecoded() {
+		d.undecoded[key.String()] = true
 	}
+	return d, nil
+}
 
-	defaults = defaults.WithDefaults()
-	var (
-		order  []*fileTarget
-		byName = make(map[string]*fileTarget)
-	)
+// addBase starts the targets with base's, each on defaults.
+func (d *doc) addBase(defaults relay.TargetSettings, base []relay.Target) error {
+	d.defaults = defaults
 	for _, t := range base {
 		name := strings.ToUpper(t.Name)
-		if byName[name] != nil {
-			return nil, fmt.Errorf("relay: target %s given twice", name)
+		if d.byName[name] != nil {
+			return fmt.Errorf("relay: target %s given twice", name)
 		}
 		ft := &fileTarget{name: name, target: t, settings: cloneSettings(defaults)}
 		ft.target.Name = name
-		byName[name] = ft
-		order = append(order, ft)
+		d.byName[name] = ft
+		d.order = append(d.order, ft)
 	}
-	fail := func(table, key string, format string, args ...any) error {
-		return &Error{File: path, Table: table, Key: key, Err: fmt.Errorf(format, args...)}
-	}
-	// tableFor returns the target of a table, checking the table the first
-	// time it is met.
-	tableFor := func(table string) (*fileTarget, error) {
-		if tables[table] == nil {
-			var v any
-			_ = md.PrimitiveDecode(prims[table], &v)
-			return nil, fail("", table, "want a table [NAME] of settings for target NAME, got %s", describe(v))
-		}
-		if !protocol.ValidTxID([]byte(table)) {
-			return nil, fail(table, "", "target name: want 1 to 64 of A-Z a-z 0-9 . _ : -")
-		}
-		name := strings.ToUpper(table)
-		ft := byName[name]
-		if ft == nil {
-			ft = &fileTarget{name: name, target: relay.Target{Name: name}, settings: cloneSettings(defaults), added: true}
-			byName[name] = ft
-			order = append(order, ft)
-		}
-		switch ft.table {
-		case table:
-			return ft, nil
-		case "":
-			ft.table = table
-			return ft, nil
-		}
-		return nil, fail(table, "", "same target as [%s]: target names are case-insensitive", ft.table)
-	}
+	return nil
+}
 
-	for _, key := range md.Keys() {
-		if _, err := tableFor(key[0]); err != nil {
-			return nil, err
+// fail returns the *Error of key in table.
+func (d *doc) fail(table, key string, format string, args ...any) error {
+	return &Error{File: d.path, Table: table, Key: key, Err: fmt.Errorf(format, args...)}
+}
+
+// tableFor returns the target of a table, checking the table the first
+// time it is met.
+func (d *doc) tableFor(table string) (*fileTarget, error) {
+	if d.tables[table] == nil {
+		var v any
+		_ = d.md.PrimitiveDecode(d.prims[table], &v)
+		return nil, d.fail("", table, "want a table [NAME] of settings for target NAME, got %s", describe(v))
+	}
+	if !protocol.ValidTxID([]byte(table)) {
+		return nil, d.fail(table, "", "target name: want 1 to 64 of A-Z a-z 0-9 . _ : -")
+	}
+	name := strings.ToUpper(table)
+	ft := d.byName[name]
+	if ft == nil {
+		ft = &fileTarget{name: name, target: relay.Target{Name: name}, settings: cloneSettings(d.defaults), added: true}
+		d.byName[name] = ft
+		d.order = append(d.order, ft)
+	}
+	switch ft.table {
+	case table:
+		return ft, nil
+	case "":
+		ft.table = table
+		return ft, nil
+	}
+	return nil, d.fail(table, "", "same target as [%s]: target names are case-insensitive", ft.table)
+}
+
+// checkShape is the first pass: every table and key, in file order.
+func (d *doc) checkShape() error {
+	for _, key := range d.md.Keys() {
+		if _, err := d.tableFor(key[0]); err != nil {
+			return err
 		}
 		if len(key) > 1 {
-			if err := checkKey(key[1:], undecoded[key.String()]); err != nil {
-				return nil, fail(key[0], strings.Join(key[1:], "."), "%w", err)
+			if err := checkKey(key[1:], d.undecoded[key.String()]); err != nil {
+				return d.fail(key[0], strings.Join(key[1:], "."), "%w", err)
 			}
 		}
 	}
-	for _, key := range md.Keys() {
+	return nil
+}
+
+// applyValues is the second pass: every value, in file order, onto its
+// target's settings.
+func (d *doc) applyValues() error {
+	for _, key := range d.md.Keys() {
 		if len(key) == 2 {
-			if err := byName[strings.ToUpper(key[0])].apply(tables[key[0]], key[1]); err != nil {
-				return nil, fail(key[0], key[1], "%w", err)
+			if err := d.byName[strings.ToUpper(key[0])].apply(d.tables[key[0]], key[1]); err != nil {
+				return d.fail(key[0], key[1], "%w", err)
 			}
 		}
 	}
-	for _, ft := range order {
-		if err := ft.finish(&md, order, byName); err != nil {
-			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
+	return nil
+}
+
+// checkWhole is the third pass: what only the whole file can tell, each
+// target in turn, then each target's TLS files.
+func (d *doc) checkWhole() error {
+	for _, ft := range d.order {
+		if err := ft.finish(&d.md, d.order, d.byName); err != nil {
+			return &Error{File: d.path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
-	for _, ft := range order {
-		if err := ft.finishTLS(&md, filepath.Dir(path)); err != nil {
-			return nil, &Error{File: path, Table: ft.table, Key: err.key, Err: err.err}
+	for _, ft := range d.order {
+		if err := ft.finishTLS(&d.md, filepath.Dir(d.path)); err != nil {
+			return &Error{File: d.path, Table: ft.table, Key: err.key, Err: err.err}
 		}
 	}
-	out := make([]relay.Target, len(order))
-	for i, ft := range order {
-		out[i] = ft.target
-		s := ft.settings
-		out[i].Settings = &s
-	}
-	return out, nil
+	return nil
 }
 
 // checkKey refuses a key of a table (path, below the table's name) that

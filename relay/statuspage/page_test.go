@@ -114,9 +114,9 @@ func TestPageIsWellFormedAndShowsMarkupAsText(t *testing.T) {
 	claimURL := "http://127.0.0.1:1/<script>alert(2)</script>"
 	h := startHub(t, relay.Target{Name: "CORE", URL: core.URL}, relay.Target{Name: "CLAIM", URL: claimURL, Fallback: ""})
 	c := hubtest.Dial(t, h.addr)
-	assert.Equal(t, "T1|E500|"+evil, c.RoundTrip("T1|CORE|x"))
-	assert.Contains(t, c.RoundTrip("T2|CORE|x"), "|E500|")
-	assert.Contains(t, c.RoundTrip("T3|CORE|x"), "|E904|")
+	assert.Equal(t, "T1|E500|"+evil, c.Exchange("T1|CORE|x").String())
+	assert.Contains(t, c.Exchange("T2|CORE|x").String(), "|E500|")
+	assert.Contains(t, c.Exchange("T3|CORE|x").String(), "|E904|")
 	p := newPage(h.config(t))
 
 	// when the page is drawn,
@@ -183,11 +183,11 @@ func TestPageShowsRatesAndLatencyOfTheLastMinute(t *testing.T) {
 	p := newPage(h.config(t))
 	c := hubtest.Dial(t, h.addr)
 	for i := range 8 {
-		assert.Contains(t, c.RoundTrip("T"+string(rune('a'+i))+"|CORE|x"), "|0000|")
+		assert.Contains(t, c.Exchange("T"+string(rune('a'+i))+"|CORE|x").String(), "|0000|")
 	}
 	core.Set(hubtest.AnswerCode("B201", "insufficient funds"))
-	assert.Contains(t, c.RoundTrip("B1|CORE|x"), "|B201|")
-	assert.Contains(t, c.RoundTrip("B2|CORE|x"), "|B201|")
+	assert.Contains(t, c.Exchange("B1|CORE|x").String(), "|B201|")
+	assert.Contains(t, c.Exchange("B2|CORE|x").String(), "|B201|")
 	now := p.started.Add(2 * time.Second)
 	p.sample(now)
 
@@ -213,8 +213,8 @@ func TestPageWithoutMetricsStillShowsTheBreakers(t *testing.T) {
 	cfg.Gatherer = nil
 	p := newPage(cfg)
 	c := hubtest.Dial(t, h.addr)
-	assert.Contains(t, c.RoundTrip("T1|CORE|x"), "|E902|")
-	assert.Contains(t, c.RoundTrip("T2|CORE|x"), "|E902|")
+	assert.Contains(t, c.Exchange("T1|CORE|x").String(), "|E902|")
+	assert.Contains(t, c.Exchange("T2|CORE|x").String(), "|E902|")
 	v := p.view(p.now()).Targets[0]
 	assert.Equal(t, "OPEN", v.State.Text)
 	assert.Equal(t, "—", v.AnswersTotal)
@@ -340,7 +340,7 @@ func TestPageShowsTheCallsInDoubt(t *testing.T) {
 	// when two CORE calls end in doubt,
 	c := hubtest.Dial(t, h.addr)
 	for _, line := range []string{"T1|CORE|x", "T2|CORE|x"} {
-		require.Contains(t, c.RoundTrip(line), "; outcome unknown")
+		require.Contains(t, c.Exchange(line).String(), "; outcome unknown")
 	}
 
 	// then the next frame sends CORE's count and the header's total, and
@@ -414,10 +414,10 @@ func TestPageShowsTheShield(t *testing.T) {
 
 	// when CORE's T1 is answered, resent, and resent with another payload,
 	c := hubtest.Dial(t, h.addr)
-	first := c.RoundTrip("T1|CORE|x")
+	first := c.Exchange("T1|CORE|x").String()
 	require.Contains(t, first, "|0000|")
-	require.Equal(t, first, c.RoundTrip("T1|CORE|x"))
-	require.Equal(t, "T1|E909|"+protocol.MsgTxIDReused, c.RoundTrip("T1|CORE|y"))
+	require.Equal(t, first, c.Exchange("T1|CORE|x").String())
+	require.Equal(t, "T1|E909|"+protocol.MsgTxIDReused, c.Exchange("T1|CORE|y").String())
 
 	// then the next frame sends CORE's shield, and nothing of the others';
 	p.publish(p.now())
@@ -430,14 +430,14 @@ func TestPageShowsTheShield(t *testing.T) {
 	// when a CORE call and two LOANS calls end in doubt and are resent,
 	// CORE's without a status URL to ask, LOANS's L1 applied and L2 not,
 	core.Set(gateway)
-	require.Contains(t, c.RoundTrip("T2|CORE|x"), "; outcome unknown")
-	require.Equal(t, "T2|E901|"+protocol.MsgStillUnknown, c.RoundTrip("T2|CORE|x"))
+	require.Contains(t, c.Exchange("T2|CORE|x").String(), "; outcome unknown")
+	require.Equal(t, "T2|E901|"+protocol.MsgStillUnknown, c.Exchange("T2|CORE|x").String())
 	for _, line := range []string{"L1|LOANS|x", "L2|LOANS|x"} {
-		require.Contains(t, c.RoundTrip(line), "; outcome unknown")
+		require.Contains(t, c.Exchange(line).String(), "; outcome unknown")
 	}
 	loans.Set(lookUps(hubtest.Echo, "L1"))
-	require.Equal(t, "L1|0000|booked", c.RoundTrip("L1|LOANS|x"))
-	require.Equal(t, "L2|0000|got x", c.RoundTrip("L2|LOANS|x"))
+	require.Equal(t, "L1|0000|booked", c.Exchange("L1|LOANS|x").String())
+	require.Equal(t, "L2|0000|got x", c.Exchange("L2|LOANS|x").String())
 
 	// then CORE's unresolved resend is highlighted as a call in doubt is,
 	// and LOANS tells its resolved ones, the one sent afresh among them.

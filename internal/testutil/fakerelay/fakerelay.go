@@ -63,7 +63,7 @@ type Relay struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool // guarded by mu
-	wg    conc.WaitGroup
+	loops conc.WaitGroup    // owns acceptLoop and each connection's serveConn
 }
 
 // New starts a fake hub on an ephemeral loopback port. It is closed when
@@ -73,7 +73,7 @@ func New(t testing.TB, cfg Config) *Relay {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	f := &Relay{cfg: cfg, ln: ln, Addr: ln.Addr().String(), conns: make(map[net.Conn]bool)}
-	f.wg.Go(f.acceptLoop)
+	f.loops.Go(f.acceptLoop)
 	t.Cleanup(f.Close)
 	return f
 }
@@ -95,7 +95,7 @@ func (f *Relay) Close() {
 		_ = c.Close()
 	}
 	f.mu.Unlock()
-	f.wg.Wait()
+	f.loops.Wait()
 }
 
 func (f *Relay) acceptLoop() {
@@ -107,7 +107,7 @@ func (f *Relay) acceptLoop() {
 		f.mu.Lock()
 		f.conns[c] = true
 		f.mu.Unlock()
-		f.wg.Go(func() { f.serveConn(c) })
+		f.loops.Go(func() { f.serveConn(c) })
 	}
 }
 

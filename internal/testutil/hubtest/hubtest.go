@@ -1,13 +1,15 @@
 // Package hubtest holds the helpers that the tests of the hub's packages
 // share when they run a hub in process: a fake HTTP target whose answers a
-// test switches and holds, a client of the line protocol, a recorder of
-// breaker transitions, a reader of Prometheus metrics, and polling with a
-// deadline. Every wait is bounded by IOTimeout, so a hub that does not
-// answer fails its test instead of hanging the run.
+// test switches and holds, a client of the line protocol (the one the
+// integration tests of the binaries use too), a recorder of breaker
+// transitions, a reader of Prometheus metrics, and polling with a
+// deadline. Every wait is bounded by IOTimeout, or ClientTimeout for the
+// client, so a hub that does not answer fails its test instead of hanging
+// the run.
 //
-// It imports neither relay nor its sub-packages, so relay's own internal
-// tests can use it; what needs relay's types stays in the tests that build
-// a relay.Server.
+// Of relay and its sub-packages it imports only relay/protocol, whose tests
+// do not use it, so relay's own internal tests can use it; what needs
+// relay's types stays in the tests that build a relay.Server.
 //
 // Typical use, in a test of a package that runs a hub:
 //
@@ -19,12 +21,12 @@
 //	})
 //	require.NoError(t, err)
 //	c := hubtest.Dial(t, hubtest.Serve(t, srv, relay.ErrServerClosed))
-//	assert.Contains(t, c.RoundTrip("T1|CORE|x"), "|E500|")
+//	assert.Equal(t, "E500", c.Exchange("T1|CORE|x").Code)
 //	core.Set(core.BlockThen(hubtest.Echo))
 //	c.Send("T2|CORE|x")
 //	core.WaitEntered(t, 1) // T2 is in flight
 //	core.UnblockAll()
-//	assert.Equal(t, "T2|0000|got x", c.Read())
+//	assert.Equal(t, "T2|0000|got x", c.ReadResponse().String())
 package hubtest
 
 import (

@@ -128,17 +128,47 @@ func lineServer(t *testing.T) string {
 
 func TestClient(t *testing.T) {
 	c := hubtest.Dial(t, lineServer(t))
-	assert.Equal(t, "A|0000|ok", c.RoundTrip("A|CORE|x"))
+	assert.Equal(t, hubtest.Response{TxID: "A", Code: "0000", Message: "ok"}, c.Exchange("A|CORE|x"))
 	c.Send("B|CORE|x", "C|CORE|x")
-	assert.Equal(t, map[string]string{"B": "B|0000|ok", "C": "C|0000|ok"}, c.ReadByTxID(2))
-	_, err := io.WriteString(c.Conn(), "D|CO")
+	assert.Equal(t, map[string]hubtest.Response{"B": {TxID: "B", Code: "0000", Message: "ok"}, "C": {TxID: "C", Code: "0000", Message: "ok"}},
+		c.ReadByTxID(2))
+	_, err := c.Write([]byte("D|CO"))
 	require.NoError(t, err)
 	c.Send("RE|x")
-	line, err := c.ReadLine()
+	line, err := c.ReadLine(hubtest.ClientTimeout)
 	require.NoError(t, err)
 	assert.Equal(t, "D|0000|ok\n", line)
 	c.Send("bye")
 	c.ExpectEOF()
+}
+
+func TestParseResponse(t *testing.T) {
+	tests := []struct {
+		name    string
+		line    string
+		want    hubtest.Response
+		wantErr bool
+	}{
+		{name: "plain", line: "tx1|0000|balance=99500\n", want: hubtest.Response{TxID: "tx1", Code: "0000", Message: "balance=99500"}},
+		{name: "no newline", line: "tx1|B201|insufficient funds", want: hubtest.Response{TxID: "tx1", Code: "B201", Message: "insufficient funds"}},
+		{name: "pipe in message", line: "tx1|0000|a|b||c\n", want: hubtest.Response{TxID: "tx1", Code: "0000", Message: "a|b||c"}},
+		{name: "empty message", line: "-|E900|\n", want: hubtest.Response{TxID: "-", Code: "E900"}},
+		{name: "two fields", line: "tx1|0000\n", wantErr: true},
+		{name: "empty txid", line: "|0000|x\n", wantErr: true},
+		{name: "empty code", line: "tx1||x\n", wantErr: true},
+		{name: "carriage return", line: "tx1|0000|x\r\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := hubtest.ParseResponse(tt.line)
+			if tt.wantErr {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
 }
 
 func TestMetricValueAndSum(t *testing.T) {

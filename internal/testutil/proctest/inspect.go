@@ -2,7 +2,6 @@ package proctest
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -38,8 +37,3 @@ func (f *Fixture) CtlErr(body string) error {
 	}
 	return nil
 }
-
-// TCP returns the connection's socket, for tests that need control the
-// convenience methods do not give, such as SO_LINGER to close with a reset.
-// Reads through it bypass the buffer of ReadLine and ReadAnswer.
-func (c *Conn) TCP() *net.TCPConn { return c.c }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -18,9 +19,9 @@ func TestOpenFDsFollowsConnections(t *testing.T) {
 	require.Positive(t, idle)
 
 	// Each connection the binary serves holds one descriptor while open.
-	conns := make([]*proctest.Conn, 3)
+	conns := make([]*hubtest.Client, 3)
 	for i := range conns {
-		conns[i] = proctest.Dial(t, p.Addr())
+		conns[i] = hubtest.Dial(t, p.Addr())
 		conns[i].Exchange("fd|x")
 	}
 	n, err := p.OpenFDs()
@@ -38,12 +39,6 @@ func TestOpenFDsFollowsConnections(t *testing.T) {
 	p.Kill()
 	_, err = p.OpenFDs()
 	assert.Error(t, err, "an exited process has no descriptors to count")
-}
-
-func TestTCPIsTheDialledSocket(t *testing.T) {
-	p := proctest.Start(t, addrlogPkg, "--listen", "127.0.0.1:0")
-	c := proctest.Dial(t, p.Addr())
-	assert.Equal(t, p.Addr(), c.TCP().RemoteAddr().String())
 }
 
 func TestCtlErrReportsARefusedControl(t *testing.T) {

@@ -1,7 +1,8 @@
 // Package proctest runs the project's real binaries from integration tests,
 // the way an operator would: it builds a command once per test process,
 // starts it on an ephemeral port, reads the bound address from its JSON log,
-// and talks to it over TCP and HTTP.
+// and talks to it over HTTP; over TCP, tests talk to it with hubtest's
+// Client.
 //
 // A started binary must log, as a zerolog JSON line on stderr, the address
 // it listens on in a field named "addr" once it is listening, so tests can
@@ -20,7 +21,7 @@
 //		core := proctest.StartFixture(t, "CORE", "core")
 //		relay := proctest.Start(t, "./cmd/relay",
 //			"--listen", "127.0.0.1:0", "--target", "CORE="+core.URL)
-//		c := proctest.Dial(t, relay.Addr())
+//		c := hubtest.Dial(t, relay.Addr())
 //		a := c.Exchange("tx1|CORE|BAL 1001")
 //		assert.Equal(t, "0000", a.Code)
 //	}
@@ -60,6 +61,9 @@ const (
 	WaitTimeout = 20 * time.Second
 	// StopTimeout is how long cleanup waits after SIGTERM before SIGKILL.
 	StopTimeout = 5 * time.Second
+	// ReadTimeout bounds a fixture's HTTP calls and a wait for its calls
+	// in flight to end.
+	ReadTimeout = 10 * time.Second
 )
 
 // envPrefixes mark the environment variables that configure the relay and

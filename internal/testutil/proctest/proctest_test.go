@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 )
 
@@ -15,44 +16,15 @@ const addrlogPkg = "./internal/testutil/proctest/testdata/addrlog"
 
 func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
-func TestParseAnswer(t *testing.T) {
-	tests := []struct {
-		name    string
-		line    string
-		want    proctest.Answer
-		wantErr bool
-	}{
-		{name: "plain", line: "tx1|0000|balance=99500\n", want: proctest.Answer{TxID: "tx1", Code: "0000", Message: "balance=99500"}},
-		{name: "no newline", line: "tx1|B201|insufficient funds", want: proctest.Answer{TxID: "tx1", Code: "B201", Message: "insufficient funds"}},
-		{name: "pipe in message", line: "tx1|0000|a|b||c\n", want: proctest.Answer{TxID: "tx1", Code: "0000", Message: "a|b||c"}},
-		{name: "empty message", line: "-|E900|\n", want: proctest.Answer{TxID: "-", Code: "E900"}},
-		{name: "two fields", line: "tx1|0000\n", wantErr: true},
-		{name: "empty txid", line: "|0000|x\n", wantErr: true},
-		{name: "empty code", line: "tx1||x\n", wantErr: true},
-		{name: "carriage return", line: "tx1|0000|x\r\n", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := proctest.ParseAnswer(tt.line)
-			if tt.wantErr {
-				assert.Error(t, err)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, got)
-		})
-	}
-}
-
 func TestStartSignalWait(t *testing.T) {
 	p := proctest.Start(t, addrlogPkg, "--listen", "127.0.0.1:0")
 	require.NotEmpty(t, p.Addr())
 
-	c := proctest.Dial(t, p.Addr())
+	c := hubtest.Dial(t, p.Addr())
 	a := c.Exchange("tx1|hello|there")
-	assert.Equal(t, proctest.Answer{TxID: "tx1", Code: "0000", Message: "hello|there"}, a)
+	assert.Equal(t, hubtest.Response{TxID: "tx1", Code: "0000", Message: "hello|there"}, a)
 	c.Send("a|1", "b|2")
-	got := proctest.ByTxID(t, c.ReadAnswers(2))
+	got := c.ReadByTxID(2)
 	assert.Equal(t, "1", got["a"].Message)
 	assert.Equal(t, "2", got["b"].Message)
 

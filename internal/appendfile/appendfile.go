@@ -1,4 +1,18 @@
-package main
+// Package appendfile is a log file appended to and reopened at its path
+// for logrotate's rename-then-signal rotation without losing or splitting
+// a line: the relay's access log.
+//
+// Typical use:
+//
+//	f, err := appendfile.Open("access.log")
+//	if err != nil {
+//		return err
+//	}
+//	defer f.Close()
+//	_, _ = f.Write(lines)
+//	...
+//	err = f.Reopen() // on SIGHUP, after logrotate renamed the file
+package appendfile
 
 import (
 	"bytes"
@@ -7,13 +21,13 @@ import (
 	"sync"
 )
 
-// appendFile is a log file the relay appends to, which SIGHUP reopens at
+// File is a log file the relay appends to, which SIGHUP reopens at
 // its path for logrotate's rename-then-signal rotation, without losing or
 // splitting a line: writes that come while a line is half written finish
 // that line in the old file and go on in the new one from the next line.
 // The access log is one: its writer hands it lines in chunks of any size.
 // It is safe for concurrent use.
-type appendFile struct {
+type File struct {
 	path    string
 	mu      sync.Mutex
 	f       *os.File // guarded by mu: the file written to
@@ -21,27 +35,26 @@ type appendFile struct {
 	midLine bool     // guarded by mu: the last byte written to f was not a newline
 }
 
-// logFileMode is the mode of a log file the relay creates: the access log
+// fileMode is the mode of a log file the relay creates: the access log
 // holds transaction ids, readable by the relay's group (its operators and
 // log shippers), no one else.
-const logFileMode = 0o640
+const fileMode = 0o640
 
-// openAppendFile opens the file at path for appending, creating it if
-// needed.
-func openAppendFile(path string) (*appendFile, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, logFileMode)
+// Open opens the file at path for appending, creating it if needed.
+func Open(path string) (*File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, err
 	}
-	return &appendFile{path: path, f: f}, nil
+	return &File{path: path, f: f}, nil
 }
 
 // Path returns the path the file was opened at.
-func (a *appendFile) Path() string { return a.path }
+func (a *File) Path() string { return a.path }
 
 // Write appends p. After a Reopen, the bytes up to the end of the line in
 // progress go to the old file and the rest to the new one.
-func (a *appendFile) Write(p []byte) (int, error) {
+func (a *File) Write(p []byte) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.next == nil {
@@ -64,7 +77,7 @@ func (a *appendFile) Write(p []byte) (int, error) {
 }
 
 // writeLocked writes p to the current file. a.mu must be held.
-func (a *appendFile) writeLocked(p []byte) (int, error) {
+func (a *File) writeLocked(p []byte) (int, error) {
 	n, err := a.f.Write(p)
 	if n > 0 {
 		a.midLine = p[n-1] != '\n'
@@ -74,7 +87,7 @@ func (a *appendFile) writeLocked(p []byte) (int, error) {
 
 // switchLocked makes the reopened file the current one and closes the
 // old. a.mu must be held.
-func (a *appendFile) switchLocked() {
+func (a *File) switchLocked() {
 	old := a.f
 	a.f, a.next = a.next, nil
 	// The old file's lines are all written; closing it can only fail on
@@ -87,8 +100,8 @@ func (a *appendFile) switchLocked() {
 // moves writing there: at once when no line is half written, else at the
 // end of that line. When the new file cannot be opened, writing goes on in
 // the old one and the error is returned.
-func (a *appendFile) Reopen() error {
-	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, logFileMode)
+func (a *File) Reopen() error {
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, fileMode)
 	if err != nil {
 		return err
 	}
@@ -107,7 +120,7 @@ func (a *appendFile) Reopen() error {
 }
 
 // Close closes the file, and a reopened one still waiting.
-func (a *appendFile) Close() error {
+func (a *File) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var errs []error

@@ -1,4 +1,4 @@
-package main
+package appendfile
 
 import (
 	"fmt"
@@ -24,10 +24,10 @@ func readFile(t *testing.T, path string) string {
 // writtenAndRenamed opens an access log in a temporary directory, writes
 // first to it, renames it to path.1 as logrotate does, and writes then. It
 // returns the file and its path.
-func writtenAndRenamed(t *testing.T, first, then string) (*appendFile, string) {
+func writtenAndRenamed(t *testing.T, first, then string) (*File, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "access.log")
-	a, err := openAppendFile(path)
+	a, err := Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 	_, err = a.Write([]byte(first))
@@ -38,7 +38,7 @@ func writtenAndRenamed(t *testing.T, first, then string) (*appendFile, string) {
 	return a, path
 }
 
-func TestAppendFileReopenMovesWritingToANewFile(t *testing.T) {
+func TestFileReopenMovesWritingToANewFile(t *testing.T) {
 	// Given an access log with a line in it, renamed as logrotate does,
 	// and a line after the rename
 	a, path := writtenAndRenamed(t, "one\n", "two\n")
@@ -51,10 +51,10 @@ func TestAppendFileReopenMovesWritingToANewFile(t *testing.T) {
 	assert.Equal(t, "three\n", readFile(t, path))
 	info, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(logFileMode), info.Mode().Perm())
+	assert.Equal(t, os.FileMode(fileMode), info.Mode().Perm())
 }
 
-func TestAppendFileReopenNeverSplitsALine(t *testing.T) {
+func TestFileReopenNeverSplitsALine(t *testing.T) {
 	// Given a line half written when the file is rotated and reopened
 	a, path := writtenAndRenamed(t, "one\ntw", "")
 	require.NoError(t, a.Reopen())
@@ -72,11 +72,11 @@ func TestAppendFileReopenNeverSplitsALine(t *testing.T) {
 	assert.Equal(t, "three\nfour\n", readFile(t, path))
 }
 
-func TestAppendFileReopenFailureKeepsWriting(t *testing.T) {
+func TestFileReopenFailureKeepsWriting(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "logs", "access.log")
 	require.NoError(t, os.Mkdir(filepath.Dir(path), 0o755))
-	a, err := openAppendFile(path)
+	a, err := Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 
@@ -93,10 +93,10 @@ func TestAppendFileReopenFailureKeepsWriting(t *testing.T) {
 // writer sends lines in chunks of random sizes, as a buffered writer
 // flushing a full buffer does. The files, oldest first, must hold every
 // line once, in order, each one whole in one file.
-func TestAppendFileRotationUnderWrites(t *testing.T) {
+func TestFileRotationUnderWrites(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "access.log")
-	a, err := openAppendFile(path)
+	a, err := Open(path)
 	require.NoError(t, err)
 
 	const lines = 5000
