@@ -54,10 +54,10 @@ func TestCallsInDoubtCutTheAdaptiveLimitEachWindow(t *testing.T) {
 	// When calls end in doubt over three windows.
 	limits := []int{status(t, srv, "CORE").Limit}
 	for w := range 3 {
-		line := c.RoundTrip(fmt.Sprintf("W%d|CORE|BAL 1", w))
+		line := c.Exchange(fmt.Sprintf("W%d|CORE|BAL 1", w)).String()
 		require.Contains(t, line, "|"+protocol.CodeTimeout+"|")
 		advance(600 * time.Millisecond)
-		c.RoundTrip(fmt.Sprintf("X%d|CORE|BAL 1", w)) // ends in the next window, which closes this one
+		c.Exchange(fmt.Sprintf("X%d|CORE|BAL 1", w)) // ends in the next window, which closes this one
 		limits = append(limits, status(t, srv, "CORE").Limit)
 	}
 
@@ -75,10 +75,10 @@ func TestAnObservedLimitMovesButTheCeilingIsEnforced(t *testing.T) {
 	srv, addr, advance := adaptiveHub(t, silentTarget(t), LimitObserve, &log)
 	c := hubtest.Dial(t, addr)
 	for w := range 3 {
-		c.RoundTrip(fmt.Sprintf("W%d|CORE|BAL 1", w))
+		c.Exchange(fmt.Sprintf("W%d|CORE|BAL 1", w))
 		advance(600 * time.Millisecond)
 	}
-	c.RoundTrip("last|CORE|BAL 1")
+	c.Exchange("last|CORE|BAL 1")
 	assert.Less(t, status(t, srv, "CORE").Limit, 10, "the computed limit is shown")
 	assert.Equal(t, 10, srv.routeFor(t, "CORE").bulkhead.Limit(), "max_inflight is enforced")
 	assert.Contains(t, log.String(), `"mode":"observe"`)
@@ -89,7 +89,7 @@ func TestAStaticLimitHasNoController(t *testing.T) {
 	srv, addr, advance := adaptiveHub(t, silentTarget(t), LimitStatic, &log)
 	c := hubtest.Dial(t, addr)
 	for w := range 3 {
-		c.RoundTrip(fmt.Sprintf("W%d|CORE|BAL 1", w))
+		c.Exchange(fmt.Sprintf("W%d|CORE|BAL 1", w))
 		advance(600 * time.Millisecond)
 	}
 	assert.Equal(t, 10, status(t, srv, "CORE").Limit)
@@ -101,9 +101,9 @@ func TestReloadKeepsTheLimitWhileItsSettingsStay(t *testing.T) {
 	url := silentTarget(t)
 	srv, addr, advance := adaptiveHub(t, url, LimitAdaptive, &log)
 	c := hubtest.Dial(t, addr)
-	c.RoundTrip("A|CORE|BAL 1")
+	c.Exchange("A|CORE|BAL 1")
 	advance(600 * time.Millisecond)
-	c.RoundTrip("B|CORE|BAL 1")
+	c.Exchange("B|CORE|BAL 1")
 	require.Equal(t, 9, status(t, srv, "CORE").Limit)
 
 	_, err := srv.Reload([]Target{{Name: "CORE", URL: url}})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/proctest"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
@@ -50,7 +51,7 @@ func startCapacityCut(t *testing.T, extra ...string) *capacityCut {
 // backing off would.
 func (c *capacityCut) drive(t *testing.T, clients int, cut *atomic.Bool, stop <-chan struct{}, wg *sync.WaitGroup) {
 	for i := range clients {
-		conn := proctest.Dial(t, c.hub.Addr())
+		conn := hubtest.Dial(t, c.hub.Addr())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
