@@ -328,23 +328,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 		routes[i] = rt
 	}
 	s.linkConfs(routes, confs)
-
-	for i, rt := range routes {
-		old := rt.conf.Load()
-		if old == nil {
-			rt.metrics = s.metrics.forTarget(rt.name)
-		} else {
-			rt.breaker.SetPolicy(confs[i].settings.Policy)
-			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
-		}
-		rt.setLimitMode(confs[i].settings, s.clock)
-		rt.conf.Store(confs[i])
-		if old != nil && old.client != confs[i].client {
-			// Calls in flight still hold the old client; its connections
-			// close once idle.
-			old.client.CloseIdle()
-		}
-	}
+	s.applyConfs(routes, confs)
 	s.routes.Store(&routes)
 	for _, rt := range routes {
 		delete(s.retired, rt.name)
@@ -363,6 +347,28 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// applyConfs puts each of routes under its new conf: a new route gets its
+// metrics, a kept one's breaker its new policy and probe timeout, each its
+// limit mode, and a replaced client closes its idle connections.
+func (s *Server) applyConfs(routes []*route, confs []*routeConf) {
+	for i, rt := range routes {
+		old := rt.conf.Load()
+		if old == nil {
+			rt.metrics = s.metrics.forTarget(rt.name)
+		} else {
+			rt.breaker.SetPolicy(confs[i].settings.Policy)
+			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
+		}
+		rt.setLimitMode(confs[i].settings, s.clock)
+		rt.conf.Store(confs[i])
+		if old != nil && old.client != confs[i].client {
+			// Calls in flight still hold the old client; its connections
+			// close once idle.
+			old.client.CloseIdle()
+		}
+	}
 }
 
 // sameConf reports whether a and b configure a target alike: URL, fallback,

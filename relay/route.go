@@ -547,6 +547,93 @@ func (cl *call) put() {
 	callPool.Put(cl)
 }
 
+// panicked hands back, after a panic in run, what the call still holds
+// (reported, released and answered say what it already gave), logs it, and
+// answers E907 to the client unless it has its answer and to the copies
+// joined to its flight.
+func (cl *call) panicked(p any, note breakerNote, reported, released, answered bool) {
+	c, rt, s := cl.c, cl.rt, cl.c.srv
+	txid := cl.line[:cl.txidN]
+	if !reported {
+		rt.breaker.Cancel(cl.ticket)
+		note.use, note.end = breakerHandedBack, time.Time{}
+	}
+	if !released {
+		rt.bulkhead.Release()
+	}
+	what := "target call panicked"
+	if answered {
+		// The client has its one answer, already counted: a second
+		// would break the protocol.
+		what = "target call panicked after its answer"
+	}
+	rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
+	if f := cl.flight; f != nil {
+		// The call may have been made: its copies get the same
+		// E907, and a resend is looked up.
+		cl.flight = nil
+		msg := []byte(protocol.MsgInternal)
+		answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
+	}
+	if !answered {
+		rt.metrics.count(lblInternal)
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
+			client: c.client})
+		answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
+	}
+}
+
+// logDone logs the call's end. Failures are logged at warn, but at most
+// failLogBurst a second per target (the rest at debug): they are what an
+// operator looks for, and the metrics count every one.
+func (cl *call) logDone(txid []byte, code string, msg []byte, failed bool, took time.Duration) {
+	rt := cl.rt
+	var ev *zerolog.Event
+	if failed {
+		if ev = rt.failLog.Warn(); ev == nil {
+			ev = rt.log.Debug()
+		}
+		ev = ev.Bytes("detail", msg)
+	} else {
+		ev = rt.log.Debug()
+	}
+	if cl.primary != nil {
+		ev = ev.Str("fallback_for", cl.primary.name)
+	}
+	ev.Bytes("txid", txid).Str("code", code).Bool("failed", failed).
+		Float64("duration_ms", float64(took.Microseconds())/1000).Msg("call done")
+}
+
+// record counts and notes the call's result: metrics, the target's last
+// failure, the access log and the in-doubt journal. It runs before the
+// answer, like the breaker's record, so that a client holding its answer
+// finds it in the metrics and in the target's last failure.
+func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took time.Duration, note breakerNote) {
+	c, rt, s := cl.c, cl.rt, cl.c.srv
+	txid := cl.line[:cl.txidN]
+	hubFault := res.Fault != targethttp.NoHubFault
+	if hubFault {
+		rt.metrics.count(lblUnavailable)
+		rt.metrics.countHubRefusal(res.Fault)
+		s.logHubFault(rt, txid, res)
+	} else {
+		rt.metrics.observeCall(callCodeLabel(res.Code), took.Seconds())
+	}
+	if res.Retried {
+		rt.metrics.countRetry()
+	}
+	if failed {
+		rt.lastFailure.note(res.Code, res.Msg, start.Add(took))
+	}
+	if s.access != nil {
+		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: res.Code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
+			client: c.client})
+	}
+	if res.Stage.InDoubt() {
+		s.noteInDoubt(rt, cl.conf, txid, cl.line[cl.txidN:], res, start.Add(took))
+	}
+}
+
 // run is step 5 of dispatch: the call, the breaker's record, the slot's
 // release and the answer, in that order. The call's context is the
 // Server's, not the connection's, so a client that disconnects does not
@@ -560,35 +647,7 @@ func (cl *call) run() {
 	note := breakerNote{use: breakerAdmitted, probe: cl.ticket.Probe(), start: cl.asked}
 	defer func() {
 		if p := recover(); p != nil {
-			if !reported {
-				reported = true
-				rt.breaker.Cancel(cl.ticket)
-				note.use, note.end = breakerHandedBack, time.Time{}
-			}
-			if !released {
-				released = true
-				rt.bulkhead.Release()
-			}
-			what := "target call panicked"
-			if answered {
-				// The client has its one answer, already counted: a second
-				// would break the protocol.
-				what = "target call panicked after its answer"
-			}
-			rt.log.Error().Bytes("txid", txid).Interface("panic", p).Bytes("stack", debug.Stack()).Msg(what)
-			if f := cl.flight; f != nil {
-				// The call may have been made: its copies get the same
-				// E907, and a resend is looked up.
-				cl.flight = nil
-				msg := []byte(protocol.MsgInternal)
-				answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
-			}
-			if !answered {
-				rt.metrics.count(lblInternal)
-				s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
-					client: c.client})
-				answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
-			}
+			cl.panicked(p, note, reported, released, answered)
 		}
 		c.calls.Done()
 		s.activeCalls.Add(-1)
@@ -634,29 +693,7 @@ func (cl *call) run() {
 	released = true
 	rt.bulkhead.Release()
 	rt.adaptLimit(res, took, cl.inflight)
-	// Counted and noted before the answer, like the breaker's record, so
-	// that a client holding its answer finds it in the metrics and in the
-	// target's last failure.
-	if hubFault {
-		rt.metrics.count(lblUnavailable)
-		rt.metrics.countHubRefusal(res.Fault)
-		s.logHubFault(rt, txid, res)
-	} else {
-		rt.metrics.observeCall(callCodeLabel(code), took.Seconds())
-	}
-	if res.Retried {
-		rt.metrics.countRetry()
-	}
-	if failed {
-		rt.lastFailure.note(code, msg, start.Add(took))
-	}
-	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
-			client: c.client})
-	}
-	if res.Stage.InDoubt() {
-		s.noteInDoubt(rt, cl.conf, txid, cl.line[cl.txidN:], res, start.Add(took))
-	}
+	cl.record(res, failed, start, took, note)
 	if cl.primary != nil {
 		// The client asked for another target: say which one answered.
 		cl.msg = append(append(cl.msg[:0], rt.viaPrefix...), msg...)
@@ -677,21 +714,5 @@ func (cl *call) run() {
 	if shared {
 		cl.settleShared(scope, hash, res, code, msg)
 	}
-	// Failures are logged at warn, but at most failLogBurst a second per
-	// target (the rest at debug): they are what an operator looks for, and
-	// the metrics count every one.
-	var ev *zerolog.Event
-	if failed {
-		if ev = rt.failLog.Warn(); ev == nil {
-			ev = rt.log.Debug()
-		}
-		ev = ev.Bytes("detail", msg)
-	} else {
-		ev = rt.log.Debug()
-	}
-	if cl.primary != nil {
-		ev = ev.Str("fallback_for", cl.primary.name)
-	}
-	ev.Bytes("txid", txid).Str("code", code).Bool("failed", failed).
-		Float64("duration_ms", float64(took.Microseconds())/1000).Msg("call done")
+	cl.logDone(txid, code, msg, failed, took)
 }

@@ -234,6 +234,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.targetConns = targethttp.NewConns(cfg.DialTarget)
+	routes, err := s.newRoutes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AccessLog != nil {
+		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
+		s.bg.Go(s.writeAccessLog)
+	}
+	s.startProbers(routes)
+	return s, nil
+}
+
+// newRoutes builds and publishes the routes of cfg's targets, each bound to
+// its metrics once the whole configuration is known to be good.
+func (s *Server) newRoutes(cfg Config) ([]*route, error) {
 	plans, err := s.plan(cfg.Targets)
 	if err != nil {
 		return nil, err
@@ -262,12 +277,7 @@ func New(cfg Config) (*Server, error) {
 		rt.conf.Store(confs[i])
 	}
 	s.routes.Store(&routes)
-	if cfg.AccessLog != nil {
-		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
-		s.bg.Go(s.writeAccessLog)
-	}
-	s.startProbers(routes)
-	return s, nil
+	return routes, nil
 }
 
 // Serve accepts connections on ln and serves each in its own goroutine until
