@@ -84,7 +84,7 @@ func benchLines(b *testing.B, c *conn, line []byte) {
 	for b.Loop() {
 		c.serveLine(line)
 		if i++; i%64 == 0 {
-			c.flush()
+			c.out.flush(time.Now())
 		}
 	}
 }
@@ -150,10 +150,10 @@ func BenchmarkCallLine(b *testing.B) {
 			for b.Loop() {
 				c.serveLine(line)
 				if i++; i%DefaultMaxInflight == 0 {
-					c.calls.Wait()
+					c.adm.calls.Wait()
 				}
 			}
-			c.calls.Wait()
+			c.adm.calls.Wait()
 		})
 	}
 }
@@ -204,14 +204,14 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 				c.serveLine(line)
 				if (i+1)%DefaultMaxInflight == 0 {
 					if wait {
-						c.calls.Wait()
+						c.adm.calls.Wait()
 					} else {
-						c.flush()
+						c.out.flush(time.Now())
 					}
 				}
 			}
-			c.calls.Wait()
-			c.flush()
+			c.adm.calls.Wait()
+			c.out.flush(time.Now())
 		}
 	}
 	paths := []struct {

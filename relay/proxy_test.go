@@ -271,8 +271,8 @@ func TestProxiedConnectionDoesNotAllocate(t *testing.T) {
 	_, err := client.Write(proxyHeader(t, 2, "198.51.100.9:40000", nc.LocalAddr().String()))
 	require.NoError(t, err)
 	c := newConn(srv, nc)
-	require.True(t, c.begin())
-	assert.Equal(t, "198.51.100.9:40000", c.client.String())
+	require.True(t, c.acceptProxyHeader())
+	assert.Equal(t, "198.51.100.9:40000", c.adm.client.String())
 	assert.Zero(t, e904AllocsPerLine(t, c, client))
 }
 

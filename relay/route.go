@@ -2,7 +2,6 @@ package relay
 
 import (
 	"crypto/sha256"
-	"errors"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -158,181 +157,6 @@ func (s *Server) lookup(name []byte) *route {
 	return nil
 }
 
-// dispatch is the one place that composes the policies for a request, in
-// order (docs/DESIGN.md, "A line's way through the hub"):
-//
-//  1. shutting down: E906 at once;
-//  2. unknown target: E903; a target the client's certificate may not
-//     use: E908;
-//  3. the target's breaker admits the call; when it refuses and the target
-//     has a fallback, the fallback's breaker is asked, and the request is
-//     the fallback's from then on ("via FALLBACK: " in its message); when
-//     both refuse, E904 with the target's own retry hint;
-//  4. the admitting target's bulkhead takes a slot; full: the ticket goes
-//     back with Cancel and E905 (a full bulkhead never sends a request to
-//     the fallback);
-//  5. on a call worker (startCall): the call, the breaker's record, the
-//     slot's release, a call in doubt journalled, then the answer. A call
-//     the hub could not make for want of its own resources (out of file
-//     descriptors, say) hands the ticket back with Cancel and is answered
-//     E906 "hub overloaded; not sent": the target is not to blame.
-//
-// Steps 1 to 4 never wait, so a refusal never queues behind a slow call.
-// A panic is answered E907 and hands back what was taken. It reports
-// whether the call started; every other request is answered on return.
-func (c *conn) dispatch(req protocol.Request) (started bool) {
-	s := c.srv
-	// Counted before the shutdown check so that Shutdown, which sets the
-	// flag and then waits for this count to drain, cannot miss a call about
-	// to start.
-	s.activeCalls.Add(1)
-	var a admission
-	defer func() {
-		if a.async {
-			return
-		}
-		if p := recover(); p != nil {
-			c.answerPanic(&a, req, p)
-		}
-		s.activeCalls.Add(-1)
-	}()
-
-	if s.inShutdown.Load() {
-		// Shutdown is rare and this answer is no hot path: a lookup so
-		// that a configured target is still credited with it.
-		c.noteHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
-		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
-		return
-	}
-	rt := s.lookup(req.Target)
-	if rt == nil {
-		c.noteHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
-		answer(c, req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
-		return
-	}
-	conf := rt.conf.Load()
-	if !c.mayUse(conf) {
-		c.refuseNotAllowed(rt, req)
-		return
-	}
-	if conf.settings.Dedup {
-		var handled bool
-		if a.flight, handled, started = c.shield(rt, conf, req); handled {
-			return started
-		}
-	}
-	return c.admit(&a, rt, conf, req, false)
-}
-
-// admission is what a request holds on its way to its call, so that a
-// panic hands back exactly that: the route whose breaker admitted it, the
-// ticket and the bulkhead slot, and the shield's flight it leads.
-type admission struct {
-	rt       *route // the route whose breaker admitted the request
-	primary  *route // the route the client named, when its fallback took the request
-	ticket   breaker.Ticket
-	admitted bool // ticket is held
-	acquired bool // a bulkhead slot is held
-	async    bool // the call goroutine owns what is held
-	asked    time.Time
-	flight   *dedup.Flight // the shield's flight this request leads; nil when none
-	// inDoubt: the flight's transaction is in doubt (a resend being
-	// resolved), so a panic leaves it in doubt rather than forgetting it.
-	inDoubt bool
-	// resolved: the request follows a look-up that found it not applied.
-	resolved bool
-}
-
-// admit is steps 3 and 4 of dispatch for req, to rt with configuration
-// conf, then hands the call to a worker (step 5). a holds the request's
-// flight, if any, and receives what is taken. flush says whether a
-// refusal is written at once (true off the connection's read loop). It
-// reports whether the call started.
-func (c *conn) admit(a *admission, rt *route, conf *routeConf, req protocol.Request, flush bool) bool {
-	s := c.srv
-	var (
-		err        error
-		retryAfter time.Duration
-	)
-	a.rt = rt
-	// Read for the access log just before the breaker decides (see
-	// accessLog): a replay of the log puts the decision here.
-	a.asked = s.access.now()
-	if a.ticket, retryAfter, err = rt.breaker.Allow(); err != nil {
-		fb := conf.fallback
-		if fb == nil {
-			c.refuseOpen(rt, req, retryAfter, err, a.asked, a.flight, flush)
-			return false
-		}
-		if a.ticket, _, err = fb.breaker.Allow(); err != nil {
-			c.refuseOpen(rt, req, retryAfter, err, a.asked, a.flight, flush)
-			return false
-		}
-		conf.countFallback()
-		a.primary, a.rt, conf = rt, fb, fb.conf.Load()
-		rt = fb
-	}
-	a.admitted = true
-	if a.ticket.Probe() {
-		rt.logTransitions()
-	}
-	if !rt.bulkhead.TryAcquire() {
-		a.admitted = false
-		rt.breaker.Cancel(a.ticket)
-		c.noteHubAnswer(rt, a.primary, req, protocol.CodeBulkheadFull, lblBulkheadFull,
-			breakerNote{use: breakerHandedBack, probe: a.ticket.Probe(), start: a.asked})
-		msg := protocol.MsgBulkheadFull
-		if a.primary != nil {
-			msg = rt.viaBusy
-		}
-		answer(c, req.TxID, protocol.CodeBulkheadFull, msg, flush)
-		if a.flight != nil {
-			s.releaseFlight(a.flight, protocol.CodeBulkheadFull, []byte(msg))
-		}
-		return false
-	}
-	a.acquired = true
-
-	cl := getCall(c, rt, conf, a.primary, a.ticket, req)
-	cl.asked = a.asked
-	cl.inflight = rt.bulkhead.InFlight()
-	cl.flight, cl.resolved = a.flight, a.resolved
-	c.calls.Add(1)
-	s.startCall(rt, cl)
-	a.async = true
-	return true
-}
-
-// answerPanic answers req E907 after a panic before its call started,
-// handing back what a holds: the ticket, the slot, and the flight, whose
-// copies get the same answer. A flight in doubt stays so; any other is
-// forgotten, since no call was made.
-func (c *conn) answerPanic(a *admission, req protocol.Request, p any) {
-	s := c.srv
-	var note breakerNote
-	if a.admitted {
-		a.admitted = false
-		a.rt.breaker.Cancel(a.ticket)
-		note = breakerNote{use: breakerHandedBack, probe: a.ticket.Probe(), start: a.asked}
-	}
-	if a.acquired {
-		a.acquired = false
-		a.rt.bulkhead.Release()
-	}
-	s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
-	c.noteHubAnswer(a.rt, a.primary, req, protocol.CodeInternal, lblInternal, note)
-	answer(c, req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
-	if f := a.flight; f != nil {
-		a.flight = nil
-		msg := []byte(protocol.MsgInternal)
-		if a.inDoubt && a.rt != nil {
-			answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, a.rt.conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
-		} else {
-			s.releaseFlight(f, protocol.CodeInternal, msg)
-		}
-	}
-}
-
 // startCall runs cl on one of rt's idle call workers, or on a new one when
 // none is waiting. It never waits. Workers outlive their calls so that a
 // call does not pay for a fresh goroutine whose stack then grows through
@@ -371,46 +195,6 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 	}
 }
 
-// refuseOpen answers E904 for rt, whose breaker refused the request with
-// err and retryAfter (and its fallback's too, if it has one) when asked at
-// asked, and the copies that joined f, the flight it leads, if any; flush
-// as for admit. The message is rt's: "held open by operator" while an operator
-// holds it, else its retry hint.
-func (c *conn) refuseOpen(rt *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
-	c.noteHubAnswer(rt, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	var hint [len("circuit open; retry after 9223372036854775807s")]byte
-	msg := append(hint[:0], protocol.MsgHeldOpen...)
-	if !errors.Is(err, breaker.ErrHeld) {
-		msg = protocol.AppendRetryHint(hint[:0], retryHintSeconds(retryAfter))
-	}
-	answer(c, req.TxID, protocol.CodeCircuitOpen, msg, flush)
-	if f != nil {
-		// A copy, so that hint stays on the stack of the refusals' path.
-		c.srv.releaseFlight(f, protocol.CodeCircuitOpen, clone(msg))
-	}
-}
-
-// noteHubAnswer counts an answer the hub made without a target call, in the
-// metrics and the access log: credited to rt when the request's target is
-// configured, else (rt nil) to no target, where code must be one the hub
-// answers before routing (E903, E906, E907) and l is unused. primary, when
-// not nil, is the target the client named, whose fallback rt took the
-// request; b is what rt's breaker did with it.
-func (c *conn) noteHubAnswer(rt, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
-	s := c.srv
-	target := req.Target
-	if rt != nil {
-		rt.metrics.count(l)
-		target = rt.nameBytes
-	} else {
-		s.metrics.countUnrouted(code)
-	}
-	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: target, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
-			client: c.client})
-	}
-}
-
 // logHubFault logs a call to rt, txid, that res says the hub did not make
 // for want of its own resources: the first of a burst, then at most one
 // every hubFaultLogPeriod for the whole hub, since the metrics count every
@@ -425,11 +209,11 @@ func (s *Server) logHubFault(rt *route, txid []byte, res targethttp.Result) {
 // inDoubtRecent is how many calls in doubt InDoubt remembers.
 const inDoubtRecent = indoubt.DefaultRingSize
 
-// noteInDoubt records a call to rt that ended in doubt at end: counted,
+// journalInDoubt records a call to rt that ended in doubt at end: counted,
 // kept among the recent ones, and appended to the journal, if any, which
-// returns once the line is fsynced. A journal that fails is logged and
+// returns once the line is fsynced: the caller waits for the disk. A journal that fails is logged and
 // counted; the caller answers the client all the same.
-func (s *Server) noteInDoubt(rt *route, conf *routeConf, txid, payload []byte, res targethttp.Result, end time.Time) {
+func (s *Server) journalInDoubt(rt *route, conf *routeConf, txid, payload []byte, res targethttp.Result, end time.Time) {
 	rt.inDoubt.Add(1)
 	rt.metrics.countInDoubt()
 	e := indoubt.Entry{
@@ -478,14 +262,6 @@ func (r *route) nameOrEmpty() string {
 	return r.name
 }
 
-// noteUnparsed counts an answer to a line that did not parse (E900, or
-// E906 once shutting down): no target can be credited with it. txid is
-// the line's TXID when it could be read.
-func (c *conn) noteUnparsed(txid []byte, code string) {
-	c.srv.metrics.countUnrouted(code)
-	c.srv.access.record(accessNote{txid: txid, code: code, client: c.client})
-}
-
 // retryHintSeconds is the N of an E904's "retry after Ns": d in whole
 // seconds rounded up and at least 1. d is the breaker's own remaining open
 // time, so the hint includes the backoff and jitter of the open period in
@@ -500,12 +276,12 @@ func retryHintSeconds(d time.Duration) int64 {
 // read buffer, which the next line overwrites. Calls are pooled so that
 // their buffers are reused. A call is used by one goroutine at a time.
 type call struct {
-	c       *conn
+	adm     *admitter // the admitter of the connection that asked
 	rt      *route
 	conf    *routeConf // rt's configuration at admission, kept to the end
 	primary *route     // the target the client named, when rt is its fallback; else nil
-	ticket  breaker.Ticket
-	line    []byte // TXID then payload
+	hold    callHold   // the ticket, the slot and the counts, released when run ends
+	line    []byte     // TXID then payload
 	txidN   int    // length of the TXID at the start of line
 	msg     []byte // scratch for "via NAME: " and the target's message
 
@@ -526,9 +302,9 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // getCall returns a pooled call holding copies of req's TXID and payload.
 // conf is rt's configuration at admission; primary is the target the
 // client named when rt is its fallback, else nil.
-func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker.Ticket, req protocol.Request) *call {
+func getCall(a *admitter, rt *route, conf *routeConf, primary *route, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
-	cl.c, cl.rt, cl.conf, cl.primary, cl.ticket = c, rt, conf, primary, ticket
+	cl.adm, cl.rt, cl.conf, cl.primary = a, rt, conf, primary
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
 	cl.txidN = len(req.TxID)
 	return cl
@@ -537,7 +313,7 @@ func getCall(c *conn, rt *route, conf *routeConf, primary *route, ticket breaker
 // put returns cl to the pool. Buffers grown by an unusually large answer
 // are dropped rather than kept alive by the pool.
 func (cl *call) put() {
-	cl.c, cl.rt, cl.conf, cl.primary, cl.flight = nil, nil, nil, nil, nil
+	cl.adm, cl.rt, cl.conf, cl.primary, cl.flight, cl.hold = nil, nil, nil, nil, nil, callHold{}
 	if cap(cl.msg) > 16<<10 {
 		cl.msg = nil
 	}
@@ -547,19 +323,15 @@ func (cl *call) put() {
 	callPool.Put(cl)
 }
 
-// panicked hands back, after a panic in run, what the call still holds
-// (reported, released and answered say what it already gave), logs it, and
-// answers E907 to the client unless it has its answer and to the copies
-// joined to its flight.
-func (cl *call) panicked(p any, note breakerNote, reported, released, answered bool) {
-	c, rt, s := cl.c, cl.rt, cl.c.srv
+// panicked hands back, after a panic in run, what the call's hold still
+// holds, logs it, and answers E907 to the client unless it has its answer
+// (answered) and to the copies joined to its flight. The hold's counts are
+// released by run, after the answer.
+func (cl *call) panicked(p any, note breakerNote, answered bool) {
+	a, rt, s := cl.adm, cl.rt, cl.adm.srv
 	txid := cl.line[:cl.txidN]
-	if !reported {
-		rt.breaker.Cancel(cl.ticket)
+	if cl.hold.handBack() {
 		note.use, note.end = breakerHandedBack, time.Time{}
-	}
-	if !released {
-		rt.bulkhead.Release()
 	}
 	what := "target call panicked"
 	if answered {
@@ -578,8 +350,8 @@ func (cl *call) panicked(p any, note breakerNote, reported, released, answered b
 	if !answered {
 		rt.metrics.count(lblInternal)
 		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
-			client: c.client})
-		answer(c, txid, protocol.CodeInternal, protocol.MsgInternal, true)
+			client: a.client})
+		a.sink.answerText(txid, protocol.CodeInternal, protocol.MsgInternal, true)
 	}
 }
 
@@ -609,7 +381,7 @@ func (cl *call) logDone(txid []byte, code string, msg []byte, failed bool, took 
 // answer, like the breaker's record, so that a client holding its answer
 // finds it in the metrics and in the target's last failure.
 func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took time.Duration, note breakerNote) {
-	c, rt, s := cl.c, cl.rt, cl.c.srv
+	a, rt, s := cl.adm, cl.rt, cl.adm.srv
 	txid := cl.line[:cl.txidN]
 	hubFault := res.Fault != targethttp.NoHubFault
 	if hubFault {
@@ -627,10 +399,10 @@ func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took
 	}
 	if s.access != nil {
 		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: res.Code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
-			client: c.client})
+			client: a.client})
 	}
 	if res.Stage.InDoubt() {
-		s.noteInDoubt(rt, cl.conf, txid, cl.line[cl.txidN:], res, start.Add(took))
+		s.journalInDoubt(rt, cl.conf, txid, cl.line[cl.txidN:], res, start.Add(took))
 	}
 }
 
@@ -640,17 +412,16 @@ func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took
 // cancel a transaction that may have reached the target, and its result
 // still counts for the breaker; only the answer is dropped.
 func (cl *call) run() {
-	c, rt := cl.c, cl.rt
-	s := c.srv
+	a, rt := cl.adm, cl.rt
+	s := a.srv
 	txid := cl.line[:cl.txidN]
-	reported, released, answered := false, false, false
-	note := breakerNote{use: breakerAdmitted, probe: cl.ticket.Probe(), start: cl.asked}
+	answered := false // the client has its one answer: a panic after it must not send another
+	note := breakerNote{use: breakerAdmitted, probe: cl.hold.ticket.Probe(), start: cl.asked}
 	defer func() {
 		if p := recover(); p != nil {
-			cl.panicked(p, note, reported, released, answered)
+			cl.panicked(p, note, answered)
 		}
-		c.calls.Done()
-		s.activeCalls.Add(-1)
+		cl.hold.release()
 		cl.put()
 	}()
 
@@ -659,9 +430,7 @@ func (cl *call) run() {
 		var ex dedup.Record
 		if ex, shared = cl.claimShared(); shared {
 			// Another hub holds the transaction: no call from this one.
-			reported, released = true, true
-			rt.breaker.Cancel(cl.ticket)
-			rt.bulkhead.Release()
+			cl.hold.handBack()
 			answered = true
 			cl.answerShared(ex)
 			return
@@ -679,19 +448,17 @@ func (cl *call) run() {
 	// failure, as for a full bulkhead.
 	hubFault := res.Fault != targethttp.NoHubFault
 	failed := !hubFault && cl.conf.isFailure(code)
-	// Flags are set before each step so that a panic inside a step never
-	// hands the same admission back twice.
-	reported = true
+	// The hold forgets the ticket and the slot as each goes back, so a
+	// panic inside a step never hands one back twice.
 	if hubFault {
-		rt.breaker.Cancel(cl.ticket)
+		cl.hold.handBackTicket()
 		note.use = breakerHandedBack
 	} else {
 		note.end = s.access.now()
-		rt.breaker.Done(cl.ticket, failed, took)
+		cl.hold.recordTicket(failed, took)
 	}
 	rt.logTransitions()
-	released = true
-	rt.bulkhead.Release()
+	cl.hold.releaseSlot()
 	rt.adaptLimit(res, took, cl.inflight)
 	cl.record(res, failed, start, took, note)
 	if cl.primary != nil {
@@ -708,7 +475,7 @@ func (cl *call) run() {
 		cl.flight, hash, scope = nil, f.Hash(), f.Scope()
 		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.dedupWindow())
 	}
-	answer(c, txid, code, msg, true)
+	a.sink.answer(txid, code, msg, true)
 	answered = true
 	answerAll(copies, code, msg)
 	if shared {

@@ -42,10 +42,10 @@ func (r *route) countDedup(o dedupOutcome) {
 // cannot look up, E906 for a new TXID when it is full), joined to the call in flight, or handed to a look-up of
 // its outcome (async, answered later). Otherwise req is the first of its
 // TXID and the caller leads its call through the returned flight.
-func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
-	s := c.srv
-	v, f, code, msg := s.shieldMem.Begin(rt.name, c.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
-		return c.join(rt, req)
+func (a *admitter) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
+	s := a.srv
+	v, f, code, msg := s.shieldMem.Begin(rt.name, a.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+		return a.join(rt, req)
 	})
 	switch v {
 	case dedup.Claimed:
@@ -55,51 +55,51 @@ func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedu
 		return nil, true, true
 	case dedup.Replayed:
 		rt.countDedup(dedupReplayed)
-		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
-		answer(c, req.TxID, code, msg, false)
+		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		a.sink.answerText(req.TxID, code, msg, false)
 		return nil, true, false
 	case dedup.Conflict:
 		rt.countDedup(dedupRefusedPayload)
-		c.noteHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
-		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
+		a.recordHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
+		a.sink.answerText(req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
 		return nil, true, false
 	case dedup.Full:
 		// Sent unshielded, a resend of it could be a second call.
 		rt.metrics.countDedupFull()
-		c.noteHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
-		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
+		a.recordHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		a.sink.answerText(req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
 		return nil, true, false
 	}
 	// dedup.Resolve: the first call ended in doubt, answered msg.
-	return nil, true, c.lookUp(rt, f, req, msg)
+	return nil, true, a.startResolver(rt, f, req, msg)
 }
 
 // shieldScope returns the scope of the connection's TXIDs to a target
 // configured by conf: its client's identity when it presented a
 // certificate and the target keeps identities apart, else the target's.
-func (c *conn) shieldScope(conf *routeConf) dedup.Scope {
-	if c.peer == nil || conf.settings.DedupScope == DedupByTarget {
+func (a *admitter) shieldScope(conf *routeConf) dedup.Scope {
+	if a.peer == nil || conf.settings.DedupScope == DedupByTarget {
 		return dedup.Scope{}
 	}
-	return c.peer.scope
+	return a.peer.scope
 }
 
-// lookUp starts the look-up of the outcome of req, a resend of a
+// startResolver starts the look-up of the outcome of req, a resend of a
 // transaction in doubt to rt whose first call was answered doubt, on a
-// goroutine of its own, which leads f (see resolve). When the target that
-// made that call has no status URL, or is no longer configured, it
-// answers at once instead (unresolved). It reports whether the look-up
-// started.
-func (c *conn) lookUp(rt *route, f *dedup.Flight, req protocol.Request, doubt string) bool {
-	called := c.srv.calledTarget(rt, doubt)
+// goroutine of its own, which leads f and holds the transaction (see
+// resolve). When the target that made that call has no status URL, or is
+// no longer configured, it answers at once instead (unresolved). It
+// reports whether the look-up started.
+func (a *admitter) startResolver(rt *route, f *dedup.Flight, req protocol.Request, doubt string) bool {
+	called := a.srv.calledTarget(rt, doubt)
 	if called == nil || called.conf.Load().statusURL == "" {
-		c.unresolved(rt, f, req)
+		a.unresolved(rt, f, req)
 		return false
 	}
 	own := protocol.Request{TxID: clone(req.TxID), Target: rt.nameBytes, Payload: clone(req.Payload)}
-	c.calls.Add(1)
-	c.srv.activeCalls.Add(1)
-	c.srv.goCatching(taskResolver, func() { c.resolve(rt, called, f, own) })
+	h := a.holdCall()
+	hold := h.handOff()
+	a.srv.goCatching(taskResolver, func() { a.resolve(rt, called, f, own, hold) })
 	return true
 }
 
@@ -127,33 +127,29 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // joiner is a copy of a request that joined the call in flight for its
 // TXID: the call's leader answers it with the call's answer. While it
-// waits it counts among its connection's calls and the hub's active ones,
-// like the call it joined.
+// waits it holds a transaction (callHold), like the call it joined.
 type joiner struct {
-	c    *conn
+	hold callHold
 	rt   *route
 	txid []byte
 	size int
 }
 
-// join returns the waiter of req's copy, counted as a call in flight.
+// join returns the waiter of req's copy, holding a call in flight.
 // Called under the shield's lock, so that the leader cannot answer before
-// the counts are up.
-func (c *conn) join(rt *route, req protocol.Request) dedup.Waiter {
-	c.calls.Add(1)
-	c.srv.activeCalls.Add(1)
-	return &joiner{c: c, rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
+// the hold is taken.
+func (a *admitter) join(rt *route, req protocol.Request) dedup.Waiter {
+	h := a.holdCall()
+	return &joiner{hold: h.handOff(), rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
 }
 
-// Answer gives the copy the call's answer.
+// Answer gives the copy the call's answer and releases its hold.
 func (j *joiner) Answer(code string, msg []byte) {
-	c := j.c
-	s := c.srv
+	a := j.hold.adm
 	j.rt.metrics.count(answerCodeLabel(code))
-	s.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: c.client})
-	answer(c, j.txid, code, msg, true)
-	c.calls.Done()
-	s.activeCalls.Add(-1)
+	a.srv.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: a.client})
+	a.sink.answer(j.txid, code, msg, true)
+	j.hold.release()
 }
 
 // answerAll gives each waiter the answer code, msg.
@@ -166,12 +162,12 @@ func answerAll(ws []dedup.Waiter, code string, msg []byte) {
 // unresolved answers req, a resend of a transaction in doubt whose outcome
 // the hub cannot learn, E901 without a call, and f's waiters alike; the
 // transaction stays in doubt.
-func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
+func (a *admitter) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
 	rt.countDedup(dedupUnresolved)
 	msg := []byte(protocol.MsgStillUnknown)
-	ws := c.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.dedupWindow())
-	c.noteHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
-	answer(c, req.TxID, protocol.CodeTimeout, msg, true)
+	ws := a.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.dedupWindow())
+	a.recordHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
+	a.sink.answer(req.TxID, protocol.CodeTimeout, msg, true)
 	answerAll(ws, protocol.CodeTimeout, msg)
 }
 
@@ -180,20 +176,20 @@ func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
 // in doubt whose flight f this goroutine leads: applied, req and its
 // copies get the target's recorded answer and the journal records it; not
 // applied, req is sent now as a fresh call to rt; no answer, E901 and no
-// call. It owns one of the connection's calls and one active call, taken
-// by lookUp; the active call passes to the fresh call, if one starts.
-func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request) {
-	s := c.srv
+// call. It owns hold, taken by startResolver, which passes to the fresh
+// call, if one starts, and is released otherwise.
+func (a *admitter) resolve(rt, called *route, f *dedup.Flight, req protocol.Request, hold callHold) {
+	s := a.srv
 	conf, cconf := rt.conf.Load(), called.conf.Load()
-	a := admission{rt: rt, flight: f, inDoubt: true}
+	ad := admission{hold: hold, named: rt, flight: f, inDoubt: true}
 	defer func() {
-		if !a.async {
-			if p := recover(); p != nil {
-				c.answerPanic(&a, req, p)
-			}
-			s.activeCalls.Add(-1)
+		if !ad.hold.held() {
+			return // handed to the fresh call, which releases it
 		}
-		c.calls.Done()
+		if p := recover(); p != nil {
+			a.answerPanic(&ad, req, p)
+		}
+		ad.hold.release()
 	}()
 	u := strings.Replace(cconf.statusURL, StatusTxID, string(req.TxID), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), cconf.settings.TargetTimeout)
@@ -210,29 +206,30 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 		if called != rt {
 			msg = append([]byte(called.viaPrefix), msg...)
 		}
-		a.flight = nil
+		ad.flight = nil
 		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
-		s.noteResolved(called, cconf, req, code)
+		s.journalResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f, code, msg)
-		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
-		answer(c, req.TxID, code, msg, true)
+		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		a.sink.answer(req.TxID, code, msg, true)
 		answerAll(ws, code, msg)
 	case targethttp.NotApplied:
 		rt.countDedup(dedupResolvedNotApplied)
-		// dispatch's steps 3 to 5 with the flight held, so that copies
+		// admit's steps 3 to 5 with the flight held, so that copies
 		// still join this call.
-		a.inDoubt, a.resolved = false, true
-		c.admit(&a, rt, conf, req, true)
+		ad.inDoubt, ad.resolved = false, true
+		a.admitCall(&ad, rt, conf, req, true)
 	default:
 		rt.log.Warn().Bytes("txid", req.TxID).Str("reason", reason).Msg("outcome of a resent transaction in doubt still unknown")
-		a.flight = nil
-		c.unresolved(rt, f, req)
+		ad.flight = nil
+		a.unresolved(rt, f, req)
 	}
 }
 
-// noteResolved appends to the in-doubt journal that the target applied
-// req, a transaction in doubt, with code.
-func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
+// journalResolved appends to the in-doubt journal that the target applied
+// req, a transaction in doubt, with code; it returns once the line is
+// fsynced.
+func (s *Server) journalResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
 	e := indoubt.Entry{
 		Time:          time.Now(),
 		Hub:           s.hubName(),

@@ -27,7 +27,7 @@ func (cl *call) named() *route {
 // call is to be made. A store that fails is counted and lets the call go
 // on, shielded by this hub's memory only.
 func (cl *call) claimShared() (dedup.Record, bool) {
-	s := cl.c.srv
+	s := cl.adm.srv
 	named := cl.named()
 	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.hubName()}
 	txid := string(cl.line[:cl.txidN])
@@ -52,7 +52,7 @@ func (cl *call) claimShared() (dedup.Record, bool) {
 // its outcome as for a resend on this hub. Called with cl's ticket and
 // slot already handed back.
 func (cl *call) answerShared(ex dedup.Record) {
-	c, s, named := cl.c, cl.c.srv, cl.named()
+	a, s, named := cl.adm, cl.adm.srv, cl.named()
 	conf := named.conf.Load()
 	f := cl.flight
 	cl.flight = nil
@@ -68,15 +68,15 @@ func (cl *call) answerShared(ex dedup.Record) {
 		code, msg = ex.Code, ex.Message
 		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.dedupWindow()), code, []byte(msg))
 	case ex.State == dedup.InDoubt:
-		c.lookUp(named, f, req, ex.Message)
+		a.startResolver(named, f, req, ex.Message)
 		return
 	default: // in flight on another hub
 		named.countDedup(dedupUnresolved)
 		code, msg = protocol.CodeTimeout, protocol.MsgStillUnknown
 		s.releaseFlight(f, code, []byte(msg))
 	}
-	c.noteHubAnswer(named, nil, req, code, answerCodeLabel(code), breakerNote{})
-	answer(c, req.TxID, code, msg, true)
+	a.recordHubAnswer(named, nil, req, code, answerCodeLabel(code), breakerNote{})
+	a.sink.answerText(req.TxID, code, msg, true)
 }
 
 // settleShared stores the outcome of cl's call, claimed in scope with the
@@ -84,7 +84,7 @@ func (cl *call) answerShared(ex dedup.Record) {
 // the fleet: an answer or a call in doubt is kept for the window, a call
 // not sent is released.
 func (cl *call) settleShared(scope dedup.Scope, hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
-	s, named := cl.c.srv, cl.named()
+	s, named := cl.adm.srv, cl.named()
 	txid := string(cl.line[:cl.txidN])
 	rec := dedup.Record{Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
 	window := named.conf.Load().settings.dedupWindow()

@@ -186,19 +186,19 @@ func (c *conn) handshake() bool {
 		return true
 	}
 	t := c.srv.tls
-	c.dmu.Lock()
+	c.stopMu.Lock()
 	if c.stopped {
-		c.dmu.Unlock()
+		c.stopMu.Unlock()
 		return false
 	}
 	// The read loop sets its own deadlines: the idle one before its first
 	// read, the write one before its first write.
 	_ = c.nc.SetDeadline(time.Now().Add(t.timeout))
-	c.dmu.Unlock()
+	c.stopMu.Unlock()
 	if err := tc.Handshake(); err != nil {
-		c.dmu.Lock()
+		c.stopMu.Lock()
 		stopped := c.stopped
-		c.dmu.Unlock()
+		c.stopMu.Unlock()
 		if !stopped {
 			t.noteFailure(err, c.logAddrs)
 		}
@@ -207,13 +207,15 @@ func (c *conn) handshake() bool {
 	cs := tc.ConnectionState()
 	t.metrics.countHandshake(cs.DidResume)
 	if len(cs.PeerCertificates) > 0 {
-		if c.peer == nil {
-			c.peer = new(connPeer)
+		p := c.adm.peer
+		if p == nil {
+			p = new(connPeer)
+			c.adm.peer = p
 		}
-		c.peer.identities = clientcert.Identities(cs.PeerCertificates[0])
-		c.peer.scope = certScope(cs.PeerCertificates[0], c.peer.identities)
+		p.identities = clientcert.Identities(cs.PeerCertificates[0])
+		p.scope = certScope(cs.PeerCertificates[0], p.identities)
 	}
-	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
+	c.logAddrs(c.srv.log.Debug()).Strs("client", c.adm.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
 }
