@@ -346,4 +346,3 @@ func (c *conn) finish(end readEnd) {
 	}
 	c.nc.Close()
 }
-

@@ -282,8 +282,8 @@ type call struct {
 	primary *route     // the target the client named, when rt is its fallback; else nil
 	hold    callHold   // the ticket, the slot and the counts, released when run ends
 	line    []byte     // TXID then payload
-	txidN   int    // length of the TXID at the start of line
-	msg     []byte // scratch for "via NAME: " and the target's message
+	txidN   int        // length of the TXID at the start of line
+	msg     []byte     // scratch for "via NAME: " and the target's message
 
 	asked time.Time // the breakers' clock when the breaker was asked, for the access log
 	// flight is the shield's flight this call leads, whose copies get its
