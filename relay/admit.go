@@ -146,12 +146,12 @@ func (a *admitter) admit(req protocol.Request) (started bool) {
 }
 
 // admission is what a request holds on its way to its call, so that a
-// panic hands back exactly that: its hold (the route whose breaker
+// panic hands back exactly that: its hold (the target whose breaker
 // admitted it, the ticket and the bulkhead slot) and the shield's flight
 // it leads.
 type admission struct {
 	hold    callHold
-	primary *route // the target the client named, when its fallback took the request
+	primary *target // the target the client named, when its fallback took the request
 	asked   time.Time
 	flight  *dedup.Flight // the shield's flight this request leads; nil when none
 	// inDoubt: the flight's transaction is in doubt (a resend being
@@ -161,7 +161,7 @@ type admission struct {
 	resolved bool
 	// named is the target the client named, whose settings a panic's
 	// flight in doubt keeps before a breaker admitted the request.
-	named *route
+	named *target
 }
 
 // admitCall is steps 3 and 4 of admit for req, to t with configuration
@@ -169,7 +169,7 @@ type admission struct {
 // hold and flight, if any, and receives what is taken. flush says whether
 // a refusal is written at once (true off the connection's read loop). It
 // reports whether the call started.
-func (a *admitter) admitCall(ad *admission, t *route, conf *routeConf, req protocol.Request, flush bool) bool {
+func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req protocol.Request, flush bool) bool {
 	s := a.srv
 	ad.named = t
 	// Read for the access log just before the breaker decides (see
@@ -226,7 +226,7 @@ func (a *admitter) admitCall(ad *admission, t *route, conf *routeConf, req proto
 func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 	s := a.srv
 	var note breakerNote
-	t := ad.hold.target // the route whose breaker admitted req, else the one it named
+	t := ad.hold.target // the target whose breaker admitted req, else the one it named
 	if t == nil {
 		t = ad.named
 	}
@@ -240,7 +240,7 @@ func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 		ad.flight = nil
 		msg := []byte(protocol.MsgInternal)
 		if ad.inDoubt && t != nil {
-			answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, t.conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
+			answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, t.conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
 		} else {
 			s.releaseFlight(f, protocol.CodeInternal, msg)
 		}
@@ -252,7 +252,7 @@ func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 // asked, and the copies that joined f, the flight it leads, if any; flush
 // as for admitCall. The message is t's: "held open by operator" while an
 // operator holds it, else its retry hint.
-func (a *admitter) refuseOpen(t *route, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
+func (a *admitter) refuseOpen(t *target, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
 	a.recordHubAnswer(t, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
 	// The read loop (flush false) writes the message in its own scratch;
 	// a refusal off it, rare, in a buffer of its own.
@@ -277,7 +277,7 @@ func (a *admitter) refuseOpen(t *route, req protocol.Request, retryAfter time.Du
 // answers before routing (E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback t took the
 // request; b is what t's breaker did with it.
-func (a *admitter) recordHubAnswer(t, primary *route, req protocol.Request, code string, l codeLabel, b breakerNote) {
+func (a *admitter) recordHubAnswer(t, primary *target, req protocol.Request, code string, l codeLabel, b breakerNote) {
 	s := a.srv
 	name := req.Target
 	if t != nil {

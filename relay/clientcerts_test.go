@@ -26,7 +26,7 @@ func TestCertScopeIsTheFirstIdentitysOrTheCertificatesOwn(t *testing.T) {
 }
 
 func TestShieldScopeIsTheTargetsWithoutACertificateOrWhenSet(t *testing.T) {
-	byIdentity, byTarget := &routeConf{}, &routeConf{}
+	byIdentity, byTarget := &targetConf{}, &targetConf{}
 	byTarget.settings.DedupScope = DedupByTarget
 	scope := dedup.ClientScope("branch-7")
 	withCert := &admitter{peer: &connPeer{identities: []string{"branch-7"}, scope: scope}}

@@ -113,7 +113,7 @@ func (c *conn) resume() {
 // hand-off, starts resume, which the Server's WaitGroup owns like serve.
 func (c *conn) ended(end readEnd) {
 	if end == endHandOff {
-		c.srv.wg.Go(c.resume)
+		c.srv.clientWork.Go(c.resume)
 		return
 	}
 	c.adm.calls.Wait()
@@ -128,7 +128,7 @@ func (c *conn) ended(end readEnd) {
 // wait.
 func (c *conn) endOnPanic() {
 	if p := recover(); p != nil {
-		c.srv.notePanic(taskConn, p, debug.Stack())
+		c.srv.logPanic(taskConn, p, debug.Stack())
 		c.nc.Close()
 		c.srv.untrack(c.nc)
 	}

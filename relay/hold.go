@@ -23,7 +23,7 @@ import (
 // path released first, and no count goes down twice.
 type callHold struct {
 	adm       *admitter      // nil when the hold is empty
-	target    *route         // the route whose breaker admitted the request; nil before
+	target    *target        // the target whose breaker admitted the request; nil before
 	ticket    breaker.Ticket // held while hasTicket
 	handed    bool           // counted among adm.calls: the hold left the read loop
 	hasTicket bool
@@ -41,11 +41,11 @@ func (a *admitter) holdCall() callHold {
 func (h *callHold) held() bool { return h.adm != nil }
 
 // admitted records the ticket of t's breaker.
-func (h *callHold) admitted(t *route, ticket breaker.Ticket) {
+func (h *callHold) admitted(t *target, ticket breaker.Ticket) {
 	h.target, h.ticket, h.hasTicket = t, ticket, true
 }
 
-// takeSlot tries to take a slot of the admitting route's bulkhead and
+// takeSlot tries to take a slot of the admitting target's bulkhead and
 // reports whether it did.
 func (h *callHold) takeSlot() bool {
 	h.hasSlot = h.target.bulkhead.TryAcquire()

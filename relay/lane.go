@@ -133,7 +133,7 @@ func (s *Server) laneInForce() bool {
 
 // callsInFlight reports whether any target has a call in flight.
 func (s *Server) callsInFlight() bool {
-	for _, rt := range s.routeList() {
+	for _, rt := range s.targetList() {
 		if rt.bulkhead.InFlight() > 0 {
 			return true
 		}

@@ -22,7 +22,7 @@ type Failure struct {
 	Message string
 }
 
-// lastFailure holds a route's most recent failed call. A failure with the
+// lastFailure holds a target's most recent failed call. A failure with the
 // same code and message as the one held only moves its time, one atomic
 // store and no allocation, so a target that fails the same way again and
 // again costs its calls nothing more. It is safe for concurrent use: of two

@@ -232,7 +232,7 @@ func TestReloadAfterShutdownIsRefused(t *testing.T) {
 // TestReloadUnderLoad reloads over and over while lines flow on several
 // connections, switching settings, bulkhead sizes, URLs and a target that
 // comes and goes. Every line of a target that stays is answered once, with
-// 0000; the race detector watches the route table and the confs.
+// 0000; the race detector watches the target table and the confs.
 func TestReloadUnderLoad(t *testing.T) {
 	a := hubtest.NewTarget(t, hubtest.Echo)
 	b := hubtest.NewTarget(t, hubtest.Echo)

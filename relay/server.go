@@ -54,9 +54,9 @@ const MaxTurningAway = 1024
 // given to Serve and relays each admitted transaction to its target through
 // that target's breaker and bulkhead. It is safe for concurrent use.
 type Server struct {
-	// routes is the table of targets, replaced whole by Reload: the hot
+	// targets is the table of targets, replaced whole by Reload: the hot
 	// path reads it without a lock.
-	routes       atomic.Pointer[[]*route]
+	targets      atomic.Pointer[[]*target]
 	defaults     TargetSettings // effective settings of a target without its own
 	defaultCodes []string       // the failure codes of defaults, parsed
 	// defaultExpect are the probe codes of defaults, parsed.
@@ -66,11 +66,11 @@ type Server struct {
 	onTransition  func(breaker.Transition)
 	probePermits  bool       // every breaker waits for PermitProbe (Config.ProbePermits)
 	reloadMu      sync.Mutex // held by Reload: one at a time
-	// retired holds the routes of targets a reload removed, by name, so
+	// retired holds the targets a reload removed, by name, so
 	// that a target added back gets its breaker back: its state and its
 	// line of the breaker log go on where they stopped. Guarded by
 	// reloadMu.
-	retired      map[string]*route
+	retired      map[string]*target
 	maxLineBytes int
 	maxConns     int
 	idleTimeout  time.Duration
@@ -104,10 +104,10 @@ type Server struct {
 	// The duplicate-TXID shield: the hub's memory of transactions, the
 	// fleet's store (nil: none), and the count of the store's commands
 	// that failed.
-	shieldMem      *dedup.Shield
-	dedupStore     dedup.Store
-	dedupStoreDown atomic.Bool
-	dedupFallbacks atomic.Int64
+	shieldMem            *dedup.Shield
+	shieldStore          dedup.Store
+	shieldStoreDown      atomic.Bool
+	shieldStoreFallbacks atomic.Int64
 
 	// lane holds refusal-heavy connections back in turn (see refusalLane).
 	lane refusalLane
@@ -123,9 +123,9 @@ type Server struct {
 	conns     map[net.Conn]*conn         // guarded by mu; nil for a turned-away connection
 	served    int                        // guarded by mu: connections being served (non-nil in conns)
 
-	// wg owns every goroutine the Server starts to serve clients: one per
+	// clientWork owns every goroutine the Server starts to serve clients: one per
 	// connection, one per turned-away connection, the call workers.
-	wg conc.WaitGroup
+	clientWork conc.WaitGroup
 	// stopWorkers is closed when the Server stops, ending idle call
 	// workers.
 	stopWorkers     chan struct{}
@@ -139,9 +139,9 @@ type Server struct {
 	// sent: both are in the probes' TXIDs.
 	started  time.Time
 	probeSeq atomic.Uint64
-	// bg owns the access log's writer, which outlives wg's goroutines: it
+	// accessWriter owns the access log's writer, which outlives clientWork's goroutines: it
 	// writes what they recorded until they have all ended.
-	bg conc.WaitGroup
+	accessWriter conc.WaitGroup
 
 	// tls is the TLS side of the client listeners; nil serves plain TCP.
 	tls *tlsServer
@@ -210,7 +210,7 @@ func New(cfg Config) (*Server, error) {
 		stopWorkers:   make(chan struct{}),
 		inDoubtLog:    cfg.InDoubtLog,
 		inDoubtRecent: indoubt.NewRing(inDoubtRecent),
-		dedupStore:    cfg.DedupStore,
+		shieldStore:   cfg.DedupStore,
 	}
 	shieldClock := time.Now
 	if cfg.Clock != nil {
@@ -234,29 +234,29 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.targetConns = targethttp.NewConns(cfg.DialTarget)
-	routes, err := s.newRoutes(cfg)
+	routes, err := s.newTargets(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.AccessLog != nil {
 		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
-		s.bg.Go(s.writeAccessLog)
+		s.accessWriter.Go(s.writeAccessLog)
 	}
 	s.startProbers(routes)
 	return s, nil
 }
 
-// newRoutes builds and publishes the routes of cfg's targets, each bound to
+// newTargets builds and publishes cfg's targets, each bound to
 // its metrics once the whole configuration is known to be good.
-func (s *Server) newRoutes(cfg Config) ([]*route, error) {
+func (s *Server) newTargets(cfg Config) ([]*target, error) {
 	plans, err := s.plan(cfg.Targets)
 	if err != nil {
 		return nil, err
 	}
-	routes := make([]*route, len(plans))
-	confs := make([]*routeConf, len(plans))
+	routes := make([]*target, len(plans))
+	confs := make([]*targetConf, len(plans))
 	for i, p := range plans {
-		routes[i] = s.newRoute(p)
+		routes[i] = s.newTarget(p)
 		if confs[i], err = s.newConf(p, routes[i], nil); err != nil {
 			return nil, err
 		}
@@ -276,7 +276,7 @@ func (s *Server) newRoutes(cfg Config) ([]*route, error) {
 	for i, rt := range routes {
 		rt.conf.Store(confs[i])
 	}
-	s.routes.Store(&routes)
+	s.targets.Store(&routes)
 	return routes, nil
 }
 
@@ -386,7 +386,7 @@ func (s *Server) startConn(nc net.Conn) bool {
 	s.conns[nc] = c
 	s.served++
 	// Not goCatching: serve catches its own panics (endOnPanic).
-	s.wg.Go(c.serve)
+	s.clientWork.Go(c.serve)
 	return true
 }
 
@@ -486,7 +486,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeConns()
 	}
 	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
-	s.wg.Wait()
+	s.clientWork.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	if err != nil {
@@ -506,7 +506,7 @@ func (s *Server) Close() error {
 	s.abortCalls()
 	s.closeConns()
 	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
-	s.wg.Wait()
+	s.clientWork.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	return err
@@ -520,13 +520,13 @@ const hubFaultLogPeriod = 10 * time.Second
 // stacks; the metric counts every one.
 const panicLogBurst = 5
 
-// goCatching runs f on wg, the WaitGroup that owns it, and catches a panic
+// goCatching runs f on clientWork, the WaitGroup that owns it, and catches a panic
 // where it happens: logged with its stack and counted in
 // relay_panics_total{task} at once, rather than held by conc until Wait
 // re-panics it at shutdown. What f holds is released by its own defers,
 // which run before the panic is caught.
 func (s *Server) goCatching(t task, f func()) {
-	s.wg.Go(func() { s.catchPanic(t, f) })
+	s.clientWork.Go(func() { s.catchPanic(t, f) })
 }
 
 // catchPanic runs f and reports whether it panicked, logging and counting
@@ -538,13 +538,13 @@ func (s *Server) catchPanic(t task, f func()) bool {
 	if r == nil {
 		return false
 	}
-	s.notePanic(t, r.Value, r.Stack)
+	s.logPanic(t, r.Value, r.Stack)
 	return true
 }
 
-// notePanic logs a panic caught in a goroutine doing t, with its stack, and
+// logPanic logs a panic caught in a goroutine doing t, with its stack, and
 // counts it.
-func (s *Server) notePanic(t task, value any, stack []byte) {
+func (s *Server) logPanic(t task, value any, stack []byte) {
 	s.panicLog.Error().Str("task", taskNames[t]).Interface("panic", value).Bytes("stack", stack).Msg("goroutine panicked")
 	s.metrics.countPanic(t)
 }
@@ -566,7 +566,7 @@ func (s *Server) stopAccessLog() {
 	if s.access != nil {
 		s.access.close()
 	}
-	s.bg.Wait()
+	s.accessWriter.Wait()
 }
 
 // closeListeners closes every listener and marks the Server closed, so no
@@ -631,7 +631,7 @@ func (s *Server) abortCalls() {
 
 // closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
-	for _, rt := range s.routeList() {
+	for _, rt := range s.targetList() {
 		rt.conf.Load().client.CloseIdle()
 	}
 }

@@ -12,27 +12,27 @@ import (
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
-// dedupOutcome is what the duplicate-TXID shield did with a resend: a
+// shieldOutcome is what the duplicate-TXID shield did with a resend: a
 // label value of relay_dedup_total and a count of the target's status.
-type dedupOutcome uint8
+type shieldOutcome uint8
 
 const (
-	dedupJoined             dedupOutcome = iota // joined the call in flight
-	dedupReplayed                               // answered again from memory
-	dedupRefusedPayload                         // E909
-	dedupResolvedApplied                        // in doubt; the target says applied
-	dedupResolvedNotApplied                     // in doubt; the target says not applied: called afresh
-	dedupUnresolved                             // in doubt and still unknown: E901 without a call
-	numDedupOutcomes
+	shieldJoined             shieldOutcome = iota // joined the call in flight
+	shieldReplayed                                // answered again from memory
+	shieldRefusedPayload                          // E909
+	shieldResolvedApplied                         // in doubt; the target says applied
+	shieldResolvedNotApplied                      // in doubt; the target says not applied: called afresh
+	shieldUnresolved                              // in doubt and still unknown: E901 without a call
+	numShieldOutcomes
 )
 
-// dedupOutcomeNames are the outcome label values of relay_dedup_total.
-var dedupOutcomeNames = [numDedupOutcomes]string{"joined", "replayed", "refused_payload", "resolved_applied", "resolved_not_applied", "unresolved"}
+// shieldOutcomeNames are the outcome label values of relay_dedup_total.
+var shieldOutcomeNames = [numShieldOutcomes]string{"joined", "replayed", "refused_payload", "resolved_applied", "resolved_not_applied", "unresolved"}
 
-// countDedup counts what the shield did with one of r's requests.
-func (r *route) countDedup(o dedupOutcome) {
-	r.dedup[o].Add(1)
-	r.metrics.countDedup(o)
+// countShielded counts what the shield did with one of r's requests.
+func (r *target) countShielded(o shieldOutcome) {
+	r.shielded[o].Add(1)
+	r.metrics.countShielded(o)
 }
 
 // shield puts req, for rt with configuration conf, through the
@@ -42,7 +42,7 @@ func (r *route) countDedup(o dedupOutcome) {
 // cannot look up, E906 for a new TXID when it is full), joined to the call in flight, or handed to a look-up of
 // its outcome (async, answered later). Otherwise req is the first of its
 // TXID and the caller leads its call through the returned flight.
-func (a *admitter) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
+func (a *admitter) shield(rt *target, conf *targetConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
 	s := a.srv
 	v, f, code, msg := s.shieldMem.Begin(rt.name, a.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
 		return a.join(rt, req)
@@ -51,21 +51,21 @@ func (a *admitter) shield(rt *route, conf *routeConf, req protocol.Request) (f *
 	case dedup.Claimed:
 		return f, false, false
 	case dedup.Joined:
-		rt.countDedup(dedupJoined)
+		rt.countShielded(shieldJoined)
 		return nil, true, true
 	case dedup.Replayed:
-		rt.countDedup(dedupReplayed)
+		rt.countShielded(shieldReplayed)
 		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
 		a.sink.answerText(req.TxID, code, msg, false)
 		return nil, true, false
 	case dedup.Conflict:
-		rt.countDedup(dedupRefusedPayload)
+		rt.countShielded(shieldRefusedPayload)
 		a.recordHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
 		a.sink.answerText(req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
 		return nil, true, false
 	case dedup.Full:
 		// Sent unshielded, a resend of it could be a second call.
-		rt.metrics.countDedupFull()
+		rt.metrics.countShieldFull()
 		a.recordHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
 		a.sink.answerText(req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
 		return nil, true, false
@@ -77,7 +77,7 @@ func (a *admitter) shield(rt *route, conf *routeConf, req protocol.Request) (f *
 // shieldScope returns the scope of the connection's TXIDs to a target
 // configured by conf: its client's identity when it presented a
 // certificate and the target keeps identities apart, else the target's.
-func (a *admitter) shieldScope(conf *routeConf) dedup.Scope {
+func (a *admitter) shieldScope(conf *targetConf) dedup.Scope {
 	if a.peer == nil || conf.settings.DedupScope == DedupByTarget {
 		return dedup.Scope{}
 	}
@@ -90,7 +90,7 @@ func (a *admitter) shieldScope(conf *routeConf) dedup.Scope {
 // resolve). When the target that made that call has no status URL, or is
 // no longer configured, it answers at once instead (unresolved). It
 // reports whether the look-up started.
-func (a *admitter) startResolver(rt *route, f *dedup.Flight, req protocol.Request, doubt string) bool {
+func (a *admitter) startResolver(rt *target, f *dedup.Flight, req protocol.Request, doubt string) bool {
 	called := a.srv.calledTarget(rt, doubt)
 	if called == nil || called.conf.Load().statusURL == "" {
 		a.unresolved(rt, f, req)
@@ -103,13 +103,13 @@ func (a *admitter) startResolver(rt *route, f *dedup.Flight, req protocol.Reques
 	return true
 }
 
-// calledTarget returns the route whose call left a transaction to rt in
+// calledTarget returns the target whose call left a transaction to rt in
 // doubt, answered doubt: rt's fallback when the answer names it ("via
 // NAME: ", as a fallback's answers begin; an answer in doubt is the hub's
 // own, never a target's), else rt. Nil when that fallback is no longer
 // configured. Asking rt about a call its fallback made would read "not
 // applied" and send it a second time.
-func (s *Server) calledTarget(rt *route, doubt string) *route {
+func (s *Server) calledTarget(rt *target, doubt string) *target {
 	rest, ok := strings.CutPrefix(doubt, "via ")
 	if !ok {
 		return rt
@@ -130,7 +130,7 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // waits it holds a transaction (callHold), like the call it joined.
 type joiner struct {
 	hold callHold
-	rt   *route
+	rt   *target
 	txid []byte
 	size int
 }
@@ -138,7 +138,7 @@ type joiner struct {
 // join returns the waiter of req's copy, holding a call in flight.
 // Called under the shield's lock, so that the leader cannot answer before
 // the hold is taken.
-func (a *admitter) join(rt *route, req protocol.Request) dedup.Waiter {
+func (a *admitter) join(rt *target, req protocol.Request) dedup.Waiter {
 	h := a.holdCall()
 	return &joiner{hold: h.handOff(), rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
 }
@@ -162,10 +162,10 @@ func answerAll(ws []dedup.Waiter, code string, msg []byte) {
 // unresolved answers req, a resend of a transaction in doubt whose outcome
 // the hub cannot learn, E901 without a call, and f's waiters alike; the
 // transaction stays in doubt.
-func (a *admitter) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
-	rt.countDedup(dedupUnresolved)
+func (a *admitter) unresolved(rt *target, f *dedup.Flight, req protocol.Request) {
+	rt.countShielded(shieldUnresolved)
 	msg := []byte(protocol.MsgStillUnknown)
-	ws := a.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.dedupWindow())
+	ws := a.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.shieldWindow())
 	a.recordHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
 	a.sink.answer(req.TxID, protocol.CodeTimeout, msg, true)
 	answerAll(ws, protocol.CodeTimeout, msg)
@@ -178,7 +178,7 @@ func (a *admitter) unresolved(rt *route, f *dedup.Flight, req protocol.Request) 
 // applied, req is sent now as a fresh call to rt; no answer, E901 and no
 // call. It owns hold, taken by startResolver, which passes to the fresh
 // call, if one starts, and is released otherwise.
-func (a *admitter) resolve(rt, called *route, f *dedup.Flight, req protocol.Request, hold callHold) {
+func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Request, hold callHold) {
 	s := a.srv
 	conf, cconf := rt.conf.Load(), called.conf.Load()
 	ad := admission{hold: hold, named: rt, flight: f, inDoubt: true}
@@ -197,7 +197,7 @@ func (a *admitter) resolve(rt, called *route, f *dedup.Flight, req protocol.Requ
 	cancel()
 	switch outcome {
 	case targethttp.Applied:
-		rt.countDedup(dedupResolvedApplied)
+		rt.countShielded(shieldResolvedApplied)
 		code := ans.Code
 		if !protocol.ValidTargetCode(code) {
 			code = protocol.CodeTargetFailed
@@ -207,14 +207,14 @@ func (a *admitter) resolve(rt, called *route, f *dedup.Flight, req protocol.Requ
 			msg = append([]byte(called.viaPrefix), msg...)
 		}
 		ad.flight = nil
-		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
+		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.shieldWindow())
 		s.journalResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f, code, msg)
 		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
 		a.sink.answer(req.TxID, code, msg, true)
 		answerAll(ws, code, msg)
 	case targethttp.NotApplied:
-		rt.countDedup(dedupResolvedNotApplied)
+		rt.countShielded(shieldResolvedNotApplied)
 		// admit's steps 3 to 5 with the flight held, so that copies
 		// still join this call.
 		ad.inDoubt, ad.resolved = false, true
@@ -229,7 +229,7 @@ func (a *admitter) resolve(rt, called *route, f *dedup.Flight, req protocol.Requ
 // journalResolved appends to the in-doubt journal that the target applied
 // req, a transaction in doubt, with code; it returns once the line is
 // fsynced.
-func (s *Server) journalResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
+func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Request, code string) {
 	e := indoubt.Entry{
 		Time:          time.Now(),
 		Hub:           s.hubName(),

@@ -83,15 +83,15 @@ func (s *Server) Dedup() DedupStatus {
 	return DedupStatus{
 		Entries:        s.shieldMem.Len(),
 		Evictions:      s.shieldMem.Evictions(),
-		Shared:         s.dedupStore != nil,
-		StoreDown:      s.dedupStoreDown.Load(),
-		StoreFallbacks: s.dedupFallbacks.Load(),
+		Shared:         s.shieldStore != nil,
+		StoreDown:      s.shieldStoreDown.Load(),
+		StoreFallbacks: s.shieldStoreFallbacks.Load(),
 	}
 }
 
 // Targets returns a snapshot of every target, in configuration order.
 func (s *Server) Targets() []TargetSnapshot {
-	routes := s.routeList()
+	routes := s.targetList()
 	out := make([]TargetSnapshot, 0, len(routes))
 	for _, r := range routes {
 		out = append(out, s.snapshot(r))
@@ -124,7 +124,7 @@ func (s *Server) Target(name string) (TargetSnapshot, bool) {
 }
 
 // snapshot returns r's state now.
-func (s *Server) snapshot(r *route) TargetSnapshot {
+func (s *Server) snapshot(r *target) TargetSnapshot {
 	rc := r.conf.Load()
 	bs := r.breaker.Settings()
 	settings := TargetSettings{
@@ -158,18 +158,18 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		LastProbe:    r.lastProbe(),
 		StatusURL:    rc.statusURL,
 		Dedup: DedupCounts{
-			Joined:             r.dedup[dedupJoined].Load(),
-			Replayed:           r.dedup[dedupReplayed].Load(),
-			RefusedPayload:     r.dedup[dedupRefusedPayload].Load(),
-			ResolvedApplied:    r.dedup[dedupResolvedApplied].Load(),
-			ResolvedNotApplied: r.dedup[dedupResolvedNotApplied].Load(),
-			Unresolved:         r.dedup[dedupUnresolved].Load(),
+			Joined:             r.shielded[shieldJoined].Load(),
+			Replayed:           r.shielded[shieldReplayed].Load(),
+			RefusedPayload:     r.shielded[shieldRefusedPayload].Load(),
+			ResolvedApplied:    r.shielded[shieldResolvedApplied].Load(),
+			ResolvedNotApplied: r.shielded[shieldResolvedNotApplied].Load(),
+			Unresolved:         r.shielded[shieldUnresolved].Load(),
 		},
 	}
 }
 
 // lastProbe returns r's latest synthetic probe; zero At when none.
-func (r *route) lastProbe() ProbeResult {
+func (r *target) lastProbe() ProbeResult {
 	if p := r.prober.last.Load(); p != nil {
 		return *p
 	}

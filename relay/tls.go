@@ -200,7 +200,7 @@ func (c *conn) handshake() bool {
 		stopped := c.stopped
 		c.stopMu.Unlock()
 		if !stopped {
-			t.noteFailure(err, c.logAddrs)
+			t.logHandshakeFailure(err, c.logAddrs)
 		}
 		return false
 	}
@@ -243,7 +243,7 @@ func (s *Server) handshakeTurnedAway(nc net.Conn) bool {
 		proxyReaders.Put(br)
 	}
 	if err := tc.Handshake(); err != nil {
-		s.tls.noteFailure(err, func(ev *zerolog.Event) *zerolog.Event {
+		s.tls.logHandshakeFailure(err, func(ev *zerolog.Event) *zerolog.Event {
 			return ev.Str("remote", nc.RemoteAddr().String())
 		})
 		return false
@@ -292,9 +292,9 @@ func (p *proxiedSocket) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
-// noteFailure counts and logs a handshake that failed with err; addrs adds
+// logHandshakeFailure counts and logs a handshake that failed with err; addrs adds
 // the client's address to the log line.
-func (t *tlsServer) noteFailure(err error, addrs func(*zerolog.Event) *zerolog.Event) {
+func (t *tlsServer) logHandshakeFailure(err error, addrs func(*zerolog.Event) *zerolog.Event) {
 	reason := classifyHandshake(err)
 	t.metrics.countHandshakeFailure(reason)
 	addrs(t.failLog.Warn()).Err(err).Str("reason", tlsFailureNames[reason]).

@@ -17,33 +17,33 @@ import (
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
-// route is everything the hub holds for one target: its breaker, its
+// target is everything the hub holds for one target: its breaker, its
 // bulkhead, its metrics, and in conf its HTTP side and its fallback. A
-// reload keeps a target's route and replaces its conf. It is safe for
+// reload keeps a target's target and replaces its conf. It is safe for
 // concurrent use; its fields other than conf and transitions are set once,
-// before the route is published.
-type route struct {
+// before the target is published.
+type target struct {
 	name        string
 	nameBytes   []byte
-	conf        atomic.Pointer[routeConf]
+	conf        atomic.Pointer[targetConf]
 	breaker     *breaker.Breaker
 	bulkhead    *bulkhead.Bulkhead
 	limiter     atomic.Pointer[adaptiveLimit] // nil with a static limit
-	viaPrefix   string                        // "via NAME: ", before the messages this route answers as a fallback
+	viaPrefix   string                        // "via NAME: ", before the messages this target answers as a fallback
 	viaBusy     string                        // viaPrefix + protocol.MsgBulkheadFull
-	metrics     *routeMetrics                 // nil without metrics
+	metrics     *targetMetrics                // nil without metrics
 	log         zerolog.Logger
 	failLog     zerolog.Logger // log sampled to failLogBurst lines a second
 	transitions transitionLog
 	lastFailure lastFailure  // the latest failed call, for status pages
 	inDoubt     atomic.Int64 // calls ended in doubt, for status pages
-	// dedup counts what the shield did with the target's requests, by
-	// dedupOutcome, for status pages.
-	dedup [numDedupOutcomes]atomic.Int64
+	// shielded counts what the shield did with the target's requests, by
+	// shieldOutcome, for status pages.
+	shielded [numShieldOutcomes]atomic.Int64
 	// prober sends the target's synthetic probes, when it has a probe
 	// payload.
 	prober prober
-	// work hands admitted calls to this route's idle call workers; it is
+	// work hands admitted calls to this target's idle call workers; it is
 	// unbuffered, so a call goes only to a worker waiting for one.
 	work chan *call
 }
@@ -53,7 +53,7 @@ type route struct {
 // metrics, then the change is queued for logTransitions and the prober, if
 // any, is woken. Everything here
 // runs under the breaker's lock, so it only stores and counts.
-func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition) {
+func (r *target) observer(next func(breaker.Transition)) func(breaker.Transition) {
 	return func(t breaker.Transition) {
 		if next != nil {
 			next(t)
@@ -67,11 +67,11 @@ func (r *route) observer(next func(breaker.Transition)) func(breaker.Transition)
 // connOpened is the OnDial of r's client: it counts a connection opened
 // to the target. It reads r.metrics when called, so it may be bound before
 // New resolves them.
-func (r *route) connOpened() {
+func (r *target) connOpened() {
 	r.metrics.countConnOpened()
 }
 
-// transitionLog carries a route's breaker changes from the observer, which
+// transitionLog carries a target's breaker changes from the observer, which
 // runs under the breaker's lock and so may not ask the breaker anything, to
 // logTransitions, which logs them once the call that caused them has left
 // the breaker, with the failure count and retry hint that only a Snapshot
@@ -111,7 +111,7 @@ func (tl *transitionLog) take() []breaker.Transition {
 // that can change the state (Allow when it admits a probe, Done, and
 // an operator's action through ControlBreaker), and costs one atomic load
 // when there is nothing to log.
-func (r *route) logTransitions() {
+func (r *target) logTransitions() {
 	if !r.transitions.waiting.Load() {
 		return
 	}
@@ -145,11 +145,11 @@ func RetryAfterSeconds(d time.Duration) float64 {
 	return float64(ms) / 1000
 }
 
-// lookup returns the route for a target name as a client wrote it, matched
+// lookup returns the target for a name as a client wrote it, matched
 // in ASCII case only (protocol.MatchesTarget), or nil. A linear scan: there
 // are few targets, and it needs no allocation to fold case.
-func (s *Server) lookup(name []byte) *route {
-	for _, r := range s.routeList() {
+func (s *Server) lookup(name []byte) *target {
+	for _, r := range s.targetList() {
 		if protocol.MatchesTarget(r.nameBytes, name) {
 			return r
 		}
@@ -161,11 +161,11 @@ func (s *Server) lookup(name []byte) *route {
 // none is waiting. It never waits. Workers outlive their calls so that a
 // call does not pay for a fresh goroutine whose stack then grows through
 // the HTTP client and the JSON decoder (a tenth of a call's CPU when each
-// call had a goroutine of its own). A route's workers number at most twice
+// call had a goroutine of its own). A target's workers number at most twice
 // its bulkhead: one per call holding a slot, and one per call that has
 // released its slot (before writing its answer) and not yet come back for
 // more work; a worker idle for callWorkerIdle ends.
-func (s *Server) startCall(rt *route, cl *call) {
+func (s *Server) startCall(rt *target, cl *call) {
 	select {
 	case rt.work <- cl:
 	default:
@@ -199,7 +199,7 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 // for want of its own resources: the first of a burst, then at most one
 // every hubFaultLogPeriod for the whole hub, since the metrics count every
 // one and a hub out of descriptors must not also flood its log.
-func (s *Server) logHubFault(rt *route, txid []byte, res targethttp.Result) {
+func (s *Server) logHubFault(rt *target, txid []byte, res targethttp.Result) {
 	if ev := s.hubFaultLog.Error(); ev != nil {
 		ev.Str("target", rt.name).Stringer("reason", res.Fault).Bytes("txid", txid).AnErr("err", res.Err).
 			Msg("hub short of its own resources: call not made, answered E906")
@@ -213,7 +213,7 @@ const inDoubtRecent = indoubt.DefaultRingSize
 // kept among the recent ones, and appended to the journal, if any, which
 // returns once the line is fsynced: the caller waits for the disk. A journal that fails is logged and
 // counted; the caller answers the client all the same.
-func (s *Server) journalInDoubt(rt *route, conf *routeConf, txid, payload []byte, res targethttp.Result, end time.Time) {
+func (s *Server) journalInDoubt(rt *target, conf *targetConf, txid, payload []byte, res targethttp.Result, end time.Time) {
 	rt.inDoubt.Add(1)
 	rt.metrics.countInDoubt()
 	e := indoubt.Entry{
@@ -254,8 +254,8 @@ func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
 	return s.inDoubtRecent.Since(since)
 }
 
-// nameOrEmpty returns r's name, or "" for a nil route.
-func (r *route) nameOrEmpty() string {
+// nameOrEmpty returns r's name, or "" for a nil target.
+func (r *target) nameOrEmpty() string {
 	if r == nil {
 		return ""
 	}
@@ -277,13 +277,13 @@ func retryHintSeconds(d time.Duration) int64 {
 // their buffers are reused. A call is used by one goroutine at a time.
 type call struct {
 	adm     *admitter // the admitter of the connection that asked
-	rt      *route
-	conf    *routeConf // rt's configuration at admission, kept to the end
-	primary *route     // the target the client named, when rt is its fallback; else nil
-	hold    callHold   // the ticket, the slot and the counts, released when run ends
-	line    []byte     // TXID then payload
-	txidN   int        // length of the TXID at the start of line
-	msg     []byte     // scratch for "via NAME: " and the target's message
+	rt      *target
+	conf    *targetConf // rt's configuration at admission, kept to the end
+	primary *target     // the target the client named, when rt is its fallback; else nil
+	hold    callHold    // the ticket, the slot and the counts, released when run ends
+	line    []byte      // TXID then payload
+	txidN   int         // length of the TXID at the start of line
+	msg     []byte      // scratch for "via NAME: " and the target's message
 
 	asked time.Time // the breakers' clock when the breaker was asked, for the access log
 	// flight is the shield's flight this call leads, whose copies get its
@@ -302,7 +302,7 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // getCall returns a pooled call holding copies of req's TXID and payload.
 // conf is rt's configuration at admission; primary is the target the
 // client named when rt is its fallback, else nil.
-func getCall(a *admitter, rt *route, conf *routeConf, primary *route, req protocol.Request) *call {
+func getCall(a *admitter, rt *target, conf *targetConf, primary *target, req protocol.Request) *call {
 	cl := callPool.Get().(*call)
 	cl.adm, cl.rt, cl.conf, cl.primary = a, rt, conf, primary
 	cl.line = append(append(cl.line[:0], req.TxID...), req.Payload...)
@@ -345,7 +345,7 @@ func (cl *call) panicked(p any, note breakerNote, answered bool) {
 		// E907, and a resend is looked up.
 		cl.flight = nil
 		msg := []byte(protocol.MsgInternal)
-		answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.dedupWindow()), protocol.CodeInternal, msg)
+		answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
 	}
 	if !answered {
 		rt.metrics.count(lblInternal)
@@ -426,7 +426,7 @@ func (cl *call) run() {
 	}()
 
 	var shared bool // the flight is claimed in the fleet's store
-	if cl.flight != nil && s.dedupStore != nil {
+	if cl.flight != nil && s.shieldStore != nil {
 		var ex dedup.Record
 		if ex, shared = cl.claimShared(); shared {
 			// Another hub holds the transaction: no call from this one.
@@ -473,7 +473,7 @@ func (cl *call) run() {
 	)
 	if f := cl.flight; f != nil {
 		cl.flight, hash, scope = nil, f.Hash(), f.Scope()
-		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.dedupWindow())
+		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.shieldWindow())
 	}
 	a.sink.answer(txid, code, msg, true)
 	answered = true
