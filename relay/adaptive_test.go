@@ -120,7 +120,7 @@ func TestReloadKeepsTheLimitWhileItsSettingsStay(t *testing.T) {
 // routeFor returns the runtime record of the target named name.
 func (s *Server) routeFor(t *testing.T, name string) *target {
 	t.Helper()
-	rt := s.lookup([]byte(name))
+	rt := s.table.lookup([]byte(name))
 	require.NotNil(t, rt, name)
 	return rt
 }

@@ -31,18 +31,11 @@ type admitter struct {
 	// Owned by the read loop.
 	refusals uint8 // lines refused in a row, up to laneAfter (see refusalLane)
 	inTurn   bool  // the connection holds a turn in the refusal lane
-	// hint is the read loop's scratch for an E904's message, kept here
-	// because a message handed to the sink, an interface, leaves the
-	// stack.
-	hint [retryHintLen]byte
 
 	// calls counts the holds handed off to other goroutines (callHold):
 	// the connection waits for them before it closes.
 	calls sync.WaitGroup
 }
-
-// retryHintLen is the longest E904 message.
-const retryHintLen = len("circuit open; retry after 9223372036854775807s")
 
 // connPeer is what a connection learnt about its client beyond the
 // socket. Most connections have none, so it is kept apart from conn.
@@ -75,8 +68,8 @@ func (a *admitter) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // when it could be read: E900 with msg, or E906 once shutting down. No
 // target can be credited with it.
 func (a *admitter) refuse(txid []byte, code, msg string) {
-	a.srv.metrics.countUnrouted(code)
-	a.srv.access.record(accessNote{txid: txid, code: code, client: a.client})
+	a.srv.obs.metrics.countUnrouted(code)
+	a.srv.obs.access.record(accessNote{txid: txid, code: code, client: a.client})
 	a.sink.answerText(txid, code, msg, false)
 }
 
@@ -107,7 +100,8 @@ func (a *admitter) admit(req protocol.Request) (started bool) {
 	// Held before the shutdown check so that Shutdown, which sets the
 	// flag and then waits for the active calls to drain, cannot miss a
 	// call about to start.
-	ad := admission{hold: a.holdCall()}
+	var ad admission
+	ad.hold.take(a)
 	defer func() {
 		if !ad.hold.held() {
 			return // handed to the call, which releases it
@@ -118,14 +112,14 @@ func (a *admitter) admit(req protocol.Request) (started bool) {
 		ad.hold.release()
 	}()
 
-	if s.inShutdown.Load() {
+	if s.serving.inShutdown.Load() {
 		// Shutdown is rare and this answer is no hot path: a lookup so
 		// that a configured target is still credited with it.
-		a.recordHubAnswer(s.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		a.recordHubAnswer(s.table.lookup(req.Target), nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
 		a.sink.answerText(req.TxID, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
 		return
 	}
-	t := s.lookup(req.Target)
+	t := s.table.lookup(req.Target)
 	if t == nil {
 		a.recordHubAnswer(nil, nil, req, protocol.CodeUnknownTarget, 0, breakerNote{})
 		a.sink.answerText(req.TxID, protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
@@ -174,7 +168,7 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 	ad.named = t
 	// Read for the access log just before the breaker decides (see
 	// accessLog): a replay of the log puts the decision here.
-	ad.asked = s.access.now()
+	ad.asked = s.obs.access.now()
 	ticket, retryAfter, err := t.breaker.Allow()
 	if err != nil {
 		fb := conf.fallback
@@ -233,14 +227,14 @@ func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 	if ad.hold.handBack() {
 		note = breakerNote{use: breakerHandedBack, probe: ad.hold.ticket.Probe(), start: ad.asked}
 	}
-	s.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
+	s.obs.log.Error().Bytes("txid", req.TxID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("request handling panicked")
 	a.recordHubAnswer(t, ad.primary, req, protocol.CodeInternal, lblInternal, note)
 	a.sink.answerText(req.TxID, protocol.CodeInternal, protocol.MsgInternal, true)
 	if f := ad.flight; f != nil {
 		ad.flight = nil
 		msg := []byte(protocol.MsgInternal)
 		if ad.inDoubt && t != nil {
-			answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, t.conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
+			answerAll(s.shield.mem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, t.conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
 		} else {
 			s.releaseFlight(f, protocol.CodeInternal, msg)
 		}
@@ -251,23 +245,21 @@ func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 // err and retryAfter (and its fallback's too, if it has one) when asked at
 // asked, and the copies that joined f, the flight it leads, if any; flush
 // as for admitCall. The message is t's: "held open by operator" while an
-// operator holds it, else its retry hint.
+// operator holds it, else its retry hint, which the sink writes itself so
+// that the hot path formats it on the stack.
 func (a *admitter) refuseOpen(t *target, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
 	a.recordHubAnswer(t, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	// The read loop (flush false) writes the message in its own scratch;
-	// a refusal off it, rare, in a buffer of its own.
-	hint := &a.hint
-	if flush {
-		hint = new([retryHintLen]byte)
+	if errors.Is(err, breaker.ErrHeld) {
+		a.sink.answerText(req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, flush)
+		if f != nil {
+			a.srv.releaseFlight(f, protocol.CodeCircuitOpen, []byte(protocol.MsgHeldOpen))
+		}
+		return
 	}
-	msg := append(hint[:0], protocol.MsgHeldOpen...)
-	if !errors.Is(err, breaker.ErrHeld) {
-		msg = protocol.AppendRetryHint(hint[:0], retryHintSeconds(retryAfter))
-	}
-	a.sink.answer(req.TxID, protocol.CodeCircuitOpen, msg, flush)
+	secs := retryHintSeconds(retryAfter)
+	a.sink.answerRetry(req.TxID, secs, flush)
 	if f != nil {
-		// A copy: the scratch is the next refusal's.
-		a.srv.releaseFlight(f, protocol.CodeCircuitOpen, clone(msg))
+		a.srv.releaseFlight(f, protocol.CodeCircuitOpen, protocol.AppendRetryHint(nil, secs))
 	}
 }
 
@@ -284,10 +276,10 @@ func (a *admitter) recordHubAnswer(t, primary *target, req protocol.Request, cod
 		t.metrics.count(l)
 		name = t.nameBytes
 	} else {
-		s.metrics.countUnrouted(code)
+		s.obs.metrics.countUnrouted(code)
 	}
-	if s.access != nil {
-		s.access.record(accessNote{txid: req.TxID, target: name, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
+	if s.obs.access != nil {
+		s.obs.access.record(accessNote{txid: req.TxID, target: name, fallbackFor: primary.nameOrEmpty(), code: code, size: len(req.Payload), breaker: b,
 			client: a.client})
 	}
 }

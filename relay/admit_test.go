@@ -30,6 +30,10 @@ func (f *fakeSink) answerText(txid []byte, code, msg string, flush bool) {
 	f.answer(txid, code, []byte(msg), flush)
 }
 
+func (f *fakeSink) answerRetry(txid []byte, seconds int64, flush bool) {
+	f.answer(txid, protocol.CodeCircuitOpen, protocol.AppendRetryHint(nil, seconds), flush)
+}
+
 func (f *fakeSink) got() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -61,7 +65,7 @@ func TestAdmitterRefusesWithoutASocket(t *testing.T) {
 		assert.False(t, started)
 		assert.Equal(t, []string{"A|E903|" + protocol.MsgUnknownTarget + "\n"}, sink.got())
 		assert.Equal(t, []bool{false}, sink.flushed)
-		assert.Zero(t, srv.activeCalls.Load())
+		assert.Zero(t, srv.serving.activeCalls.Load())
 	})
 	t.Run("breaker open E904", func(t *testing.T) {
 		// Given CORE's breaker open for an hour.
@@ -75,7 +79,7 @@ func TestAdmitterRefusesWithoutASocket(t *testing.T) {
 		// Then the breaker refuses it with its retry hint.
 		assert.False(t, started)
 		assert.Equal(t, []string{"B|E904|circuit open; retry after 3600s\n"}, sink.got())
-		assert.Zero(t, srv.activeCalls.Load())
+		assert.Zero(t, srv.serving.activeCalls.Load())
 	})
 	t.Run("bulkhead full E905", func(t *testing.T) {
 		// Given CORE's only slot taken.
@@ -84,7 +88,7 @@ func TestAdmitterRefusesWithoutASocket(t *testing.T) {
 		srv, err := New(cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-		rt := srv.lookup([]byte("CORE"))
+		rt := srv.table.lookup([]byte("CORE"))
 		require.True(t, rt.bulkhead.TryAcquire())
 		t.Cleanup(rt.bulkhead.Release)
 		a, sink := sinkAdmitter(srv)
@@ -100,7 +104,7 @@ func TestAdmitterRefusesWithoutASocket(t *testing.T) {
 		assert.Equal(t, breaker.Closed, snap.State)
 		assert.Zero(t, snap.ConsecutiveFailures)
 		assert.Equal(t, 1, rt.bulkhead.InFlight(), "only the test's own slot")
-		assert.Zero(t, srv.activeCalls.Load())
+		assert.Zero(t, srv.serving.activeCalls.Load())
 	})
 }
 
@@ -123,6 +127,6 @@ func TestAdmitterStartsACallThatAnswersThroughTheSink(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Regexp(t, `^D\|E90\d\|`, got[0])
 	assert.Equal(t, []bool{true}, sink.flushed)
-	assert.Zero(t, srv.lookup([]byte("CORE")).bulkhead.InFlight())
-	assert.Zero(t, srv.activeCalls.Load())
+	assert.Zero(t, srv.table.lookup([]byte("CORE")).bulkhead.InFlight())
+	assert.Zero(t, srv.serving.activeCalls.Load())
 }

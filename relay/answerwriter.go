@@ -11,11 +11,17 @@ import (
 // a time, each written whole. flush sends the line (and whatever waits
 // before it) to the client now; without flush it may wait for the read
 // loop's flush. It is safe for concurrent use: the read loop and every
-// call of a connection answer through it. Two methods, for a message in a
-// string or in bytes, so that neither is converted (and copied) on the way.
+// call of a connection answer through it. A message comes in a string or
+// in bytes, so that neither is converted (and copied) on the way; an E904
+// comes as its retry hint, which the sink formats in a buffer of its own
+// stack (a message built by the caller would leave the caller's stack
+// through the interface, an allocation per refusal).
 type answerSink interface {
 	answer(txid []byte, code string, msg []byte, flush bool)
 	answerText(txid []byte, code, msg string, flush bool)
+	// answerRetry answers E904 "circuit open; retry after Ns", N being
+	// seconds.
+	answerRetry(txid []byte, seconds int64, flush bool)
 }
 
 // answerWriter is a connection's write side: its answers not yet written,
@@ -41,6 +47,12 @@ func (w *answerWriter) answer(txid []byte, code string, msg []byte, flush bool) 
 // answerText is answer for a message in a string.
 func (w *answerWriter) answerText(txid []byte, code, msg string, flush bool) {
 	appendAnswer(w, txid, code, msg, flush)
+}
+
+// answerRetry formats the E904 message on the stack and buffers it.
+func (w *answerWriter) answerRetry(txid []byte, seconds int64, flush bool) {
+	var hint [len("circuit open; retry after 9223372036854775807s")]byte
+	appendAnswer(w, txid, protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], seconds), flush)
 }
 
 // appendAnswer is answer and answerText, written once for both kinds of
@@ -108,7 +120,7 @@ func (w *answerWriter) writeLocked(now time.Time) bool {
 	}
 	w.err = err
 	w.c.nc.Close()
-	w.c.logAddrs(w.c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
+	w.c.logAddrs(w.c.srv.obs.log.Debug().Err(err)).Msg("client write failed; connection closed")
 	return false
 }
 

@@ -64,7 +64,7 @@ func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
 // openBreakerServer returns a Server whose CORE breaker is open.
 func openBreakerServer(b *testing.B, metrics, access bool) *Server {
 	srv := benchServer(b, Config{TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}}}, metrics, access)
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	if err != nil {
 		b.Fatal(err)
@@ -107,7 +107,7 @@ func BenchmarkBulkheadFullLine(b *testing.B) {
 	for _, v := range benchVariants {
 		b.Run(v.name, func(b *testing.B) {
 			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, v.metrics, v.access)
-			rt := srv.lookup([]byte("CORE"))
+			rt := srv.table.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")
 			}
@@ -224,7 +224,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		}},
 		{name: "E905", chunk: 2000, setup: func(b *testing.B, metrics bool) func(int) {
 			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, metrics, false)
-			rt := srv.lookup([]byte("CORE"))
+			rt := srv.table.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")
 			}

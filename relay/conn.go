@@ -113,12 +113,12 @@ func (c *conn) resume() {
 // hand-off, starts resume, which the Server's WaitGroup owns like serve.
 func (c *conn) ended(end readEnd) {
 	if end == endHandOff {
-		c.srv.clientWork.Go(c.resume)
+		c.srv.serving.clientWork.Go(c.resume)
 		return
 	}
 	c.adm.calls.Wait()
 	c.finish(end)
-	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+	c.logAddrs(c.srv.obs.log.Debug()).Stringer("end", end).Msg("connection closed")
 	c.srv.untrack(c.nc)
 }
 
@@ -175,7 +175,7 @@ func (c *conn) serveInput() readEnd {
 			}
 		}
 		switch {
-		case tooLong && c.srv.inShutdown.Load():
+		case tooLong && c.srv.serving.inShutdown.Load():
 			c.adm.refuse(line, protocol.CodeUnavailable, protocol.MsgShuttingDown)
 			c.adm.tally(false)
 		case tooLong:
@@ -237,7 +237,7 @@ func (c *conn) serveLine(line []byte) (admitted bool) {
 		panic("relay: protocol.ParseRequest returned a foreign error: " + err.Error())
 	}
 	code, msg := pe.Code, pe.Message
-	if c.srv.inShutdown.Load() {
+	if c.srv.serving.inShutdown.Load() {
 		code, msg = protocol.CodeUnavailable, protocol.MsgShuttingDown
 	}
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.

@@ -457,7 +457,7 @@ func openCoreServer(t *testing.T, cfg Config) *Server {
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true, 0)

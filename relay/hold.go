@@ -30,11 +30,12 @@ type callHold struct {
 	hasSlot   bool
 }
 
-// holdCall takes a hold for a request about to be admitted, counted
-// among the hub's active calls.
-func (a *admitter) holdCall() callHold {
-	a.srv.activeCalls.Add(1)
-	return callHold{adm: a}
+// take makes the empty hold h hold a request of a about to be admitted,
+// counted among the hub's active calls. It fills h in place rather than
+// returning a hold, to spare the read loop's admission a copy.
+func (h *callHold) take(a *admitter) {
+	a.srv.serving.activeCalls.Add(1)
+	h.adm = a
 }
 
 // held reports whether h holds a transaction: not yet released nor moved.
@@ -100,14 +101,20 @@ func (h *callHold) handOff() callHold {
 // release ends the hold: whatever is still held is handed back (handBack)
 // and the counts go down. A no-op on an empty hold.
 func (h *callHold) release() {
-	a := h.adm
-	if a == nil {
-		return
+	if h.adm != nil {
+		h.releaseHeld()
 	}
-	h.handBack()
+}
+
+// releaseHeld is release of a hold that is not empty.
+func (h *callHold) releaseHeld() {
+	a := h.adm
+	if h.hasTicket || h.hasSlot {
+		h.handBack()
+	}
 	handed := h.handed
-	*h = callHold{}
-	a.srv.activeCalls.Add(-1)
+	h.adm, h.handed = nil, false // empty: the rest went with handBack
+	a.srv.serving.activeCalls.Add(-1)
 	if handed {
 		a.calls.Done()
 	}

@@ -15,14 +15,15 @@ func TestCallHoldReleasesOnce(t *testing.T) {
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	a, _ := sinkAdmitter(srv)
-	h := a.holdCall()
+	var h callHold
+	h.take(a)
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
 	h.admitted(rt, ticket)
 	require.True(t, h.takeSlot())
-	require.EqualValues(t, 1, srv.activeCalls.Load())
+	require.EqualValues(t, 1, srv.serving.activeCalls.Load())
 
 	// When it moves to another goroutine's keeping.
 	moved := h.handOff()
@@ -30,7 +31,7 @@ func TestCallHoldReleasesOnce(t *testing.T) {
 	// Then the hold it left is empty: releasing it gives nothing back.
 	assert.False(t, h.held())
 	h.release()
-	assert.EqualValues(t, 1, srv.activeCalls.Load())
+	assert.EqualValues(t, 1, srv.serving.activeCalls.Load())
 	assert.Equal(t, 1, rt.bulkhead.InFlight())
 
 	// When the moved hold is released twice.
@@ -38,7 +39,7 @@ func TestCallHoldReleasesOnce(t *testing.T) {
 	moved.release()
 
 	// Then the slot, the ticket and the counts went back once.
-	assert.Zero(t, srv.activeCalls.Load())
+	assert.Zero(t, srv.serving.activeCalls.Load())
 	assert.Zero(t, rt.bulkhead.InFlight())
 	snap := rt.breaker.Snapshot()
 	assert.Equal(t, breaker.Closed, snap.State)
@@ -54,9 +55,10 @@ func TestCallHoldHandsBackOnlyWhatItStillHolds(t *testing.T) {
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	a, _ := sinkAdmitter(srv)
-	h := a.holdCall()
+	var h callHold
+	h.take(a)
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
 	h.admitted(rt, ticket)
@@ -72,5 +74,5 @@ func TestCallHoldHandsBackOnlyWhatItStillHolds(t *testing.T) {
 	assert.False(t, handedBack)
 	assert.Zero(t, rt.bulkhead.InFlight())
 	assert.Equal(t, 1, rt.breaker.Snapshot().ConsecutiveFailures)
-	assert.Zero(t, srv.activeCalls.Load())
+	assert.Zero(t, srv.serving.activeCalls.Load())
 }

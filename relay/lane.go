@@ -65,7 +65,7 @@ func (a *admitter) tally(admitted bool) {
 // when no turn has ended for the lane's stuck time. It reports whether it
 // waited.
 func (a *admitter) awaitTurn() (waited bool) {
-	if a.refusals < laneAfter || a.inTurn || a.srv.inShutdown.Load() || !a.srv.laneInForce() {
+	if a.refusals < laneAfter || a.inTurn || a.srv.serving.inShutdown.Load() || !a.srv.laneInForce() {
 		return false
 	}
 	l := &a.srv.lane
@@ -85,7 +85,7 @@ func (a *admitter) awaitTurn() (waited bool) {
 		case l.turn <- struct{}{}:
 			a.inTurn = true
 			return true
-		case <-a.srv.stopping:
+		case <-a.srv.serving.stopping:
 			return true
 		case <-timer.C:
 			ended := l.ended.Load()
@@ -122,21 +122,11 @@ func (a *admitter) leaveLane() {
 func (s *Server) laneInForce() bool {
 	now := time.Now().UnixNano()
 	last := s.lane.callsAt.Load()
-	if s.callsInFlight() {
+	if s.table.callsInFlight() {
 		if now-last > int64(time.Millisecond) {
 			s.lane.callsAt.Store(now)
 		}
 		return true
 	}
 	return now-last < int64(laneCallsRecent)
-}
-
-// callsInFlight reports whether any target has a call in flight.
-func (s *Server) callsInFlight() bool {
-	for _, rt := range s.targetList() {
-		if rt.bulkhead.InFlight() > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -353,10 +353,10 @@ func TestLaneHammer(t *testing.T) {
 // serverConn returns the socket of the one connection srv serves.
 func serverConn(t *testing.T, srv *Server) net.Conn {
 	t.Helper()
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
+	srv.serving.mu.Lock()
+	defer srv.serving.mu.Unlock()
 	var found []net.Conn
-	for nc, c := range srv.conns {
+	for nc, c := range srv.serving.conns {
 		if c != nil {
 			found = append(found, nc)
 		}

@@ -317,11 +317,11 @@ func (m *Metrics) collectors(unrouted, panics *prometheus.CounterVec) []promethe
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
 		m.probes, m.probeLast, m.probeTook, m.probeOK, m.shielded, m.shieldFull, m.hubRefusals,
 		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
-			func(s *Server) int64 { return s.shieldMem.Evictions() }),
+			func(s *Server) int64 { return s.shield.mem.Evictions() }),
 		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
-			func(s *Server) int64 { return s.shieldMem.Len() }),
+			func(s *Server) int64 { return s.shield.mem.Len() }),
 		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Commands of the duplicate-TXID shield to the fleet's store that failed (a shielded call makes two: its claim and its outcome), each leaving the hub to shield on its own memory.",
-			func(s *Server) int64 { return s.shieldStoreFallbacks.Load() }),
+			func(s *Server) int64 { return s.shield.storeFallbacks.Load() }),
 	}
 }
 
@@ -602,7 +602,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	for _, r := range s.targetList() {
+	for _, r := range s.table.all() {
 		ch <- prometheus.MustNewConstMetric(lc.state, prometheus.GaugeValue, float64(r.breaker.Snapshot().State), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.limit, prometheus.GaugeValue, float64(r.limit()), r.name)

@@ -140,7 +140,7 @@ func (s *Server) startProbers(routes []*target) {
 		rt.prober.mu.Lock()
 		if !rt.prober.on && len(rt.conf.Load().probePayload) > 0 {
 			rt.prober.on = true
-			s.clientWork.Go(func() { s.runProber(rt) })
+			s.serving.clientWork.Go(func() { s.runProber(rt) })
 		}
 		rt.prober.mu.Unlock()
 		rt.prober.poke()
@@ -154,7 +154,7 @@ func (s *Server) runProber(rt *target) {
 	for s.catchPanic(taskProber, func() { s.probeLoop(rt) }) {
 		t := time.NewTimer(probeRestartPause)
 		select {
-		case <-s.stopping:
+		case <-s.serving.stopping:
 			t.Stop()
 			rt.prober.end()
 			return
@@ -172,7 +172,7 @@ func (s *Server) probeLoop(rt *target) {
 	defer timer.Stop()
 	for {
 		select {
-		case <-s.stopping:
+		case <-s.serving.stopping:
 			rt.prober.end()
 			return
 		case <-rt.prober.wake:
@@ -198,7 +198,7 @@ func (p *prober) end() {
 func (s *Server) endProber(rt *target) bool {
 	rt.prober.mu.Lock()
 	defer rt.prober.mu.Unlock()
-	if len(rt.conf.Load().probePayload) > 0 && slices.Contains(s.targetList(), rt) {
+	if len(rt.conf.Load().probePayload) > 0 && slices.Contains(s.table.all(), rt) {
 		return false
 	}
 	rt.prober.on = false
@@ -210,7 +210,7 @@ func (s *Server) endProber(rt *target) bool {
 func (s *Server) probeOnce(rt *target, conf *targetConf) time.Duration {
 	// Read for the access log just before the breaker decides, as for a
 	// client's request: a replay of the log puts the decision here.
-	asked := s.access.now()
+	asked := s.obs.access.now()
 	ticket, wait, err := rt.breaker.AllowProbe()
 	switch {
 	case errors.Is(err, breaker.ErrClosed):
@@ -263,7 +263,7 @@ func (s *Server) sendProbe(rt *target, conf *targetConf, ticket breaker.Ticket, 
 	}
 	healthy := slices.Contains(conf.probeExpect, res.Code)
 	slow := conf.settings.SlowCall > 0 && took > conf.settings.SlowCall
-	end := s.access.now()
+	end := s.obs.access.now()
 	// Recorded before the breaker hears of it, so that whoever sees the
 	// breaker change finds the probe that changed it.
 	r := &ProbeResult{TxID: string(txid), At: start.Add(took), Healthy: healthy && !slow, Code: res.Code, Duration: took}
@@ -275,7 +275,7 @@ func (s *Server) sendProbe(rt *target, conf *targetConf, ticket breaker.Ticket, 
 	released = true
 	rt.bulkhead.Release()
 
-	s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: res.Code, took: took, size: len(conf.probePayload),
+	s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, code: res.Code, took: took, size: len(conf.probePayload),
 		breaker: breakerNote{use: breakerAdmitted, probe: true, synthetic: true, start: asked, end: end}})
 	ev := rt.log.Info()
 	if !r.Healthy {
@@ -293,7 +293,7 @@ func (s *Server) sendProbe(rt *target, conf *targetConf, ticket breaker.Ticket, 
 // remembers.
 func (s *Server) probeTxID() []byte {
 	hub := "hub"
-	if id := s.hubID.Load(); id != nil {
+	if id := s.inDoubt.hubID.Load(); id != nil {
 		hub = *id
 	}
 	tail := "-" + strconv.FormatInt(s.started.UnixMilli(), 36) + "-" + strconv.FormatUint(s.probeSeq.Add(1), 10)

@@ -126,7 +126,7 @@ func (s *Server) setProxyProtocol(p ProxyProtocol, trusted []netip.Prefix) error
 		}
 	}
 	s.proxyProtocol, s.proxyTrusted = p, slices.Clone(trusted)
-	s.proxyLog = s.log.Sample(&zerolog.BurstSampler{Burst: proxyLogBurst, Period: time.Second})
+	s.obs.proxyLog = s.obs.log.Sample(&zerolog.BurstSampler{Burst: proxyLogBurst, Period: time.Second})
 	return nil
 }
 
@@ -268,6 +268,6 @@ func isTimeout(err error) bool {
 // refuseProxy logs a connection refused by the PROXY rules, from peer, for
 // why.
 func (s *Server) refuseProxy(peer netip.AddrPort, why string) {
-	s.proxyLog.Warn().Stringer("remote", peer).Str("proxy_protocol", s.proxyProtocol.String()).
+	s.obs.proxyLog.Warn().Stringer("remote", peer).Str("proxy_protocol", s.proxyProtocol.String()).
 		Str("reason", why).Msg("connection refused")
 }

@@ -286,7 +286,7 @@ func BenchmarkFastFailLoopbackDepth1Proxied(b *testing.B) {
 		ProxyProtocol:  ProxyRequired,
 		ProxyTrusted:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}, false, false)
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(b, err)
 	rt.breaker.Done(ticket, true, 0)

@@ -65,12 +65,6 @@ func (rc *targetConf) countFallback() {
 	}
 }
 
-// targetList returns the targets in force, in configuration order. The slice
-// is never changed: a reload stores a new one.
-func (s *Server) targetList() []*target {
-	return *s.targets.Load()
-}
-
 // targetPlan is one target of a checked configuration, ready to become a
 // target: its canonical name, the URL transactions are posted to, and its
 // settings with every default filled in.
@@ -112,7 +106,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 			return nil, err
 		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
-			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, probeExpect: s.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
+			own: t.Settings != nil, settings: s.table.defaults, codes: s.table.defaultCodes, probeExpect: s.table.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
 		if len(t.AllowedClients) > 0 {
 			p.clients = slices.Clone(t.AllowedClients)
 		}
@@ -160,7 +154,7 @@ func (s *Server) newTarget(p targetPlan) *target {
 		viaBusy:   "via " + p.name + ": " + protocol.MsgBulkheadFull,
 		work:      make(chan *call),
 		prober:    prober{wake: make(chan struct{}, 1)},
-		log:       s.log.With().Str("target", p.name).Logger(),
+		log:       s.obs.log.With().Str("target", p.name).Logger(),
 	}
 	rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
 	rt.breaker = breaker.New(breaker.Settings{
@@ -200,7 +194,7 @@ func (s *Server) newConf(p targetPlan, rt *target, old *targetConf) (*targetConf
 		return rc, nil
 	}
 	client, err := targethttp.New(targethttp.Config{
-		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.targetConns,
+		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.table.conns,
 		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened, TLS: p.tls,
 	})
 	if err != nil {
@@ -225,7 +219,7 @@ func (s *Server) linkConfs(routes []*target, confs []*targetConf) {
 		}
 	}
 	for i, rc := range confs {
-		rc.fallbacks = s.metrics.fallbackCounter(routes[i].name, rc.fallbackName)
+		rc.fallbacks = s.obs.metrics.fallbackCounter(routes[i].name, rc.fallbackName)
 	}
 }
 
@@ -279,16 +273,16 @@ var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
 // every other method. It never blocks the requests in flight: they read the
 // configuration without a lock.
 func (s *Server) Reload(targets []Target) (ReloadResult, error) {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	if s.inShutdown.Load() {
+	s.table.reloadMu.Lock()
+	defer s.table.reloadMu.Unlock()
+	if s.serving.inShutdown.Load() {
 		return ReloadResult{}, ErrReloadClosed
 	}
 	plans, err := s.plan(targets)
 	if err != nil {
 		return ReloadResult{}, err
 	}
-	current := s.targetList()
+	current := s.table.all()
 	byName := make(map[string]*target, len(current))
 	for _, rt := range current {
 		byName[rt.name] = rt
@@ -301,7 +295,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	for i, p := range plans {
 		rt, kept := byName[p.name]
 		var old *targetConf
-		switch retired, back := s.retired[p.name]; {
+		switch retired, back := s.table.retired[p.name]; {
 		case kept:
 			old = rt.conf.Load()
 			delete(byName, p.name)
@@ -329,18 +323,18 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	}
 	s.linkConfs(routes, confs)
 	s.applyConfs(routes, confs)
-	s.targets.Store(&routes)
+	s.table.list.Store(&routes)
 	for _, rt := range routes {
-		delete(s.retired, rt.name)
+		delete(s.table.retired, rt.name)
 	}
 	s.startProbers(routes)
 	for _, rt := range current {
 		if _, removed := byName[rt.name]; removed {
 			res.Removed = append(res.Removed, rt.name)
-			if s.retired == nil {
-				s.retired = make(map[string]*target)
+			if s.table.retired == nil {
+				s.table.retired = make(map[string]*target)
 			}
-			s.retired[rt.name] = rt
+			s.table.retired[rt.name] = rt
 			rt.conf.Load().client.CloseIdle()
 			// Its prober, if any, sees that it is no longer served and ends.
 			rt.prober.poke()
@@ -356,7 +350,7 @@ func (s *Server) applyConfs(routes []*target, confs []*targetConf) {
 	for i, rt := range routes {
 		old := rt.conf.Load()
 		if old == nil {
-			rt.metrics = s.metrics.forTarget(rt.name)
+			rt.metrics = s.obs.metrics.forTarget(rt.name)
 		} else {
 			rt.breaker.SetPolicy(confs[i].settings.Policy)
 			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)

@@ -69,7 +69,7 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 	assert.Equal(t, "L1|0000|got x", c.Exchange("L1|LOANS|x").String())
 	assert.Equal(t, "C2|E903|"+protocol.MsgUnknownTarget, c.Exchange("C2|CLAIM|x").String())
 	// The E903's own count drops just after its answer is written.
-	hubtest.Eventually(t, func() bool { return srv.activeCalls.Load() == 1 }, "only the CLAIM call is still in flight")
+	hubtest.Eventually(t, func() bool { return srv.serving.activeCalls.Load() == 1 }, "only the CLAIM call is still in flight")
 	claim.UnblockAll()
 	assert.Equal(t, "C1|0000|got slow", c.ReadResponse().String())
 	assert.Equal(t, 1, claim.Calls())

@@ -2,12 +2,10 @@ package relay
 
 import (
 	"context"
-	"crypto/sha256"
 	"strings"
 	"time"
 
 	"github.com/relayhub/relayhub/relay/dedup"
-	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
@@ -44,7 +42,7 @@ func (r *target) countShielded(o shieldOutcome) {
 // TXID and the caller leads its call through the returned flight.
 func (a *admitter) shield(rt *target, conf *targetConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
 	s := a.srv
-	v, f, code, msg := s.shieldMem.Begin(rt.name, a.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+	v, f, code, msg := s.shield.mem.Begin(rt.name, a.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
 		return a.join(rt, req)
 	})
 	switch v {
@@ -97,7 +95,8 @@ func (a *admitter) startResolver(rt *target, f *dedup.Flight, req protocol.Reque
 		return false
 	}
 	own := protocol.Request{TxID: clone(req.TxID), Target: rt.nameBytes, Payload: clone(req.Payload)}
-	h := a.holdCall()
+	var h callHold
+	h.take(a)
 	hold := h.handOff()
 	a.srv.goCatching(taskResolver, func() { a.resolve(rt, called, f, own, hold) })
 	return true
@@ -118,7 +117,7 @@ func (s *Server) calledTarget(rt *target, doubt string) *target {
 	if !ok {
 		return rt
 	}
-	return s.lookup([]byte(name))
+	return s.table.lookup([]byte(name))
 }
 
 // clone returns a copy of b that the connection's next read cannot
@@ -139,7 +138,8 @@ type joiner struct {
 // Called under the shield's lock, so that the leader cannot answer before
 // the hold is taken.
 func (a *admitter) join(rt *target, req protocol.Request) dedup.Waiter {
-	h := a.holdCall()
+	var h callHold
+	h.take(a)
 	return &joiner{hold: h.handOff(), rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
 }
 
@@ -147,7 +147,7 @@ func (a *admitter) join(rt *target, req protocol.Request) dedup.Waiter {
 func (j *joiner) Answer(code string, msg []byte) {
 	a := j.hold.adm
 	j.rt.metrics.count(answerCodeLabel(code))
-	a.srv.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: a.client})
+	a.srv.obs.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: a.client})
 	a.sink.answer(j.txid, code, msg, true)
 	j.hold.release()
 }
@@ -165,7 +165,7 @@ func answerAll(ws []dedup.Waiter, code string, msg []byte) {
 func (a *admitter) unresolved(rt *target, f *dedup.Flight, req protocol.Request) {
 	rt.countShielded(shieldUnresolved)
 	msg := []byte(protocol.MsgStillUnknown)
-	ws := a.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.shieldWindow())
+	ws := a.srv.shield.mem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.shieldWindow())
 	a.recordHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
 	a.sink.answer(req.TxID, protocol.CodeTimeout, msg, true)
 	answerAll(ws, protocol.CodeTimeout, msg)
@@ -207,7 +207,7 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 			msg = append([]byte(called.viaPrefix), msg...)
 		}
 		ad.flight = nil
-		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.shieldWindow())
+		ws := s.shield.mem.Settle(f, dedup.Answered, code, msg, conf.settings.shieldWindow())
 		s.journalResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f, code, msg)
 		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
@@ -226,30 +226,6 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 	}
 }
 
-// journalResolved appends to the in-doubt journal that the target applied
-// req, a transaction in doubt, with code; it returns once the line is
-// fsynced.
-func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Request, code string) {
-	e := indoubt.Entry{
-		Time:          time.Now(),
-		Hub:           s.hubName(),
-		TxID:          string(req.TxID),
-		Target:        rt.name,
-		URL:           conf.url,
-		Code:          code,
-		Stage:         indoubt.StageResolvedApplied,
-		PayloadSHA256: sha256.Sum256(req.Payload),
-	}
-	s.inDoubtRecent.Add(e)
-	if s.inDoubtLog == nil {
-		return
-	}
-	if err := s.inDoubtLog.Append(&e); err != nil {
-		s.metrics.countInDoubtLogError()
-		rt.log.Error().Err(err).Bytes("txid", req.TxID).Str("path", s.inDoubtLog.Path()).Msg("resolution of an in-doubt call not journalled")
-	}
-}
-
 // settleFlight ends the flight of a call that ended with res, answered to
 // the client as code, msg, and returns its waiters: an answer from the
 // target is remembered, a call in doubt is remembered as such, and a call
@@ -257,11 +233,11 @@ func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Requ
 func (s *Server) settleFlight(f *dedup.Flight, res targethttp.Result, code string, msg []byte, window time.Duration) []dedup.Waiter {
 	switch {
 	case res.Stage == targethttp.Answered:
-		return s.shieldMem.Settle(f, dedup.Answered, code, msg, window)
+		return s.shield.mem.Settle(f, dedup.Answered, code, msg, window)
 	case res.Stage.InDoubt():
-		return s.shieldMem.Settle(f, dedup.InDoubt, code, msg, window)
+		return s.shield.mem.Settle(f, dedup.InDoubt, code, msg, window)
 	default:
-		return s.shieldMem.Forget(f)
+		return s.shield.mem.Forget(f)
 	}
 }
 
@@ -269,7 +245,7 @@ func (s *Server) settleFlight(f *dedup.Flight, res targethttp.Result, code strin
 // answers its waiters as the leader was answered.
 func (s *Server) releaseFlight(f *dedup.Flight, code string, msg []byte) {
 	if f != nil {
-		answerAll(s.shieldMem.Forget(f), code, msg)
+		answerAll(s.shield.mem.Forget(f), code, msg)
 	}
 }
 

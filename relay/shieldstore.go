@@ -29,16 +29,16 @@ func (cl *call) named() *target {
 func (cl *call) claimShared() (dedup.Record, bool) {
 	s := cl.adm.srv
 	named := cl.named()
-	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.hubName()}
+	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.inDoubt.hubName()}
 	txid := string(cl.line[:cl.txidN])
 	window := named.conf.Load().settings.shieldWindow()
 	if cl.resolved {
 		// The target said it never applied the transaction the fleet
 		// holds in doubt: this call takes the record over.
-		s.trackStore(s.shieldStore.Settle(context.Background(), named.name, cl.flight.Scope(), txid, rec, window))
+		s.trackStore(s.shield.store.Settle(context.Background(), named.name, cl.flight.Scope(), txid, rec, window))
 		return dedup.Record{}, false
 	}
-	existing, claimed, err := s.shieldStore.Claim(context.Background(), named.name, cl.flight.Scope(), txid, rec, window)
+	existing, claimed, err := s.shield.store.Claim(context.Background(), named.name, cl.flight.Scope(), txid, rec, window)
 	s.trackStore(err)
 	if err != nil || claimed {
 		return dedup.Record{}, false
@@ -66,7 +66,7 @@ func (cl *call) answerShared(ex dedup.Record) {
 	case ex.State == dedup.Answered:
 		named.countShielded(shieldReplayed)
 		code, msg = ex.Code, ex.Message
-		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.shieldWindow()), code, []byte(msg))
+		answerAll(s.shield.mem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.shieldWindow()), code, []byte(msg))
 	case ex.State == dedup.InDoubt:
 		a.startResolver(named, f, req, ex.Message)
 		return
@@ -86,7 +86,7 @@ func (cl *call) answerShared(ex dedup.Record) {
 func (cl *call) settleShared(scope dedup.Scope, hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
 	s, named := cl.adm.srv, cl.named()
 	txid := string(cl.line[:cl.txidN])
-	rec := dedup.Record{Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
+	rec := dedup.Record{Hash: hash, Hub: s.inDoubt.hubName(), Code: code, Message: string(msg)}
 	window := named.conf.Load().settings.shieldWindow()
 	switch {
 	case res.Stage == targethttp.Answered:
@@ -94,38 +94,18 @@ func (cl *call) settleShared(scope dedup.Scope, hash dedup.Hash, res targethttp.
 	case res.Stage.InDoubt():
 		rec.State = dedup.InDoubt
 	default:
-		s.trackStore(s.shieldStore.Release(context.Background(), named.name, scope, txid, rec.Hub))
+		s.trackStore(s.shield.store.Release(context.Background(), named.name, scope, txid, rec.Hub))
 		return
 	}
-	s.trackStore(s.shieldStore.Settle(context.Background(), named.name, scope, txid, rec, window))
+	s.trackStore(s.shield.store.Settle(context.Background(), named.name, scope, txid, rec, window))
 }
 
 // storeResolved stores, for the fleet, that the target applied
 // rt's txid, whose flight was f, with code, msg.
 func (s *Server) storeResolved(rt *target, conf *targetConf, req protocol.Request, f *dedup.Flight, code string, msg []byte) {
-	if s.shieldStore == nil {
+	if s.shield.store == nil {
 		return
 	}
-	rec := dedup.Record{State: dedup.Answered, Hash: f.Hash(), Hub: s.hubName(), Code: code, Message: string(msg)}
-	s.trackStore(s.shieldStore.Settle(context.Background(), rt.name, f.Scope(), string(req.TxID), rec, conf.settings.shieldWindow()))
+	rec := dedup.Record{State: dedup.Answered, Hash: f.Hash(), Hub: s.inDoubt.hubName(), Code: code, Message: string(msg)}
+	s.trackStore(s.shield.store.Settle(context.Background(), rt.name, f.Scope(), string(req.TxID), rec, conf.settings.shieldWindow()))
 }
-
-// trackStore records how a command to the fleet's store went: a failure is
-// counted as a fallback to this hub's memory, and the first of a run of
-// them, like the first success after, is logged.
-func (s *Server) trackStore(err error) {
-	if err != nil {
-		s.shieldStoreFallbacks.Add(1)
-		if !s.shieldStoreDown.Swap(true) {
-			s.log.Warn().Err(err).Msg("dedup store unusable: shielding on this hub's memory only")
-		}
-		return
-	}
-	if s.shieldStoreDown.Swap(false) {
-		s.log.Info().Msg("dedup store usable again: shield shared with the fleet")
-	}
-}
-
-// DedupStoreDown reports whether the fleet's store failed the shield's
-// latest command, so that the hub shields on its own memory.
-func (s *Server) DedupStoreDown() bool { return s.shieldStoreDown.Load() }

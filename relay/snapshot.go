@@ -81,17 +81,17 @@ type DedupStatus struct {
 // Dedup returns the state of the duplicate-TXID shield.
 func (s *Server) Dedup() DedupStatus {
 	return DedupStatus{
-		Entries:        s.shieldMem.Len(),
-		Evictions:      s.shieldMem.Evictions(),
-		Shared:         s.shieldStore != nil,
-		StoreDown:      s.shieldStoreDown.Load(),
-		StoreFallbacks: s.shieldStoreFallbacks.Load(),
+		Entries:        s.shield.mem.Len(),
+		Evictions:      s.shield.mem.Evictions(),
+		Shared:         s.shield.store != nil,
+		StoreDown:      s.shield.storeDown.Load(),
+		StoreFallbacks: s.shield.storeFallbacks.Load(),
 	}
 }
 
 // Targets returns a snapshot of every target, in configuration order.
 func (s *Server) Targets() []TargetSnapshot {
-	routes := s.targetList()
+	routes := s.table.all()
 	out := make([]TargetSnapshot, 0, len(routes))
 	for _, r := range routes {
 		out = append(out, s.snapshot(r))
@@ -106,7 +106,7 @@ func (s *Server) Targets() []TargetSnapshot {
 // change made through it reaches Config.OnTransition and the metrics at
 // once, like any other, and the relay's log with the target's next call.
 func (s *Server) Breaker(name string) *breaker.Breaker {
-	r := s.lookup([]byte(name))
+	r := s.table.lookup([]byte(name))
 	if r == nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (s *Server) Breaker(name string) *breaker.Breaker {
 // Target returns a snapshot of the target named name, matched
 // case-insensitively; false when there is none.
 func (s *Server) Target(name string) (TargetSnapshot, bool) {
-	r := s.lookup([]byte(name))
+	r := s.table.lookup([]byte(name))
 	if r == nil {
 		return TargetSnapshot{}, false
 	}
@@ -180,13 +180,13 @@ func (r *target) lastProbe() ProbeResult {
 // been called (it still serves), or Shutdown or Close has begun (it no
 // longer accepts connections and answers new lines E906).
 func (s *Server) Draining() bool {
-	return s.withdrawn.Load() || s.inShutdown.Load()
+	return s.serving.withdrawn.Load() || s.serving.inShutdown.Load()
 }
 
 // ConnectionsOpen returns the number of client connections being served,
 // not counting those turned away over MaxConns.
 func (s *Server) ConnectionsOpen() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
+	s.serving.mu.Lock()
+	defer s.serving.mu.Unlock()
+	return s.serving.served
 }

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"crypto/sha256"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/dedup"
-	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
@@ -145,18 +143,6 @@ func RetryAfterSeconds(d time.Duration) float64 {
 	return float64(ms) / 1000
 }
 
-// lookup returns the target for a name as a client wrote it, matched
-// in ASCII case only (protocol.MatchesTarget), or nil. A linear scan: there
-// are few targets, and it needs no allocation to fold case.
-func (s *Server) lookup(name []byte) *target {
-	for _, r := range s.targetList() {
-		if protocol.MatchesTarget(r.nameBytes, name) {
-			return r
-		}
-	}
-	return nil
-}
-
 // startCall runs cl on one of rt's idle call workers, or on a new one when
 // none is waiting. It never waits. Workers outlive their calls so that a
 // call does not pay for a fresh goroutine whose stack then grows through
@@ -189,69 +175,10 @@ func (s *Server) callWorker(work <-chan *call, cl *call) {
 		case cl = <-work:
 		case <-idle.C:
 			return
-		case <-s.stopWorkers:
+		case <-s.serving.stopWorkers:
 			return
 		}
 	}
-}
-
-// logHubFault logs a call to rt, txid, that res says the hub did not make
-// for want of its own resources: the first of a burst, then at most one
-// every hubFaultLogPeriod for the whole hub, since the metrics count every
-// one and a hub out of descriptors must not also flood its log.
-func (s *Server) logHubFault(rt *target, txid []byte, res targethttp.Result) {
-	if ev := s.hubFaultLog.Error(); ev != nil {
-		ev.Str("target", rt.name).Stringer("reason", res.Fault).Bytes("txid", txid).AnErr("err", res.Err).
-			Msg("hub short of its own resources: call not made, answered E906")
-	}
-}
-
-// inDoubtRecent is how many calls in doubt InDoubt remembers.
-const inDoubtRecent = indoubt.DefaultRingSize
-
-// journalInDoubt records a call to rt that ended in doubt at end: counted,
-// kept among the recent ones, and appended to the journal, if any, which
-// returns once the line is fsynced: the caller waits for the disk. A journal that fails is logged and
-// counted; the caller answers the client all the same.
-func (s *Server) journalInDoubt(rt *target, conf *targetConf, txid, payload []byte, res targethttp.Result, end time.Time) {
-	rt.inDoubt.Add(1)
-	rt.metrics.countInDoubt()
-	e := indoubt.Entry{
-		Time:          end,
-		Hub:           s.hubName(),
-		TxID:          string(txid),
-		Target:        rt.name,
-		URL:           conf.url,
-		Code:          res.Code,
-		Stage:         res.Stage.String(),
-		BytesSent:     res.BytesSent,
-		PayloadSHA256: sha256.Sum256(payload),
-	}
-	s.inDoubtRecent.Add(e)
-	if s.inDoubtLog == nil {
-		return
-	}
-	if err := s.inDoubtLog.Append(&e); err != nil {
-		s.metrics.countInDoubtLogError()
-		if ev := rt.failLog.Error(); ev != nil {
-			ev.Err(err).Bytes("txid", txid).Str("path", s.inDoubtLog.Path()).Msg("in-doubt call not journalled")
-		}
-	}
-}
-
-// hubName is the hub's name in its records: Config.HubID, or the default
-// of the first listener; empty before one is known.
-func (s *Server) hubName() string {
-	if id := s.hubID.Load(); id != nil {
-		return *id
-	}
-	return ""
-}
-
-// InDoubt returns the recent calls in doubt (the last 1000) that ended at
-// or after since, oldest first.
-func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
-	return s.inDoubtRecent.Since(since)
 }
 
 // nameOrEmpty returns r's name, or "" for a nil target.
@@ -345,11 +272,11 @@ func (cl *call) panicked(p any, note breakerNote, answered bool) {
 		// E907, and a resend is looked up.
 		cl.flight = nil
 		msg := []byte(protocol.MsgInternal)
-		answerAll(s.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
+		answerAll(s.shield.mem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
 	}
 	if !answered {
 		rt.metrics.count(lblInternal)
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
+		s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
 			client: a.client})
 		a.sink.answerText(txid, protocol.CodeInternal, protocol.MsgInternal, true)
 	}
@@ -397,8 +324,8 @@ func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took
 	if failed {
 		rt.lastFailure.note(res.Code, res.Msg, start.Add(took))
 	}
-	if s.access != nil {
-		s.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: res.Code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
+	if s.obs.access != nil {
+		s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: res.Code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
 			client: a.client})
 	}
 	if res.Stage.InDoubt() {
@@ -426,7 +353,7 @@ func (cl *call) run() {
 	}()
 
 	var shared bool // the flight is claimed in the fleet's store
-	if cl.flight != nil && s.shieldStore != nil {
+	if cl.flight != nil && s.shield.store != nil {
 		var ex dedup.Record
 		if ex, shared = cl.claimShared(); shared {
 			// Another hub holds the transaction: no call from this one.
@@ -454,7 +381,7 @@ func (cl *call) run() {
 		cl.hold.handBackTicket()
 		note.use = breakerHandedBack
 	} else {
-		note.end = s.access.now()
+		note.end = s.obs.access.now()
 		cl.hold.recordTicket(failed, took)
 	}
 	rt.logTransitions()

@@ -215,7 +215,7 @@ func (c *conn) handshake() bool {
 		p.identities = clientcert.Identities(cs.PeerCertificates[0])
 		p.scope = certScope(cs.PeerCertificates[0], p.identities)
 	}
-	c.logAddrs(c.srv.log.Debug()).Strs("client", c.adm.certIdentities()).
+	c.logAddrs(c.srv.obs.log.Debug()).Strs("client", c.adm.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
 }
