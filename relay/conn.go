@@ -220,11 +220,11 @@ func (c *conn) checkEOF(line []byte, tooLong bool) ([]byte, bool, error) {
 // every line) and hands a well-formed one to the admitter. It reports
 // whether the line was admitted: handed to a call, which answers it.
 //
-// It is kept out of serveInput (go:noinline) so that the parse's and the
-// admission's frames are on the stack only while a line is served: the
-// loop's own frame, under every idle connection's wait for input, stays
-// small enough for the runtime's smallest stack (docs/DESIGN.md,
-// "Memory").
+// It must stay out of serveInput: the parse's and the admission's locals
+// belong on the stack only while a line is served, and the loop's own
+// frame, under every idle connection's wait for input, small enough for
+// the runtime's smallest stack (docs/DESIGN.md, "Memory"). It is too big
+// to be inlined today; go:noinline keeps it so should it shrink.
 //
 //go:noinline
 func (c *conn) serveLine(line []byte) (admitted bool) {

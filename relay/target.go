@@ -333,7 +333,7 @@ func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took
 	}
 }
 
-// run is step 5 of dispatch: the call, the breaker's record, the slot's
+// run is step 5 of admitter.admit: the call, the breaker's record, the slot's
 // release and the answer, in that order. The call's context is the
 // Server's, not the connection's, so a client that disconnects does not
 // cancel a transaction that may have reached the target, and its result
