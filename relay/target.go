@@ -322,7 +322,7 @@ func (cl *call) record(res targethttp.Result, failed bool, start time.Time, took
 		rt.metrics.countRetry()
 	}
 	if failed {
-		rt.lastFailure.note(res.Code, res.Msg, start.Add(took))
+		rt.lastFailure.record(res.Code, res.Msg, start.Add(took))
 	}
 	if s.obs.access != nil {
 		s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: res.Code, took: took, size: len(cl.line) - cl.txidN, breaker: note,
