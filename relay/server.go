@@ -232,10 +232,10 @@ func (s *Server) Serve(ln net.Listener) error {
 		id := DefaultHubID(ln.Addr())
 		s.inDoubt.hubID.CompareAndSwap(nil, &id)
 	}
-	if !s.trackListener(&ln, true) {
+	if !s.serving.trackListener(&ln, true) {
 		return ErrServerClosed
 	}
-	defer s.trackListener(&ln, false)
+	defer s.serving.trackListener(&ln, false)
 
 	var (
 		backoff  time.Duration
@@ -245,7 +245,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.serving.isClosed() {
 				return ErrServerClosed
 			}
 			// Running out of file descriptors and the like pass; back off
@@ -290,22 +290,6 @@ func acceptRetryable(err error) bool {
 	}
 	te, ok := err.(interface{ Temporary() bool })
 	return ok && te.Temporary()
-}
-
-// trackListener adds or removes ln from the listeners Shutdown closes. It
-// reports false when adding to a Server that is already closed.
-func (s *Server) trackListener(ln *net.Listener, add bool) bool {
-	s.serving.mu.Lock()
-	defer s.serving.mu.Unlock()
-	if !add {
-		delete(s.serving.listeners, ln)
-		return true
-	}
-	if s.serving.closed {
-		return false
-	}
-	s.serving.listeners[ln] = struct{}{}
-	return true
 }
 
 // startConn starts serving nc, or turns it away when MaxConns connections are
@@ -410,16 +394,16 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	// The listeners close before lines are answered E906, so a client that
 	// has been told "shutting down" can no longer connect.
-	lnErr := s.closeListeners()
+	lnErr := s.serving.closeListeners()
 	s.serving.inShutdown.Store(true)
 	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
 
 	err := poll(ctx, func() bool { return s.serving.activeCalls.Load() == 0 })
 	if err == nil {
-		for _, c := range s.connsSnapshot() {
+		for _, c := range s.serving.connsSnapshot() {
 			c.stopReading()
 		}
-		err = poll(ctx, func() bool { return s.connCount() == 0 })
+		err = poll(ctx, func() bool { return s.serving.connCount() == 0 })
 	}
 	if err != nil {
 		s.abortCalls()
@@ -443,7 +427,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // It returns once every goroutine of the Server has ended and the access
 // log, if any, is written out and flushed.
 func (s *Server) Close() error {
-	err := s.closeListeners()
+	err := s.serving.closeListeners()
 	s.serving.inShutdown.Store(true)
 	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
 	s.abortCalls()
@@ -483,48 +467,6 @@ func (s *Server) catchPanic(t task, f func()) bool {
 	}
 	s.logPanic(t, r.Value, r.Stack)
 	return true
-}
-
-// closeListeners closes every listener and marks the Server closed, so no
-// listener or connection is added afterwards.
-func (s *Server) closeListeners() error {
-	s.serving.mu.Lock()
-	defer s.serving.mu.Unlock()
-	s.serving.closed = true
-	var errs []error
-	for ln := range s.serving.listeners {
-		if err := (*ln).Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// isClosed reports whether Shutdown or Close has closed the listeners.
-func (s *Server) isClosed() bool {
-	s.serving.mu.Lock()
-	defer s.serving.mu.Unlock()
-	return s.serving.closed
-}
-
-// connsSnapshot returns the connections being served.
-func (s *Server) connsSnapshot() []*conn {
-	s.serving.mu.Lock()
-	defer s.serving.mu.Unlock()
-	out := make([]*conn, 0, len(s.serving.conns))
-	for _, c := range s.serving.conns {
-		if c != nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// connCount returns the number of open connections, served or turned away.
-func (s *Server) connCount() int {
-	s.serving.mu.Lock()
-	defer s.serving.mu.Unlock()
-	return len(s.serving.conns)
 }
 
 // closeConns closes every connection at once, unblocking their reads and

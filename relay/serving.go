@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -36,4 +37,62 @@ type serving struct {
 	// waits any longer for a turn in the refusal lane.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
+}
+
+// trackListener adds or removes ln from the listeners Shutdown closes. It
+// reports false when adding to a Server that is already closed.
+func (sv *serving) trackListener(ln *net.Listener, add bool) bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if !add {
+		delete(sv.listeners, ln)
+		return true
+	}
+	if sv.closed {
+		return false
+	}
+	sv.listeners[ln] = struct{}{}
+	return true
+}
+
+// closeListeners closes every listener and marks the Server closed, so no
+// listener or connection is added afterwards.
+func (sv *serving) closeListeners() error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	sv.closed = true
+	var errs []error
+	for ln := range sv.listeners {
+		if err := (*ln).Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isClosed reports whether Shutdown or Close has closed the listeners.
+func (sv *serving) isClosed() bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.closed
+}
+
+// connsSnapshot returns the connections being served.
+func (sv *serving) connsSnapshot() []*conn {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	out := make([]*conn, 0, len(sv.conns))
+	for _, c := range sv.conns {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// connCount returns the number of open connections, served or turned away.
+func (sv *serving) connCount() int {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return len(sv.conns)
 }
