@@ -51,7 +51,7 @@ func ParseLimitMode(s string) (LimitMode, error) {
 	return 0, fmt.Errorf("%q: want on, off or observe", s)
 }
 
-// adaptiveLimit is a route's limit controller, with the settings it was
+// adaptiveLimit is a target's limit controller, with the settings it was
 // built for, so that a reload keeps it when they stay. A plain value once
 // published.
 type adaptiveLimit struct {
@@ -81,7 +81,7 @@ func newAdaptiveLimit(ts TargetSettings, clock breaker.Clock) *adaptiveLimit {
 // setLimitMode gives r the limit ts asks for: the old controller while its
 // settings stay, a new one on clock (at the ceiling) when they change, none
 // for a static limit; and the bulkhead the limit to enforce.
-func (r *route) setLimitMode(ts TargetSettings, clock breaker.Clock) {
+func (r *target) setLimitMode(ts TargetSettings, clock breaker.Clock) {
 	old := r.limiter.Load()
 	if old != nil && old.mode == ts.AdaptiveLimit && old.min == ts.MinInflight && old.max == ts.MaxInflight {
 		return
@@ -97,7 +97,7 @@ func (r *route) setLimitMode(ts TargetSettings, clock breaker.Clock) {
 
 // limit returns the limit r's status shows: the computed one with an
 // adaptive or observed limit, else the bulkhead's.
-func (r *route) limit() int {
+func (r *target) limit() int {
 	if a := r.limiter.Load(); a != nil {
 		return a.Limit()
 	}
@@ -111,7 +111,7 @@ func (r *route) limit() int {
 // sent, a hub-side failure) tells nothing of the target's capacity. A move
 // of the limit is applied (unless observed), and logged when it is over
 // a tenth.
-func (r *route) adaptLimit(res targethttp.Result, took time.Duration, inflight int) {
+func (r *target) adaptLimit(res targethttp.Result, took time.Duration, inflight int) {
 	a := r.limiter.Load()
 	if a == nil {
 		return

@@ -117,10 +117,10 @@ func TestReloadKeepsTheLimitWhileItsSettingsStay(t *testing.T) {
 	assert.Equal(t, 10, srv.routeFor(t, "CORE").bulkhead.Limit())
 }
 
-// routeFor returns the route of the target named name.
-func (s *Server) routeFor(t *testing.T, name string) *route {
+// routeFor returns the runtime record of the target named name.
+func (s *Server) routeFor(t *testing.T, name string) *target {
 	t.Helper()
-	rt := s.lookup([]byte(name))
+	rt := s.table.lookup([]byte(name))
 	require.NotNil(t, rt, name)
 	return rt
 }

@@ -64,7 +64,7 @@ func benchServer(b *testing.B, cfg Config, metrics, access bool) *Server {
 // openBreakerServer returns a Server whose CORE breaker is open.
 func openBreakerServer(b *testing.B, metrics, access bool) *Server {
 	srv := benchServer(b, Config{TargetSettings: TargetSettings{Policy: breaker.Policy{FailThreshold: 1, ResetTimeout: time.Hour}}}, metrics, access)
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	if err != nil {
 		b.Fatal(err)
@@ -84,7 +84,7 @@ func benchLines(b *testing.B, c *conn, line []byte) {
 	for b.Loop() {
 		c.serveLine(line)
 		if i++; i%64 == 0 {
-			c.flush()
+			c.out.flush(time.Now())
 		}
 	}
 }
@@ -107,7 +107,7 @@ func BenchmarkBulkheadFullLine(b *testing.B) {
 	for _, v := range benchVariants {
 		b.Run(v.name, func(b *testing.B) {
 			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, v.metrics, v.access)
-			rt := srv.lookup([]byte("CORE"))
+			rt := srv.table.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")
 			}
@@ -150,10 +150,10 @@ func BenchmarkCallLine(b *testing.B) {
 			for b.Loop() {
 				c.serveLine(line)
 				if i++; i%DefaultMaxInflight == 0 {
-					c.calls.Wait()
+					c.adm.calls.Wait()
 				}
 			}
-			c.calls.Wait()
+			c.adm.calls.Wait()
 		})
 	}
 }
@@ -204,14 +204,14 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 				c.serveLine(line)
 				if (i+1)%DefaultMaxInflight == 0 {
 					if wait {
-						c.calls.Wait()
+						c.adm.calls.Wait()
 					} else {
-						c.flush()
+						c.out.flush(time.Now())
 					}
 				}
 			}
-			c.calls.Wait()
-			c.flush()
+			c.adm.calls.Wait()
+			c.out.flush(time.Now())
 		}
 	}
 	paths := []struct {
@@ -224,7 +224,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		}},
 		{name: "E905", chunk: 2000, setup: func(b *testing.B, metrics bool) func(int) {
 			srv := benchServer(b, Config{TargetSettings: TargetSettings{MaxInflight: 1}}, metrics, false)
-			rt := srv.lookup([]byte("CORE"))
+			rt := srv.table.lookup([]byte("CORE"))
 			if !rt.bulkhead.TryAcquire() {
 				b.Fatal("bulkhead already full")
 			}

@@ -77,16 +77,16 @@ func certScope(leaf *x509.Certificate, ids []string) dedup.Scope {
 // clients applies to the connections already open from their next line; a
 // target's few patterns against a certificate's few names cost less than
 // the breaker's admission.
-func (c *conn) mayUse(rc *routeConf) bool {
-	return rc.clients == nil || clientcert.MatchAny(rc.clients, c.certIdentities())
+func (a *admitter) mayUse(rc *targetConf) bool {
+	return rc.clients == nil || clientcert.MatchAny(rc.clients, a.certIdentities())
 }
 
 // refuseNotAllowed answers E908 to a request for rt, a target the client's
 // certificate does not allow it to use. No breaker or bulkhead is asked:
 // it is not a call.
-func (c *conn) refuseNotAllowed(rt *route, req protocol.Request) {
-	c.noteHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed, breakerNote{})
-	c.logAddrs(c.srv.tls.failLog.Warn()).Str("target", rt.name).Strs("client", c.certIdentities()).Bytes("txid", req.TxID).
+func (a *admitter) refuseNotAllowed(rt *target, req protocol.Request) {
+	a.recordHubAnswer(rt, nil, req, protocol.CodeNotAllowed, lblNotAllowed, breakerNote{})
+	a.logAddrs(a.srv.tls.failLog.Warn()).Str("target", rt.name).Strs("client", a.certIdentities()).Bytes("txid", req.TxID).
 		Msg("request refused: client not allowed to use target")
-	answer(c, req.TxID, protocol.CodeNotAllowed, protocol.MsgNotAllowed, false)
+	a.sink.answerText(req.TxID, protocol.CodeNotAllowed, protocol.MsgNotAllowed, false)
 }

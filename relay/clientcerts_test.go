@@ -26,14 +26,14 @@ func TestCertScopeIsTheFirstIdentitysOrTheCertificatesOwn(t *testing.T) {
 }
 
 func TestShieldScopeIsTheTargetsWithoutACertificateOrWhenSet(t *testing.T) {
-	byIdentity, byTarget := &routeConf{}, &routeConf{}
+	byIdentity, byTarget := &targetConf{}, &targetConf{}
 	byTarget.settings.DedupScope = DedupByTarget
 	scope := dedup.ClientScope("branch-7")
-	withCert := &conn{peer: &connPeer{identities: []string{"branch-7"}, scope: scope}}
-	plain := &conn{}
+	withCert := &admitter{peer: &connPeer{identities: []string{"branch-7"}, scope: scope}}
+	plain := &admitter{}
 
 	assert.Equal(t, scope, withCert.shieldScope(byIdentity))
 	assert.Equal(t, dedup.Scope{}, withCert.shieldScope(byTarget))
 	assert.Equal(t, dedup.Scope{}, plain.shieldScope(byIdentity))
-	assert.Equal(t, dedup.Scope{}, (&conn{peer: &connPeer{}}).shieldScope(byIdentity), "a PROXY header without a certificate")
+	assert.Equal(t, dedup.Scope{}, (&admitter{peer: &connPeer{}}).shieldScope(byIdentity), "a PROXY header without a certificate")
 }

@@ -336,9 +336,9 @@ func ParseDedupScope(name string) (DedupScope, error) {
 	return 0, fmt.Errorf("%q: want identity or target", name)
 }
 
-// dedupWindow is DedupWindow, or its default when zero. Like
+// shieldWindow is DedupWindow, or its default when zero. Like
 // TargetIdleTimeout, a zero window stays zero in the settings.
-func (ts TargetSettings) dedupWindow() time.Duration {
+func (ts TargetSettings) shieldWindow() time.Duration {
 	return orDefault(ts.DedupWindow, dedup.DefaultWindow)
 }
 

@@ -4,22 +4,22 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
 // conn is one client connection: a net.Conn, a line reader, a write buffer
-// and a read loop (docs/DESIGN.md, "A line's way through the hub"). The
-// read loop parses lines and answers those that need no call itself;
-// admitted calls answer from their own goroutines. Every answer is appended
-// to one write buffer under wmu, so each line is written whole.
+// and a read loop (docs/DESIGN.md, "A line's way through the hub"). It
+// reads and writes; its admitter decides. The read loop parses lines and
+// hands each request to the admitter, which answers those that need no
+// call at once and starts the others, which answer from their own
+// goroutines. Every answer goes through one answerWriter, so each line is
+// written whole.
 //
 // Backpressure: only calls admitted by a bulkhead run asynchronously, so a
 // connection never has more calls in flight than its targets' bulkheads
@@ -30,52 +30,19 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 
-	// Set before the read loop starts, read-only afterwards.
-	client netip.AddrPort // the PROXY header's source when there was one, else the socket peer
-	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
-
 	// Owned by the read loop.
-	in         lineReader
-	rdl        time.Time // the read deadline last set: a check, see afterDeadline
-	quietSince time.Time // when the loop last answered every complete line it held
-	refusals   uint8     // lines refused in a row, up to laneAfter (see refusalLane)
-	inTurn     bool      // the connection holds a turn in the refusal lane
+	in           lineReader
+	readDeadline time.Time // the read deadline last set: a check, see afterDeadline
+	quietSince   time.Time // when the loop last answered every complete line it held
 
-	wmu  sync.Mutex
-	wbuf *[]byte   // guarded by wmu: answers not yet written; nil when there are none
-	werr error     // guarded by wmu: why answers can no longer be written
-	wdl  time.Time // guarded by wmu: the write deadline last set
+	out answerWriter // the answers not yet written; the admitter's sink
 
-	dmu     sync.Mutex
-	stopped bool // guarded by dmu: Shutdown stopped reading; the read deadline has passed
+	stopMu  sync.Mutex
+	stopped bool // guarded by stopMu: Shutdown stopped reading; the read deadline has passed
 
-	calls sync.WaitGroup // this connection's calls in flight
-}
-
-// connPeer is what a connection learnt about its client beyond the
-// socket. Most connections have none, so it is kept apart from conn.
-type connPeer struct {
-	proxy      netip.AddrPort // the load balancer that sent the PROXY header; zero when none
-	identities []string       // the client certificate's identities (clientcert.Identities); nil without one
-	scope      dedup.Scope    // the shield's scope of the client's certificate (certScope); zero without one
-}
-
-// proxyPeer returns the load balancer that sent the PROXY header, or the
-// zero AddrPort when none did.
-func (c *conn) proxyPeer() netip.AddrPort {
-	if c.peer == nil {
-		return netip.AddrPort{}
-	}
-	return c.peer.proxy
-}
-
-// certIdentities returns the client certificate's identities, or nil
-// without one.
-func (c *conn) certIdentities() []string {
-	if c.peer == nil {
-		return nil
-	}
-	return c.peer.identities
+	// adm admits the connection's requests; it holds what the connection
+	// learnt of its client, set before the read loop starts.
+	adm admitter
 }
 
 // errConnDone marks a connection whose answers are all written.
@@ -85,7 +52,10 @@ var errConnDone = errors.New("relay: connection done")
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{srv: s, nc: nc, in: lineReader{maxLine: s.maxLineBytes, long: &s.longBufs}}
+	c := &conn{srv: s, nc: nc, in: lineReader{maxLine: s.maxLineBytes, long: &s.longBufs}}
+	c.out.c = c
+	c.adm = admitter{srv: s, sink: &c.out}
+	return c
 }
 
 // readEnd says why a connection's read loop stopped.
@@ -110,7 +80,7 @@ func (e readEnd) String() string {
 // flush and the close.
 func (c *conn) serve() {
 	defer c.endOnPanic()
-	if !c.begin() {
+	if !c.acceptProxyHeader() {
 		// Refused by the PROXY rules (and logged), or gone before a byte.
 		c.nc.Close()
 		c.srv.untrack(c.nc)
@@ -143,12 +113,12 @@ func (c *conn) resume() {
 // hand-off, starts resume, which the Server's WaitGroup owns like serve.
 func (c *conn) ended(end readEnd) {
 	if end == endHandOff {
-		c.srv.wg.Go(c.resume)
+		c.srv.serving.clientWork.Go(c.resume)
 		return
 	}
-	c.calls.Wait()
+	c.adm.calls.Wait()
 	c.finish(end)
-	c.logAddrs(c.srv.log.Debug()).Stringer("end", end).Msg("connection closed")
+	c.logAddrs(c.srv.obs.log.Debug()).Stringer("end", end).Msg("connection closed")
 	c.srv.untrack(c.nc)
 }
 
@@ -158,7 +128,7 @@ func (c *conn) ended(end readEnd) {
 // wait.
 func (c *conn) endOnPanic() {
 	if p := recover(); p != nil {
-		c.srv.notePanic(taskConn, p, debug.Stack())
+		c.srv.logPanic(taskConn, p, debug.Stack())
 		c.nc.Close()
 		c.srv.untrack(c.nc)
 	}
@@ -167,14 +137,10 @@ func (c *conn) endOnPanic() {
 // logAddrs adds to ev the client's address and, when a PROXY header gave
 // it, the load balancer's.
 func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
-	if !c.client.IsValid() {
+	if !c.adm.client.IsValid() {
 		return ev.Str("remote", c.nc.RemoteAddr().String())
 	}
-	ev = ev.Stringer("remote", c.client)
-	if p := c.proxyPeer(); p.IsValid() {
-		ev = ev.Stringer("proxy", p)
-	}
-	return ev
+	return c.adm.logAddrs(ev)
 }
 
 // serveInput handles lines until the connection ends or hands off. It
@@ -186,7 +152,7 @@ func (c *conn) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // A refusal-heavy connection takes its turn in the lane after each read
 // (awaitTurn) and gives it back after the flush.
 func (c *conn) serveInput() readEnd {
-	defer c.leaveLane()
+	defer c.adm.leaveLane()
 	batch := true // the next line is the first of a read
 	for {
 		line, tooLong, err := c.in.readLine(c.nc)
@@ -203,30 +169,24 @@ func (c *conn) serveInput() readEnd {
 		}
 		if batch {
 			batch = false
-			if c.awaitTurn() {
+			if c.adm.awaitTurn() {
 				// The wait for a turn is not idle time.
 				c.armReadDeadline(time.Now())
 			}
 		}
 		switch {
-		case tooLong && c.srv.inShutdown.Load():
-			c.noteUnparsed(line, protocol.CodeUnavailable)
-			answer(c, line, protocol.CodeUnavailable, protocol.MsgShuttingDown, false)
-			c.noteRefused()
+		case tooLong && c.srv.serving.inShutdown.Load():
+			c.adm.refuse(line, protocol.CodeUnavailable, protocol.MsgShuttingDown)
+			c.adm.tally(false)
 		case tooLong:
-			c.noteUnparsed(line, protocol.CodeMalformed)
-			answer(c, line, protocol.CodeMalformed, protocol.MsgLineTooLong, false)
-			c.noteRefused()
+			c.adm.refuse(line, protocol.CodeMalformed, protocol.MsgLineTooLong)
+			c.adm.tally(false)
 		case len(line) > 0:
-			if c.serveLine(line) {
-				c.refusals = 0
-			} else {
-				c.noteRefused()
-			}
+			c.adm.tally(c.serveLine(line))
 		}
 		if err != nil {
 			c.in.release()
-			c.flush()
+			c.out.flush(time.Now())
 			if err == io.EOF {
 				return endEOF
 			}
@@ -234,8 +194,8 @@ func (c *conn) serveInput() readEnd {
 		}
 		if !c.in.lineHeld() {
 			now := time.Now()
-			c.flushAt(now)
-			c.endTurn()
+			c.out.flush(now)
+			c.adm.endTurn()
 			c.armReadDeadline(now)
 			batch = true
 		}
@@ -250,34 +210,38 @@ func (c *conn) serveInput() readEnd {
 // the write's error and the line is dropped, never served. The lock makes
 // the check see a write that failed before the read.
 func (c *conn) checkEOF(line []byte, tooLong bool) ([]byte, bool, error) {
-	c.wmu.Lock()
-	werr := c.werr
-	c.wmu.Unlock()
-	if werr != nil {
+	if werr := c.out.failed(); werr != nil {
 		return nil, false, werr
 	}
 	return line, tooLong, io.EOF
 }
 
 // serveLine answers a malformed line E900 (E906 once shutting down, like
-// every line) and hands a well-formed one to dispatch. It reports whether
-// the line was admitted: handed to a call, which answers it.
+// every line) and hands a well-formed one to the admitter. It reports
+// whether the line was admitted: handed to a call, which answers it.
+//
+// It must stay out of serveInput: the parse's and the admission's locals
+// belong on the stack only while a line is served, and the loop's own
+// frame, under every idle connection's wait for input, small enough for
+// the runtime's smallest stack (docs/DESIGN.md, "Memory"). It is too big
+// to be inlined today; go:noinline keeps it so should it shrink.
+//
+//go:noinline
 func (c *conn) serveLine(line []byte) (admitted bool) {
 	req, err := protocol.ParseRequest(line)
 	if err == nil {
-		return c.dispatch(req)
+		return c.adm.admit(req)
 	}
 	var pe *protocol.ProtocolError
 	if !errors.As(err, &pe) {
 		panic("relay: protocol.ParseRequest returned a foreign error: " + err.Error())
 	}
 	code, msg := pe.Code, pe.Message
-	if c.srv.inShutdown.Load() {
+	if c.srv.serving.inShutdown.Load() {
 		code, msg = protocol.CodeUnavailable, protocol.MsgShuttingDown
 	}
 	// pe.TxID, when set, is the start of line: reslicing it spares a copy.
-	c.noteUnparsed(line[:len(pe.TxID)], code)
-	answer(c, pe.TxID, code, msg, false)
+	c.adm.refuse(line[:len(pe.TxID)], code, msg)
 	return false
 }
 
@@ -297,7 +261,7 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 func (c *conn) armReadDeadline(now time.Time) {
 	c.quietSince = now
 	slack := deadlineSlack(c.srv.idleTimeout)
-	if now.Add(slack).After(c.rdl) || c.rdl.After(now.Add(2*slack)) {
+	if now.Add(slack).After(c.readDeadline) || c.readDeadline.After(now.Add(2*slack)) {
 		c.setReadDeadline(now.Add(2 * slack))
 	}
 }
@@ -345,9 +309,9 @@ func (c *conn) afterDeadline() (end readEnd, stop bool) {
 // setReadDeadline sets the read deadline to t unless Shutdown stopped
 // reading: the past deadline that stops it must stay.
 func (c *conn) setReadDeadline(t time.Time) {
-	c.rdl = t
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
+	c.readDeadline = t
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
 	if !c.stopped {
 		_ = c.nc.SetReadDeadline(t)
 	}
@@ -356,8 +320,8 @@ func (c *conn) setReadDeadline(t time.Time) {
 // stopReading makes the read loop stop once it has handled the complete
 // lines it holds (each answered E906 during shutdown).
 func (c *conn) stopReading() {
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
 	c.stopped = true
 	_ = c.nc.SetReadDeadline(aLongTimeAgo)
 }
@@ -365,8 +329,8 @@ func (c *conn) stopReading() {
 // stoppedReading reports whether Shutdown has stopped the connection's
 // reads.
 func (c *conn) stoppedReading() bool {
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
 	return c.stopped
 }
 
@@ -376,92 +340,9 @@ func (c *conn) stoppedReading() bool {
 // close does not reset the connection and destroy answers not yet
 // delivered.
 func (c *conn) finish(end readEnd) {
-	c.wmu.Lock()
-	if c.werr == nil && c.wbuf != nil {
-		c.werr = c.writeOutLocked(time.Now())
-	}
-	healthy := c.werr == nil
-	if healthy {
-		c.werr = errConnDone
-	}
-	c.wmu.Unlock()
-	if healthy && end == endStopped {
+	if c.out.close(time.Now()) && end == endStopped {
 		closeAfterLinger(c.nc, closeLinger)
 		return
 	}
 	c.nc.Close()
-}
-
-// answer writes one response line. flush sends it (and whatever is
-// buffered before it) to the client now; without flush it waits in the
-// buffer for the read loop's flush. Once a write has failed, answers are
-// dropped: the client is gone or did not read within WriteTimeout. Safe
-// for concurrent use: the read loop and every call of the connection
-// answer through it.
-func answer[T, M ~string | ~[]byte](c *conn, txid T, code string, msg M, flush bool) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.werr != nil {
-		return
-	}
-	if c.wbuf != nil && len(*c.wbuf) > cap(*c.wbuf)-maxAnswerLen {
-		if !c.writeLocked(time.Now()) {
-			return
-		}
-	}
-	if c.wbuf == nil {
-		c.wbuf = writeBufs.Get().(*[]byte)
-	}
-	*c.wbuf = protocol.AppendResponse(*c.wbuf, txid, code, msg)
-	if flush {
-		c.writeLocked(time.Now())
-	}
-}
-
-// flush sends the buffered answers to the client.
-func (c *conn) flush() { c.flushAt(time.Now()) }
-
-// flushAt is flush for a caller that has just read the clock: now.
-func (c *conn) flushAt(now time.Time) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.werr == nil && c.wbuf != nil {
-		c.writeLocked(now)
-	}
-}
-
-// writeLocked writes the buffered answers and reports whether it could.
-// A failed write disconnects the client: it is gone, or did not read
-// within WriteTimeout. Calls in flight go on and are recorded by their
-// breakers; their answers are dropped.
-func (c *conn) writeLocked(now time.Time) bool {
-	err := c.writeOutLocked(now)
-	if err == nil {
-		return true
-	}
-	c.werr = err
-	c.nc.Close()
-	c.logAddrs(c.srv.log.Debug().Err(err)).Msg("client write failed; connection closed")
-	return false
-}
-
-// writeOutLocked writes the buffered answers and hands the buffer back,
-// whether or not the write succeeds. The write deadline is set only here,
-// where the client can make the hub wait, and moved like the read
-// deadline: a blocked write fails between WriteTimeout and WriteTimeout
-// plus deadlineSlack after it began.
-func (c *conn) writeOutLocked(now time.Time) error {
-	b := *c.wbuf
-	var err error
-	if len(b) > 0 {
-		if wt := c.srv.writeTimeout; c.wdl.Sub(now) < wt {
-			c.wdl = now.Add(wt + deadlineSlack(wt))
-			_ = c.nc.SetWriteDeadline(c.wdl)
-		}
-		_, err = c.nc.Write(b)
-	}
-	*c.wbuf = b[:0]
-	writeBufs.Put(c.wbuf)
-	c.wbuf = nil
-	return err
 }

@@ -316,15 +316,15 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 	t.Run("the write buffer goes back with the write that empties it", func(t *testing.T) {
 		nc, client := tcpPair(t)
 		c := newConn(srv, nc)
-		answer(c, "A", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
-		c.wmu.Lock()
-		require.NotNil(t, c.wbuf, "an unflushed answer is held")
-		c.wmu.Unlock()
-		c.flush()
-		answer(c, "B", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, true)
-		c.wmu.Lock()
-		assert.Nil(t, c.wbuf)
-		c.wmu.Unlock()
+		c.out.answerText([]byte("A"), protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
+		c.out.mu.Lock()
+		require.NotNil(t, c.out.buf, "an unflushed answer is held")
+		c.out.mu.Unlock()
+		c.out.flush(time.Now())
+		c.out.answerText([]byte("B"), protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, true)
+		c.out.mu.Lock()
+		assert.Nil(t, c.out.buf)
+		c.out.mu.Unlock()
 		r := bufio.NewReader(client)
 		require.NoError(t, client.SetReadDeadline(time.Now().Add(hubtest.IOTimeout)))
 		for _, want := range []string{"A|E903|" + protocol.MsgUnknownTarget + "\n", "B|E903|" + protocol.MsgUnknownTarget + "\n"} {
@@ -354,14 +354,14 @@ func TestAnswersOverflowTheWriteBuffer(t *testing.T) {
 		done <- b
 	}()
 	for i := range 100 {
-		answer(c, fmt.Sprintf("%064d", i), "B201", long, false)
-		c.wmu.Lock()
+		c.out.answerText([]byte(fmt.Sprintf("%064d", i)), "B201", long, false)
+		c.out.mu.Lock()
 		// Each answer is of the longest kind: seven fit, the eighth sends them.
-		require.Len(t, *c.wbuf, (i%7+1)*maxAnswerLen, "answers are written once the next might not fit")
-		require.Equal(t, writeBufSize, cap(*c.wbuf), "the write buffer never grows")
-		c.wmu.Unlock()
+		require.Len(t, *c.out.buf, (i%7+1)*maxAnswerLen, "answers are written once the next might not fit")
+		require.Equal(t, writeBufSize, cap(*c.out.buf), "the write buffer never grows")
+		c.out.mu.Unlock()
 	}
-	c.flush()
+	c.out.flush(time.Now())
 	assert.Equal(t, want.String(), string(<-done))
 }
 
@@ -457,7 +457,7 @@ func openCoreServer(t *testing.T, cfg Config) *Server {
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(t, err)
 	rt.breaker.Done(ticket, true, 0)
@@ -498,7 +498,7 @@ func allocsPerLine(t *testing.T, c *conn, client net.Conn, request, want string)
 			return
 		}
 		if !c.in.lineHeld() {
-			c.flush()
+			c.out.flush(time.Now())
 		}
 		if _, err := io.ReadFull(client, got); err != nil {
 			failed = err
@@ -586,8 +586,8 @@ func TestDeadlinesMoveOncePerSlack(t *testing.T) {
 			const steps = 5000
 			for i := range steps + 1 {
 				now := start.Add(time.Duration(i) * slack / 100)
-				answer(c, "A", protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
-				c.flushAt(now)
+				c.out.answerText([]byte("A"), protocol.CodeUnknownTarget, protocol.MsgUnknownTarget, false)
+				c.out.flush(now)
 				c.armReadDeadline(now)
 
 				// Then the deadlines in force are neither early nor late
@@ -861,7 +861,7 @@ func TestResetTakenByAWriteDropsTheCutLine(t *testing.T) {
 
 	// when the read loop comes to the end of the input,
 	end := c.readLoop()
-	c.calls.Wait()
+	c.adm.calls.Wait()
 
 	// then the connection ended in error and only the whole line reached
 	// the target.

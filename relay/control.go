@@ -53,7 +53,7 @@ func ParseBreakerAction(s string) (BreakerAction, error) {
 // other change. It returns ErrUnknownTarget or ErrUnknownAction, changing
 // nothing, when either is not known.
 func (s *Server) ControlBreaker(name string, action BreakerAction) (TargetSnapshot, error) {
-	rt := s.lookup([]byte(name))
+	rt := s.table.lookup([]byte(name))
 	if rt == nil {
 		return TargetSnapshot{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
 	}

@@ -5,10 +5,12 @@
 // target is refused at once (E904, E905) instead of dragging the hub and the
 // other targets down. The contract is docs/PROTOCOL.md.
 //
-// The package is the hub's core: the Server owns listeners, connections,
-// deadlines and buffering (server.go, conn.go), and one method composes the
-// policies for a request — breaker, bulkhead, call, record, release
-// (route.go). Its neighbours each do one job: relay/protocol parses and
+// The package is the hub's core: the Server owns listeners and
+// connections (server.go); a connection reads and writes, with its
+// deadlines and buffering (conn.go, answerwriter.go); an admitter decides,
+// in one method that composes the policies for a request — certificate
+// check, shield, breaker, bulkhead, call, record, release (admit.go) —
+// and one callHold carries each transaction in flight (hold.go). Its neighbours each do one job: relay/protocol parses and
 // writes lines, relay/targethttp calls a target over HTTP, relay/admin
 // serves the admin port, relay/settingsfile reads the per-target settings
 // file.

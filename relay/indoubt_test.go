@@ -139,6 +139,6 @@ func TestHubIDDefaultsToTheListener(t *testing.T) {
 	srv, addr := startServer(t, cfg)
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
-	hubtest.Eventually(t, func() bool { return srv.hubID.Load() != nil }, "Serve names the hub")
-	assert.Regexp(t, `^[A-Za-z0-9._:-]+:`+port+`$`, *srv.hubID.Load())
+	hubtest.Eventually(t, func() bool { return srv.inDoubt.hubID.Load() != nil }, "Serve names the hub")
+	assert.Regexp(t, `^[A-Za-z0-9._:-]+:`+port+`$`, *srv.inDoubt.hubID.Load())
 }

@@ -49,10 +49,14 @@ func (l *refusalLane) init() {
 	l.stuck = laneStuck
 }
 
-// noteRefused counts a refused line towards making the connection
-// refusal-heavy.
-func (c *conn) noteRefused() {
-	c.refusals = min(c.refusals+1, laneAfter)
+// tally counts a line towards making the connection refusal-heavy: a
+// refused one adds to the run of refusals, an admitted one ends it.
+func (a *admitter) tally(admitted bool) {
+	if admitted {
+		a.refusals = 0
+		return
+	}
+	a.refusals = min(a.refusals+1, laneAfter)
 }
 
 // awaitTurn waits for the connection's turn when it is refusal-heavy, not
@@ -60,14 +64,14 @@ func (c *conn) noteRefused() {
 // once) and the lane is in force. It gives up once the Server stops, or
 // when no turn has ended for the lane's stuck time. It reports whether it
 // waited.
-func (c *conn) awaitTurn() (waited bool) {
-	if c.refusals < laneAfter || c.inTurn || c.srv.inShutdown.Load() || !c.srv.laneInForce() {
+func (a *admitter) awaitTurn() (waited bool) {
+	if a.refusals < laneAfter || a.inTurn || a.srv.serving.inShutdown.Load() || !a.srv.laneInForce() {
 		return false
 	}
-	l := &c.srv.lane
+	l := &a.srv.lane
 	select {
 	case l.turn <- struct{}{}:
-		c.inTurn = true
+		a.inTurn = true
 		return false
 	default:
 	}
@@ -79,9 +83,9 @@ func (c *conn) awaitTurn() (waited bool) {
 	for {
 		select {
 		case l.turn <- struct{}{}:
-			c.inTurn = true
+			a.inTurn = true
 			return true
-		case <-c.srv.stopping:
+		case <-a.srv.serving.stopping:
 			return true
 		case <-timer.C:
 			ended := l.ended.Load()
@@ -95,19 +99,19 @@ func (c *conn) awaitTurn() (waited bool) {
 }
 
 // endTurn ends the connection's turn, if it has one, after lanePause.
-func (c *conn) endTurn() {
-	if c.inTurn {
+func (a *admitter) endTurn() {
+	if a.inTurn {
 		time.Sleep(lanePause)
-		c.leaveLane()
+		a.leaveLane()
 	}
 }
 
 // leaveLane gives the connection's turn back, if it has one.
-func (c *conn) leaveLane() {
-	if c.inTurn {
-		c.inTurn = false
-		c.srv.lane.ended.Add(1)
-		<-c.srv.lane.turn
+func (a *admitter) leaveLane() {
+	if a.inTurn {
+		a.inTurn = false
+		a.srv.lane.ended.Add(1)
+		<-a.srv.lane.turn
 	}
 }
 
@@ -118,21 +122,11 @@ func (c *conn) leaveLane() {
 func (s *Server) laneInForce() bool {
 	now := time.Now().UnixNano()
 	last := s.lane.callsAt.Load()
-	if s.callsInFlight() {
+	if s.table.callsInFlight() {
 		if now-last > int64(time.Millisecond) {
 			s.lane.callsAt.Store(now)
 		}
 		return true
 	}
 	return now-last < int64(laneCallsRecent)
-}
-
-// callsInFlight reports whether any target has a call in flight.
-func (s *Server) callsInFlight() bool {
-	for _, rt := range s.routeList() {
-		if rt.bulkhead.InFlight() > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -353,10 +353,10 @@ func TestLaneHammer(t *testing.T) {
 // serverConn returns the socket of the one connection srv serves.
 func serverConn(t *testing.T, srv *Server) net.Conn {
 	t.Helper()
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
+	srv.serving.mu.Lock()
+	defer srv.serving.mu.Unlock()
 	var found []net.Conn
-	for nc, c := range srv.conns {
+	for nc, c := range srv.serving.conns {
 		if c != nil {
 			found = append(found, nc)
 		}
@@ -430,12 +430,11 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		c.awaitTurn()
-		inTurn = c.inTurn
-		c.serveLine(line)
-		c.noteRefused()
-		c.flush()
-		c.endTurn()
+		c.adm.awaitTurn()
+		inTurn = c.adm.inTurn
+		c.adm.tally(c.serveLine(line))
+		c.out.flush(time.Now())
+		c.adm.endTurn()
 		return inTurn, nil
 	}))
 }
@@ -447,7 +446,7 @@ func TestRefusalHeavyLineDoesNotAllocate(t *testing.T) {
 // line was served in a turn and that every turn was given back.
 func laneAllocsPerLine(t *testing.T, srv *Server, c *conn, client net.Conn, serve func() (inTurn bool, err error)) float64 {
 	t.Helper()
-	c.refusals = laneAfter
+	c.adm.refusals = laneAfter
 	srv.lane.callsAt.Store(time.Now().Add(time.Hour).UnixNano()) // as if calls were in flight
 	request := []byte("TX-000123|core|XFER 1001 1002 2500\n")
 	want := "TX-000123|E904|circuit open; retry after 3600s\n"

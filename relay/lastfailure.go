@@ -22,7 +22,7 @@ type Failure struct {
 	Message string
 }
 
-// lastFailure holds a route's most recent failed call. A failure with the
+// lastFailure holds a target's most recent failed call. A failure with the
 // same code and message as the one held only moves its time, one atomic
 // store and no allocation, so a target that fails the same way again and
 // again costs its calls nothing more. It is safe for concurrent use: of two
@@ -39,9 +39,9 @@ type failureRecord struct {
 	at   atomic.Int64 // Unix nanoseconds of the latest failure with this code and message
 }
 
-// note records a failed call that ended at at with code and the message
+// record keeps a failed call that ended at at with code and the message
 // msg, as the target call returned it.
-func (lf *lastFailure) note(code string, msg []byte, at time.Time) {
+func (lf *lastFailure) record(code string, msg []byte, at time.Time) {
 	if r := lf.p.Load(); r != nil && r.code == code && r.raw == string(msg) {
 		r.at.Store(at.UnixNano())
 		return

@@ -54,7 +54,7 @@ func TestSnapshotHoldsTheLastFailedCall(t *testing.T) {
 
 func TestLastFailureCutsLongMessages(t *testing.T) {
 	var lf lastFailure
-	lf.note("E500", []byte(strings.Repeat("é", protocol.MaxMessageBytes)), time.Unix(100, 0))
+	lf.record("E500", []byte(strings.Repeat("é", protocol.MaxMessageBytes)), time.Unix(100, 0))
 	got := lf.load()
 	assert.LessOrEqual(t, len(got.Message), protocol.MaxMessageBytes)
 	assert.Equal(t, strings.Repeat("é", protocol.MaxMessageBytes/2), got.Message)
@@ -67,10 +67,10 @@ func TestRepeatedFailureNoteDoesNotAllocate(t *testing.T) {
 	var lf lastFailure
 	msg := []byte("target unreachable: connection refused")
 	now := time.Unix(100, 0)
-	lf.note(protocol.CodeUnreachable, msg, now)
+	lf.record(protocol.CodeUnreachable, msg, now)
 	allocs := testing.AllocsPerRun(100, func() {
 		now = now.Add(time.Millisecond)
-		lf.note(protocol.CodeUnreachable, msg, now)
+		lf.record(protocol.CodeUnreachable, msg, now)
 	})
 	require.Zero(t, allocs)
 	assert.Equal(t, now, lf.load().At)

@@ -176,9 +176,9 @@ type Metrics struct {
 	probeLast   *prometheus.GaugeVec
 	probeTook   *prometheus.GaugeVec
 	probeOK     *prometheus.GaugeVec
-	dedup       *prometheus.CounterVec
+	shielded    *prometheus.CounterVec
 	hubRefusals *prometheus.CounterVec
-	dedupFull   *prometheus.CounterVec
+	shieldFull  *prometheus.CounterVec
 	unrouted    [len(unroutedCodes)]prometheus.Counter
 	dropped     prometheus.Counter
 	panics      [numTasks]prometheus.Counter
@@ -271,11 +271,11 @@ func (m *Metrics) newProbeMetrics() {
 // newShieldMetrics creates the duplicate-TXID shield's metrics per target;
 // those of its memory as a whole are collectors (m.collectors).
 func (m *Metrics) newShieldMetrics() {
-	m.dedup = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.shielded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricDedup,
 		Help: "Requests the duplicate-TXID shield dealt with, by outcome: joined the call in flight, replayed a remembered answer, refused_payload (E909), resolved_applied, resolved_not_applied (sent afresh) or unresolved (E901 without a call) for a resend of a call in doubt.",
 	}, []string{labelTarget, labelOutcome})
-	m.dedupFull = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.shieldFull = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricDedupRefused,
 		Help: "New TXIDs refused E906 without a call because the duplicate-TXID shield was at --dedup-max-entries with calls in flight or in doubt only, which it never forgets before their window.",
 	}, []string{labelTarget})
@@ -315,13 +315,13 @@ func (m *Metrics) newHubMetrics() (unrouted, panics *prometheus.CounterVec) {
 func (m *Metrics) collectors(unrouted, panics *prometheus.CounterVec) []prometheus.Collector {
 	return []prometheus.Collector{
 		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
-		m.probes, m.probeLast, m.probeTook, m.probeOK, m.dedup, m.dedupFull, m.hubRefusals,
+		m.probes, m.probeLast, m.probeTook, m.probeOK, m.shielded, m.shieldFull, m.hubRefusals,
 		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
-			func(s *Server) int64 { return s.shieldMem.Evictions() }),
+			func(s *Server) int64 { return s.shield.mem.Evictions() }),
 		m.shieldFunc(prometheus.GaugeValue, metricDedupEntries, "TXIDs the duplicate-TXID shield remembers, expired ones not yet swept included.",
-			func(s *Server) int64 { return s.shieldMem.Len() }),
+			func(s *Server) int64 { return s.shield.mem.Len() }),
 		m.shieldFunc(prometheus.CounterValue, metricDedupFallbacks, "Commands of the duplicate-TXID shield to the fleet's store that failed (a shielded call makes two: its claim and its outcome), each leaving the hub to shield on its own memory.",
-			func(s *Server) int64 { return s.dedupFallbacks.Load() }),
+			func(s *Server) int64 { return s.shield.storeFallbacks.Load() }),
 	}
 }
 
@@ -376,11 +376,11 @@ func (m *Metrics) bind(srv *Server) error {
 
 // forTarget resolves the label children of one configured target. It
 // returns nil on a nil Metrics.
-func (m *Metrics) forTarget(name string) *routeMetrics {
+func (m *Metrics) forTarget(name string) *targetMetrics {
 	if m == nil {
 		return nil
 	}
-	rm := &routeMetrics{
+	rm := &targetMetrics{
 		duration:    m.duration.WithLabelValues(name),
 		connsOpened: m.connsOpened.WithLabelValues(name),
 		inDoubt:     m.inDoubt.WithLabelValues(name),
@@ -388,7 +388,7 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 		probeLast:   m.probeLast.WithLabelValues(name),
 		probeTook:   m.probeTook.WithLabelValues(name),
 		probeOK:     m.probeOK.WithLabelValues(name),
-		dedupFull:   m.dedupFull.WithLabelValues(name),
+		shieldFull:  m.shieldFull.WithLabelValues(name),
 		probes: [2]prometheus.Counter{
 			m.probes.WithLabelValues(name, outcomeFailed),
 			m.probes.WithLabelValues(name, outcomeHealthy),
@@ -397,8 +397,8 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
 	}
-	for i, outcome := range dedupOutcomeNames {
-		rm.dedup[i] = m.dedup.WithLabelValues(name, outcome)
+	for i, outcome := range shieldOutcomeNames {
+		rm.shielded[i] = m.shielded.WithLabelValues(name, outcome)
 	}
 	for f := targethttp.NoHubFault + 1; f < targethttp.NumHubFaults; f++ {
 		rm.hubRefusals[f] = m.hubRefusals.WithLabelValues(name, f.String())
@@ -414,10 +414,10 @@ func (m *Metrics) forTarget(name string) *routeMetrics {
 	return rm
 }
 
-// routeMetrics are one target's label children, resolved once by New. A nil
-// *routeMetrics (no Metrics configured) counts nothing. Safe for concurrent
+// targetMetrics are one target's label children, resolved once by New. A nil
+// *targetMetrics (no Metrics configured) counts nothing. Safe for concurrent
 // use.
-type routeMetrics struct {
+type targetMetrics struct {
 	requests [numCodeLabels]prometheus.Counter
 	duration prometheus.Observer
 	// transitions is indexed [from][to] by breaker.State; nil where from
@@ -433,10 +433,10 @@ type routeMetrics struct {
 	// gauges tell the latest one.
 	probes                        [2]prometheus.Counter
 	probeLast, probeTook, probeOK prometheus.Gauge
-	// dedup counts the shield's outcomes, by dedupOutcome.
-	dedup [numDedupOutcomes]prometheus.Counter
-	// dedupFull counts the new TXIDs the shield refused, full.
-	dedupFull prometheus.Counter
+	// shielded counts the shield's outcomes, by shieldOutcome.
+	shielded [numShieldOutcomes]prometheus.Counter
+	// shieldFull counts the new TXIDs the shield refused, full.
+	shieldFull prometheus.Counter
 	// hubRefusals counts the calls not made for want of the hub's own
 	// resources, by targethttp.HubFault; nil for NoHubFault.
 	hubRefusals [targethttp.NumHubFaults]prometheus.Counter
@@ -444,7 +444,7 @@ type routeMetrics struct {
 
 // countHubRefusal counts a call, a client's or a synthetic probe, not
 // made for want of the hub's own resource f.
-func (rm *routeMetrics) countHubRefusal(f targethttp.HubFault) {
+func (rm *targetMetrics) countHubRefusal(f targethttp.HubFault) {
 	if rm == nil {
 		return
 	}
@@ -453,17 +453,17 @@ func (rm *routeMetrics) countHubRefusal(f targethttp.HubFault) {
 	}
 }
 
-// countDedup counts what the shield did with a request.
-func (rm *routeMetrics) countDedup(o dedupOutcome) {
+// countShielded counts what the shield did with a request.
+func (rm *targetMetrics) countShielded(o shieldOutcome) {
 	if rm != nil {
-		rm.dedup[o].Inc()
+		rm.shielded[o].Inc()
 	}
 }
 
-// countDedupFull counts a new TXID the shield refused, full.
-func (rm *routeMetrics) countDedupFull() {
+// countShieldFull counts a new TXID the shield refused, full.
+func (rm *targetMetrics) countShieldFull() {
 	if rm != nil {
-		rm.dedupFull.Inc()
+		rm.shieldFull.Inc()
 	}
 }
 
@@ -484,7 +484,7 @@ func (m *Metrics) shieldFunc(t prometheus.ValueType, name, help string, value fu
 }
 
 // observeProbe counts a synthetic probe and makes it the latest.
-func (rm *routeMetrics) observeProbe(p *ProbeResult) {
+func (rm *targetMetrics) observeProbe(p *ProbeResult) {
 	if rm == nil {
 		return
 	}
@@ -499,21 +499,21 @@ func (rm *routeMetrics) observeProbe(p *ProbeResult) {
 }
 
 // countRetry counts a call tried again after a failed connect.
-func (rm *routeMetrics) countRetry() {
+func (rm *targetMetrics) countRetry() {
 	if rm != nil {
 		rm.retries.Inc()
 	}
 }
 
 // countInDoubt counts a call that ended in doubt.
-func (rm *routeMetrics) countInDoubt() {
+func (rm *targetMetrics) countInDoubt() {
 	if rm != nil {
 		rm.inDoubt.Inc()
 	}
 }
 
 // countConnOpened counts a connection opened to the target.
-func (rm *routeMetrics) countConnOpened() {
+func (rm *targetMetrics) countConnOpened() {
 	if rm != nil {
 		rm.connsOpened.Inc()
 	}
@@ -521,7 +521,7 @@ func (rm *routeMetrics) countConnOpened() {
 
 // count counts one answer with label l. For E904 and E905 that is also
 // the rejection, which liveCollector reports from the same counter.
-func (rm *routeMetrics) count(l codeLabel) {
+func (rm *targetMetrics) count(l codeLabel) {
 	if rm != nil {
 		rm.requests[l].Inc()
 	}
@@ -529,7 +529,7 @@ func (rm *routeMetrics) count(l codeLabel) {
 
 // observeCall counts a finished target call: its code and its duration in
 // seconds.
-func (rm *routeMetrics) observeCall(l codeLabel, seconds float64) {
+func (rm *targetMetrics) observeCall(l codeLabel, seconds float64) {
 	if rm == nil {
 		return
 	}
@@ -540,7 +540,7 @@ func (rm *routeMetrics) observeCall(l codeLabel, seconds float64) {
 // transition records a breaker state change. It runs inside the breaker's
 // transition observer, under the breaker's lock: a gauge store and a
 // counter increment, nothing that could call back.
-func (rm *routeMetrics) transition(t breaker.Transition) {
+func (rm *targetMetrics) transition(t breaker.Transition) {
 	if rm == nil || int(t.From) >= len(rm.transitions) || int(t.To) >= len(rm.transitions) {
 		return
 	}
@@ -602,7 +602,7 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	for _, r := range s.routeList() {
+	for _, r := range s.table.all() {
 		ch <- prometheus.MustNewConstMetric(lc.state, prometheus.GaugeValue, float64(r.breaker.Snapshot().State), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.limit, prometheus.GaugeValue, float64(r.limit()), r.name)

@@ -131,7 +131,7 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 		allowed["reason"] = append(allowed["reason"], f.String())
 	}
 	allowed[labelResumed] = []string{"true", "false"}
-	allowed[labelOutcome] = append([]string{outcomeHealthy, outcomeFailed}, dedupOutcomeNames[:]...)
+	allowed[labelOutcome] = append([]string{outcomeHealthy, outcomeFailed}, shieldOutcomeNames[:]...)
 	for name, values := range relayLabelValues(t, reg) {
 		require.Contains(t, allowed, name, "label %s", name)
 		for _, v := range values {

@@ -112,7 +112,7 @@ type ProbeResult struct {
 	Duration time.Duration
 }
 
-// prober is a route's side of its synthetic probes. It is safe for
+// prober is a target's side of its synthetic probes. It is safe for
 // concurrent use.
 type prober struct {
 	// wake tells the prober to look at its breaker again; buffered, so a
@@ -132,15 +132,15 @@ func (p *prober) poke() {
 	}
 }
 
-// startProbers starts the prober of every route that has a probe payload
+// startProbers starts the prober of every target that has a probe payload
 // and none running, and wakes those running, so that they see a new
 // configuration.
-func (s *Server) startProbers(routes []*route) {
+func (s *Server) startProbers(routes []*target) {
 	for _, rt := range routes {
 		rt.prober.mu.Lock()
 		if !rt.prober.on && len(rt.conf.Load().probePayload) > 0 {
 			rt.prober.on = true
-			s.wg.Go(func() { s.runProber(rt) })
+			s.serving.clientWork.Go(func() { s.runProber(rt) })
 		}
 		rt.prober.mu.Unlock()
 		rt.prober.poke()
@@ -150,11 +150,11 @@ func (s *Server) startProbers(routes []*route) {
 // runProber runs rt's prober until it ends, catching its panics where they
 // happen (logged and counted like any of the hub's) and starting it again
 // after a pause.
-func (s *Server) runProber(rt *route) {
+func (s *Server) runProber(rt *target) {
 	for s.catchPanic(taskProber, func() { s.probeLoop(rt) }) {
 		t := time.NewTimer(probeRestartPause)
 		select {
-		case <-s.stopping:
+		case <-s.serving.stopping:
 			t.Stop()
 			rt.prober.end()
 			return
@@ -167,12 +167,12 @@ func (s *Server) runProber(rt *route) {
 // sleeping on the breaker's retry-after in between, until the Server stops
 // or rt no longer has a probe payload (a reload took it away, or removed
 // the target).
-func (s *Server) probeLoop(rt *route) {
+func (s *Server) probeLoop(rt *target) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
-		case <-s.stopping:
+		case <-s.serving.stopping:
 			rt.prober.end()
 			return
 		case <-rt.prober.wake:
@@ -195,10 +195,10 @@ func (p *prober) end() {
 
 // endProber reports whether rt's prober must end, because rt has no probe
 // payload or is no longer served, and if so marks it ended.
-func (s *Server) endProber(rt *route) bool {
+func (s *Server) endProber(rt *target) bool {
 	rt.prober.mu.Lock()
 	defer rt.prober.mu.Unlock()
-	if len(rt.conf.Load().probePayload) > 0 && slices.Contains(s.routeList(), rt) {
+	if len(rt.conf.Load().probePayload) > 0 && slices.Contains(s.table.all(), rt) {
 		return false
 	}
 	rt.prober.on = false
@@ -207,10 +207,10 @@ func (s *Server) endProber(rt *route) bool {
 
 // probeOnce sends rt's probe if its breaker admits one now, and returns how
 // long to sleep before asking again.
-func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
+func (s *Server) probeOnce(rt *target, conf *targetConf) time.Duration {
 	// Read for the access log just before the breaker decides, as for a
 	// client's request: a replay of the log puts the decision here.
-	asked := s.access.now()
+	asked := s.obs.access.now()
 	ticket, wait, err := rt.breaker.AllowProbe()
 	switch {
 	case errors.Is(err, breaker.ErrClosed):
@@ -242,7 +242,7 @@ func (s *Server) probeOnce(rt *route, conf *routeConf) time.Duration {
 // bulkhead, and sendProbe reports false: it tells nothing of the target.
 // A panic hands the ticket back and releases the slot before it goes on
 // up.
-func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, asked time.Time) (sent bool) {
+func (s *Server) sendProbe(rt *target, conf *targetConf, ticket breaker.Ticket, asked time.Time) (sent bool) {
 	reported, released := false, false
 	defer func() {
 		if !reported {
@@ -263,7 +263,7 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	}
 	healthy := slices.Contains(conf.probeExpect, res.Code)
 	slow := conf.settings.SlowCall > 0 && took > conf.settings.SlowCall
-	end := s.access.now()
+	end := s.obs.access.now()
 	// Recorded before the breaker hears of it, so that whoever sees the
 	// breaker change finds the probe that changed it.
 	r := &ProbeResult{TxID: string(txid), At: start.Add(took), Healthy: healthy && !slow, Code: res.Code, Duration: took}
@@ -275,7 +275,7 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 	released = true
 	rt.bulkhead.Release()
 
-	s.access.record(accessNote{txid: txid, target: rt.nameBytes, code: res.Code, took: took, size: len(conf.probePayload),
+	s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, code: res.Code, took: took, size: len(conf.probePayload),
 		breaker: breakerNote{use: breakerAdmitted, probe: true, synthetic: true, start: asked, end: end}})
 	ev := rt.log.Info()
 	if !r.Healthy {
@@ -293,7 +293,7 @@ func (s *Server) sendProbe(rt *route, conf *routeConf, ticket breaker.Ticket, as
 // remembers.
 func (s *Server) probeTxID() []byte {
 	hub := "hub"
-	if id := s.hubID.Load(); id != nil {
+	if id := s.inDoubt.hubID.Load(); id != nil {
 		hub = *id
 	}
 	tail := "-" + strconv.FormatInt(s.started.UnixMilli(), 36) + "-" + strconv.FormatUint(s.probeSeq.Add(1), 10)

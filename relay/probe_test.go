@@ -114,7 +114,7 @@ func TestShutdownStopsTheProbers(t *testing.T) {
 
 	// when it shuts down, its prober has ended by the time Close returns.
 	require.NoError(t, srv.Close())
-	rt := srv.routeList()[0]
+	rt := srv.table.all()[0]
 	rt.prober.mu.Lock()
 	defer rt.prober.mu.Unlock()
 	assert.False(t, rt.prober.on, "the prober ended")

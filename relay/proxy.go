@@ -126,7 +126,7 @@ func (s *Server) setProxyProtocol(p ProxyProtocol, trusted []netip.Prefix) error
 		}
 	}
 	s.proxyProtocol, s.proxyTrusted = p, slices.Clone(trusted)
-	s.proxyLog = s.log.Sample(&zerolog.BurstSampler{Burst: proxyLogBurst, Period: time.Second})
+	s.obs.proxyLog = s.obs.log.Sample(&zerolog.BurstSampler{Burst: proxyLogBurst, Period: time.Second})
 	return nil
 }
 
@@ -152,7 +152,7 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// begin readies the connection for its read loop: it sets the client's
+// acceptProxyHeader readies the connection for its read loop: it sets the client's
 // address, from the PROXY header when the Server takes one from this
 // peer, and leaves in the read buffer whatever the client sent after the
 // header. It reports false, the connection still open, when it must be
@@ -162,25 +162,25 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 // The header is read through a small pooled buffer. Over TLS it is read
 // from the socket beneath, in the clear, and what follows it is the TLS
 // handshake's (proxiedSocket).
-func (c *conn) begin() bool {
+func (c *conn) acceptProxyHeader() bool {
 	s := c.srv
 	peer := addrPortOf(c.nc.RemoteAddr())
-	c.client = peer
+	c.adm.client = peer
 	if s.proxyProtocol == ProxyOff {
 		return true
 	}
 	trusted := s.trusts(peer.Addr())
 	if !trusted && s.proxyProtocol == ProxyRequired {
-		c.refuseProxy(peer, "not from a trusted PROXY sender")
+		s.refuseProxy(peer, "not from a trusted PROXY sender")
 		return false
 	}
-	c.dmu.Lock()
+	c.stopMu.Lock()
 	if c.stopped {
-		c.dmu.Unlock()
+		c.stopMu.Unlock()
 		return false
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(min(proxyHeaderTimeout, s.idleTimeout)))
-	c.dmu.Unlock()
+	c.stopMu.Unlock()
 
 	br := proxyReaders.Get().(*bufio.Reader)
 	ps := proxiedSocketOf(c.nc)
@@ -208,20 +208,20 @@ func (c *conn) begin() bool {
 	case hdr != nil && trusted:
 		if src, ok := hdr.SourceAddr.(*net.TCPAddr); ok && !hdr.Command.IsLocal() {
 			ap := src.AddrPort()
-			c.client, c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), &connPeer{proxy: peer}
+			c.adm.client, c.adm.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), &connPeer{proxy: peer}
 		}
 		return true
 	case hdr != nil:
-		c.refuseProxy(peer, "PROXY header from an address not trusted to send one")
+		s.refuseProxy(peer, "PROXY header from an address not trusted to send one")
 		return false
 	case errors.Is(err, errBadProxyHeader):
-		c.refuseProxy(peer, err.Error())
+		s.refuseProxy(peer, err.Error())
 		return false
 	case c.stoppedReading():
 		return false
 	case errors.Is(err, errNoProxyHeader) || isTimeout(err) || err == io.EOF && input:
 		if s.proxyProtocol == ProxyRequired {
-			c.refuseProxy(peer, "no PROXY header")
+			s.refuseProxy(peer, "no PROXY header")
 			return false
 		}
 		return true
@@ -267,7 +267,7 @@ func isTimeout(err error) bool {
 
 // refuseProxy logs a connection refused by the PROXY rules, from peer, for
 // why.
-func (c *conn) refuseProxy(peer netip.AddrPort, why string) {
-	c.srv.proxyLog.Warn().Stringer("remote", peer).Str("proxy_protocol", c.srv.proxyProtocol.String()).
+func (s *Server) refuseProxy(peer netip.AddrPort, why string) {
+	s.obs.proxyLog.Warn().Stringer("remote", peer).Str("proxy_protocol", s.proxyProtocol.String()).
 		Str("reason", why).Msg("connection refused")
 }

@@ -271,8 +271,8 @@ func TestProxiedConnectionDoesNotAllocate(t *testing.T) {
 	_, err := client.Write(proxyHeader(t, 2, "198.51.100.9:40000", nc.LocalAddr().String()))
 	require.NoError(t, err)
 	c := newConn(srv, nc)
-	require.True(t, c.begin())
-	assert.Equal(t, "198.51.100.9:40000", c.client.String())
+	require.True(t, c.acceptProxyHeader())
+	assert.Equal(t, "198.51.100.9:40000", c.adm.client.String())
 	assert.Zero(t, e904AllocsPerLine(t, c, client))
 }
 
@@ -286,7 +286,7 @@ func BenchmarkFastFailLoopbackDepth1Proxied(b *testing.B) {
 		ProxyProtocol:  ProxyRequired,
 		ProxyTrusted:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}, false, false)
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	ticket, _, err := rt.breaker.Allow()
 	require.NoError(b, err)
 	rt.breaker.Done(ticket, true, 0)

@@ -21,18 +21,18 @@ import (
 // A running hub takes new targets and settings without a restart, and
 // without forgetting: Reload keeps each remaining target's breaker (its
 // state, counts and open period) and bulkhead (its calls in flight), and
-// changes only the rules they apply from then on. The routes are found
-// without a lock on every request: the table of routes is an immutable
+// changes only the rules they apply from then on. The targets are found
+// without a lock on every request: the table of targets is an immutable
 // slice behind an atomic pointer, and what a reload changes of one target
-// is an immutable routeConf behind another, which a call takes once at its
+// is an immutable targetConf behind another, which a call takes once at its
 // admission and keeps to its end.
 
-// routeConf is what a reload may change of a target besides its breaker's
+// targetConf is what a reload may change of a target besides its breaker's
 // policy and its bulkhead's size: its URL, its HTTP client (which holds the
 // timeouts and the TLS settings), its failure codes, its fallback and the
 // clients allowed to use it. It is never changed once published in
-// route.conf, so it is safe for concurrent use.
-type routeConf struct {
+// target.conf, so it is safe for concurrent use.
+type targetConf struct {
 	url          string
 	own          bool           // the target came with Settings of its own
 	settings     TargetSettings // the effective settings, defaults filled in
@@ -41,7 +41,7 @@ type routeConf struct {
 	client       *targethttp.Client
 	failureCodes []string
 	fallbackName string             // canonical name of the fallback target; empty when none
-	fallback     *route             // the fallback's route; nil when none
+	fallback     *target            // the fallback; nil when none
 	fallbacks    prometheus.Counter // relay_fallbacks_total of this target and its fallback; nil when none or without metrics
 	probePayload []byte             // the synthetic probe's payload; nil when the target has none
 	probeExpect  []string           // the answer codes of a healthy synthetic probe, canonical
@@ -53,26 +53,20 @@ type routeConf struct {
 
 // isFailure reports whether a call that ended with code counts as a breaker
 // failure for this target.
-func (rc *routeConf) isFailure(code string) bool {
+func (rc *targetConf) isFailure(code string) bool {
 	return slices.Contains(rc.failureCodes, code)
 }
 
 // countFallback counts a request the target's breaker refused and its
 // fallback's breaker admitted.
-func (rc *routeConf) countFallback() {
+func (rc *targetConf) countFallback() {
 	if rc.fallbacks != nil {
 		rc.fallbacks.Inc()
 	}
 }
 
-// routeList returns the routes in force, in configuration order. The slice
-// is never changed: a reload stores a new one.
-func (s *Server) routeList() []*route {
-	return *s.routes.Load()
-}
-
 // targetPlan is one target of a checked configuration, ready to become a
-// route: its canonical name, the URL transactions are posted to, and its
+// target: its canonical name, the URL transactions are posted to, and its
 // settings with every default filled in.
 type targetPlan struct {
 	name         string
@@ -112,7 +106,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 			return nil, err
 		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
-			own: t.Settings != nil, settings: s.defaults, codes: s.defaultCodes, probeExpect: s.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
+			own: t.Settings != nil, settings: s.table.defaults, codes: s.table.defaultCodes, probeExpect: s.table.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
 		if len(t.AllowedClients) > 0 {
 			p.clients = slices.Clone(t.AllowedClients)
 		}
@@ -148,11 +142,11 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 	return plans, nil
 }
 
-// newRoute returns a route for p with a closed breaker and an empty
-// bulkhead at its limit; its metrics and its routeConf are the caller's to set before
-// the route is published.
-func (s *Server) newRoute(p targetPlan) *route {
-	rt := &route{
+// newTarget returns a target for p with a closed breaker and an empty
+// bulkhead at its limit; its metrics and its targetConf are the caller's to set before
+// the target is published.
+func (s *Server) newTarget(p targetPlan) *target {
+	rt := &target{
 		name:      p.name,
 		nameBytes: []byte(p.name),
 		bulkhead:  bulkhead.New(bulkhead.Settings{MaxInflight: p.settings.MaxInflight}),
@@ -160,7 +154,7 @@ func (s *Server) newRoute(p targetPlan) *route {
 		viaBusy:   "via " + p.name + ": " + protocol.MsgBulkheadFull,
 		work:      make(chan *call),
 		prober:    prober{wake: make(chan struct{}, 1)},
-		log:       s.log.With().Str("target", p.name).Logger(),
+		log:       s.obs.log.With().Str("target", p.name).Logger(),
 	}
 	rt.failLog = rt.log.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second})
 	rt.breaker = breaker.New(breaker.Settings{
@@ -176,12 +170,12 @@ func (s *Server) newRoute(p targetPlan) *route {
 	return rt
 }
 
-// newConf returns the routeConf of p for rt, without its fallback, which
+// newConf returns the targetConf of p for rt, without its fallback, which
 // only the whole table can tell. It keeps old's HTTP client, and with it
 // the client's pooled connections, when nothing the client depends on
 // changed; old is nil for a new target.
-func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, error) {
-	rc := &routeConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
+func (s *Server) newConf(p targetPlan, rt *target, old *targetConf) (*targetConf, error) {
+	rc := &targetConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
 		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect, statusURL: p.statusURL}
 	if p.settings.ProbePayload != "" {
 		rc.probePayload = []byte(p.settings.ProbePayload)
@@ -200,7 +194,7 @@ func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, e
 		return rc, nil
 	}
 	client, err := targethttp.New(targethttp.Config{
-		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.targetConns,
+		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.table.conns,
 		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened, TLS: p.tls,
 	})
 	if err != nil {
@@ -210,10 +204,10 @@ func (s *Server) newConf(p targetPlan, rt *route, old *routeConf) (*routeConf, e
 	return rc, nil
 }
 
-// linkConfs points each routeConf with a fallback at the fallback's route
-// in routes (plan has checked that it is there) and resolves its fallback
+// linkConfs points each targetConf with a fallback at the fallback's target
+// in targets (plan has checked that it is there) and resolves its fallback
 // counter.
-func (s *Server) linkConfs(routes []*route, confs []*routeConf) {
+func (s *Server) linkConfs(routes []*target, confs []*targetConf) {
 	for _, rc := range confs {
 		if rc.fallbackName == "" {
 			continue
@@ -225,7 +219,7 @@ func (s *Server) linkConfs(routes []*route, confs []*routeConf) {
 		}
 	}
 	for i, rc := range confs {
-		rc.fallbacks = s.metrics.fallbackCounter(routes[i].name, rc.fallbackName)
+		rc.fallbacks = s.obs.metrics.fallbackCounter(routes[i].name, rc.fallbackName)
 	}
 }
 
@@ -279,29 +273,29 @@ var ErrReloadClosed = errors.New("relay: reload: server is shutting down")
 // every other method. It never blocks the requests in flight: they read the
 // configuration without a lock.
 func (s *Server) Reload(targets []Target) (ReloadResult, error) {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	if s.inShutdown.Load() {
+	s.table.reloadMu.Lock()
+	defer s.table.reloadMu.Unlock()
+	if s.serving.inShutdown.Load() {
 		return ReloadResult{}, ErrReloadClosed
 	}
 	plans, err := s.plan(targets)
 	if err != nil {
 		return ReloadResult{}, err
 	}
-	current := s.routeList()
-	byName := make(map[string]*route, len(current))
+	current := s.table.all()
+	byName := make(map[string]*target, len(current))
 	for _, rt := range current {
 		byName[rt.name] = rt
 	}
 
 	// Everything that can fail is done before anything is applied.
 	var res ReloadResult
-	routes := make([]*route, len(plans))
-	confs := make([]*routeConf, len(plans))
+	routes := make([]*target, len(plans))
+	confs := make([]*targetConf, len(plans))
 	for i, p := range plans {
 		rt, kept := byName[p.name]
-		var old *routeConf
-		switch retired, back := s.retired[p.name]; {
+		var old *targetConf
+		switch retired, back := s.table.retired[p.name]; {
 		case kept:
 			old = rt.conf.Load()
 			delete(byName, p.name)
@@ -316,7 +310,7 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 			// started with.
 			return ReloadResult{}, fmt.Errorf("relay: target %s: a reload cannot add a target while the breakers share their state with other hubs; restart the hub to add it", p.name)
 		default:
-			rt = s.newRoute(p)
+			rt = s.newTarget(p)
 			res.Added = append(res.Added, p.name)
 		}
 		if confs[i], err = s.newConf(p, rt, old); err != nil {
@@ -329,18 +323,18 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	}
 	s.linkConfs(routes, confs)
 	s.applyConfs(routes, confs)
-	s.routes.Store(&routes)
+	s.table.list.Store(&routes)
 	for _, rt := range routes {
-		delete(s.retired, rt.name)
+		delete(s.table.retired, rt.name)
 	}
 	s.startProbers(routes)
 	for _, rt := range current {
 		if _, removed := byName[rt.name]; removed {
 			res.Removed = append(res.Removed, rt.name)
-			if s.retired == nil {
-				s.retired = make(map[string]*route)
+			if s.table.retired == nil {
+				s.table.retired = make(map[string]*target)
 			}
-			s.retired[rt.name] = rt
+			s.table.retired[rt.name] = rt
 			rt.conf.Load().client.CloseIdle()
 			// Its prober, if any, sees that it is no longer served and ends.
 			rt.prober.poke()
@@ -349,14 +343,14 @@ func (s *Server) Reload(targets []Target) (ReloadResult, error) {
 	return res, nil
 }
 
-// applyConfs puts each of routes under its new conf: a new route gets its
+// applyConfs puts each of targets under its new conf: a new target gets its
 // metrics, a kept one's breaker its new policy and probe timeout, each its
 // limit mode, and a replaced client closes its idle connections.
-func (s *Server) applyConfs(routes []*route, confs []*routeConf) {
+func (s *Server) applyConfs(routes []*target, confs []*targetConf) {
 	for i, rt := range routes {
 		old := rt.conf.Load()
 		if old == nil {
-			rt.metrics = s.metrics.forTarget(rt.name)
+			rt.metrics = s.obs.metrics.forTarget(rt.name)
 		} else {
 			rt.breaker.SetPolicy(confs[i].settings.Policy)
 			rt.breaker.SetProbeTimeout(confs[i].settings.TargetTimeout + ProbeGrace)
@@ -374,7 +368,7 @@ func (s *Server) applyConfs(routes []*route, confs []*routeConf) {
 // sameConf reports whether a and b configure a target alike: URL, fallback,
 // effective settings (the synthetic probe's included), TLS settings and
 // allowed clients.
-func sameConf(a, b *routeConf) bool {
+func sameConf(a, b *targetConf) bool {
 	as, bs := a.settings, b.settings
 	return a.url == b.url && a.statusURL == b.statusURL && as.Dedup == bs.Dedup && as.DedupWindow == bs.DedupWindow && a.fallbackName == b.fallbackName && a.own == b.own &&
 		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&

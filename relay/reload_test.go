@@ -69,7 +69,7 @@ func TestReloadAddsAndDrainsTargets(t *testing.T) {
 	assert.Equal(t, "L1|0000|got x", c.Exchange("L1|LOANS|x").String())
 	assert.Equal(t, "C2|E903|"+protocol.MsgUnknownTarget, c.Exchange("C2|CLAIM|x").String())
 	// The E903's own count drops just after its answer is written.
-	hubtest.Eventually(t, func() bool { return srv.activeCalls.Load() == 1 }, "only the CLAIM call is still in flight")
+	hubtest.Eventually(t, func() bool { return srv.serving.activeCalls.Load() == 1 }, "only the CLAIM call is still in flight")
 	claim.UnblockAll()
 	assert.Equal(t, "C1|0000|got slow", c.ReadResponse().String())
 	assert.Equal(t, 1, claim.Calls())
@@ -232,7 +232,7 @@ func TestReloadAfterShutdownIsRefused(t *testing.T) {
 // TestReloadUnderLoad reloads over and over while lines flow on several
 // connections, switching settings, bulkhead sizes, URLs and a target that
 // comes and goes. Every line of a target that stays is answered once, with
-// 0000; the race detector watches the route table and the confs.
+// 0000; the race detector watches the target table and the confs.
 func TestReloadUnderLoad(t *testing.T) {
 	a := hubtest.NewTarget(t, hubtest.Echo)
 	b := hubtest.NewTarget(t, hubtest.Echo)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/sourcegraph/conc"
 	"github.com/sourcegraph/conc/panics"
 
 	"github.com/relayhub/relayhub/breaker"
@@ -54,94 +53,37 @@ const MaxTurningAway = 1024
 // given to Serve and relays each admitted transaction to its target through
 // that target's breaker and bulkhead. It is safe for concurrent use.
 type Server struct {
-	// routes is the table of targets, replaced whole by Reload: the hot
-	// path reads it without a lock.
-	routes       atomic.Pointer[[]*route]
-	defaults     TargetSettings // effective settings of a target without its own
-	defaultCodes []string       // the failure codes of defaults, parsed
-	// defaultExpect are the probe codes of defaults, parsed.
-	defaultExpect []string
-	clock         breaker.Clock
-	rand          func() float64
-	onTransition  func(breaker.Transition)
-	probePermits  bool       // every breaker waits for PermitProbe (Config.ProbePermits)
-	reloadMu      sync.Mutex // held by Reload: one at a time
-	// retired holds the routes of targets a reload removed, by name, so
-	// that a target added back gets its breaker back: its state and its
-	// line of the breaker log go on where they stopped. Guarded by
-	// reloadMu.
-	retired      map[string]*route
+	serving serving        // listeners, connections and shutdown
+	table   targetTable    // the targets and their defaults
+	obs     observability  // logs, metrics and the access log
+	shield  shieldState    // the duplicate-TXID shield's memory and the fleet's store
+	inDoubt inDoubtJournal // the calls in doubt: journal and recent ones
+
+	clock        breaker.Clock
+	rand         func() float64
+	onTransition func(breaker.Transition)
+	probePermits bool // every breaker waits for PermitProbe (Config.ProbePermits)
+
+	// A connection's limits, Config's, set once by New.
 	maxLineBytes int
 	maxConns     int
 	idleTimeout  time.Duration
 	writeTimeout time.Duration
-	log          zerolog.Logger
-	panicLog     zerolog.Logger // log sampled to panicLogBurst lines a second
-	hubFaultLog  zerolog.Logger // log sampled to one line every hubFaultLogPeriod
-	metrics      *Metrics       // nil without metrics
-	access       *accessLog     // nil without an access log
 	// longBufs lends *[]byte buffers of maxLineBytes+2 bytes to
 	// connections while they read a line too long for a read buffer.
 	longBufs sync.Pool
 
-	// The PROXY protocol settings, Config's, set once by New, and the log
-	// of the connections they refuse, sampled to proxyLogBurst lines a
-	// second.
+	// The PROXY protocol settings, Config's, set once by New.
 	proxyProtocol ProxyProtocol
 	proxyTrusted  []netip.Prefix
-	proxyLog      zerolog.Logger
-
-	// targetConns holds every open target connection, so that abortCalls
-	// can cut the calls blocked on them.
-	targetConns *targethttp.Conns
-
-	// The calls in doubt: the journal (nil: none), the recent ones, and
-	// the hub's name in their records (set by New or the first Serve).
-	inDoubtLog    *indoubt.Journal
-	inDoubtRecent *indoubt.Ring
-	hubID         atomic.Pointer[string]
-
-	// The duplicate-TXID shield: the hub's memory of transactions, the
-	// fleet's store (nil: none), and the count of the store's commands
-	// that failed.
-	shieldMem      *dedup.Shield
-	dedupStore     dedup.Store
-	dedupStoreDown atomic.Bool
-	dedupFallbacks atomic.Int64
 
 	// lane holds refusal-heavy connections back in turn (see refusalLane).
 	lane refusalLane
 
-	inShutdown  atomic.Bool  // set by Shutdown and Close: new lines get E906
-	withdrawn   atomic.Bool  // set by Withdraw: Draining reports true, serving goes on
-	activeCalls atomic.Int64 // requests between admission and their answer
-	turningAway atomic.Int64 // connections over MaxConns not yet closed
-
-	mu        sync.Mutex
-	closed    bool                       // guarded by mu: no more listeners or connections
-	listeners map[*net.Listener]struct{} // guarded by mu
-	conns     map[net.Conn]*conn         // guarded by mu; nil for a turned-away connection
-	served    int                        // guarded by mu: connections being served (non-nil in conns)
-
-	// wg owns every goroutine the Server starts to serve clients: one per
-	// connection, one per turned-away connection, the call workers.
-	wg conc.WaitGroup
-	// stopWorkers is closed when the Server stops, ending idle call
-	// workers.
-	stopWorkers     chan struct{}
-	stopWorkersOnce sync.Once
-	// stopping is closed when the Server begins to stop (Shutdown or
-	// Close): the probers send no more probes and end, and no connection
-	// waits any longer for a turn in the refusal lane.
-	stopping     chan struct{}
-	stoppingOnce sync.Once
 	// started is when New ran, and probeSeq counts the synthetic probes
 	// sent: both are in the probes' TXIDs.
 	started  time.Time
 	probeSeq atomic.Uint64
-	// bg owns the access log's writer, which outlives wg's goroutines: it
-	// writes what they recorded until they have all ended.
-	bg conc.WaitGroup
 
 	// tls is the TLS side of the client listeners; nil serves plain TCP.
 	tls *tlsServer
@@ -190,73 +132,74 @@ func New(cfg Config) (*Server, error) {
 	}
 	defaults.SyntheticProbes = defaults.ProbePayload != ""
 	s := &Server{
-		defaults:      defaults,
-		defaultCodes:  defaultCodes,
-		defaultExpect: defaultExpect,
-		stopping:      make(chan struct{}),
-		started:       time.Now(),
-		clock:         cfg.Clock,
-		rand:          cfg.Rand,
-		probePermits:  cfg.ProbePermits,
-		onTransition:  cfg.OnTransition,
-		maxLineBytes:  orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
-		maxConns:      orDefault(cfg.MaxConns, DefaultMaxConns),
-		idleTimeout:   orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
-		writeTimeout:  orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
-		log:           cfg.Logger.With().Str("component", "relay").Logger(),
-		metrics:       cfg.Metrics,
-		listeners:     make(map[*net.Listener]struct{}),
-		conns:         make(map[net.Conn]*conn),
-		stopWorkers:   make(chan struct{}),
-		inDoubtLog:    cfg.InDoubtLog,
-		inDoubtRecent: indoubt.NewRing(inDoubtRecent),
-		dedupStore:    cfg.DedupStore,
+		serving: serving{
+			stopping:    make(chan struct{}),
+			listeners:   make(map[*net.Listener]struct{}),
+			conns:       make(map[net.Conn]*conn),
+			stopWorkers: make(chan struct{}),
+		},
+		table: targetTable{defaults: defaults, defaultCodes: defaultCodes, defaultExpect: defaultExpect},
+		obs: observability{
+			log:     cfg.Logger.With().Str("component", "relay").Logger(),
+			metrics: cfg.Metrics,
+		},
+		shield:       shieldState{store: cfg.DedupStore},
+		inDoubt:      inDoubtJournal{journal: cfg.InDoubtLog, recent: indoubt.NewRing(inDoubtRecent)},
+		started:      time.Now(),
+		clock:        cfg.Clock,
+		rand:         cfg.Rand,
+		probePermits: cfg.ProbePermits,
+		onTransition: cfg.OnTransition,
+		maxLineBytes: orDefault(cfg.MaxLineBytes, DefaultMaxLineBytes),
+		maxConns:     orDefault(cfg.MaxConns, DefaultMaxConns),
+		idleTimeout:  orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 	}
 	shieldClock := time.Now
 	if cfg.Clock != nil {
 		shieldClock = cfg.Clock.Now
 	}
-	s.shieldMem = dedup.New(dedup.Config{MaxEntries: cfg.DedupMaxEntries, Now: shieldClock})
+	s.shield.mem = dedup.New(dedup.Config{MaxEntries: cfg.DedupMaxEntries, Now: shieldClock})
 
 	if id := cfg.HubID; id != "" {
-		s.hubID.Store(&id)
+		s.inDoubt.hubID.Store(&id)
 	}
 	s.lane.init()
 
-	s.panicLog = s.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
-	s.hubFaultLog = s.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: hubFaultLogPeriod})
+	s.obs.panicLog = s.obs.log.Sample(&zerolog.BurstSampler{Burst: panicLogBurst, Period: time.Second})
+	s.obs.hubFaultLog = s.obs.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: hubFaultLogPeriod})
 	if cfg.TLS != nil {
-		if s.tls, err = newTLSServer(*cfg.TLS, s.log, cfg.Metrics); err != nil {
+		if s.tls, err = newTLSServer(*cfg.TLS, s.obs.log, cfg.Metrics); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.setProxyProtocol(cfg.ProxyProtocol, cfg.ProxyTrusted); err != nil {
 		return nil, err
 	}
-	s.targetConns = targethttp.NewConns(cfg.DialTarget)
-	routes, err := s.newRoutes(cfg)
+	s.table.conns = targethttp.NewConns(cfg.DialTarget)
+	routes, err := s.newTargets(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.AccessLog != nil {
-		s.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
-		s.bg.Go(s.writeAccessLog)
+		s.obs.access = newAccessLog(cfg.AccessLog, orDefault(cfg.AccessLogQueue, DefaultAccessLogQueue), cfg.Metrics, cfg.Logger, cfg.Clock)
+		s.obs.accessWriter.Go(s.writeAccessLog)
 	}
 	s.startProbers(routes)
 	return s, nil
 }
 
-// newRoutes builds and publishes the routes of cfg's targets, each bound to
+// newTargets builds and publishes cfg's targets, each bound to
 // its metrics once the whole configuration is known to be good.
-func (s *Server) newRoutes(cfg Config) ([]*route, error) {
+func (s *Server) newTargets(cfg Config) ([]*target, error) {
 	plans, err := s.plan(cfg.Targets)
 	if err != nil {
 		return nil, err
 	}
-	routes := make([]*route, len(plans))
-	confs := make([]*routeConf, len(plans))
+	routes := make([]*target, len(plans))
+	confs := make([]*targetConf, len(plans))
 	for i, p := range plans {
-		routes[i] = s.newRoute(p)
+		routes[i] = s.newTarget(p)
 		if confs[i], err = s.newConf(p, routes[i], nil); err != nil {
 			return nil, err
 		}
@@ -276,7 +219,7 @@ func (s *Server) newRoutes(cfg Config) ([]*route, error) {
 	for i, rt := range routes {
 		rt.conf.Store(confs[i])
 	}
-	s.routes.Store(&routes)
+	s.table.list.Store(&routes)
 	return routes, nil
 }
 
@@ -285,14 +228,14 @@ func (s *Server) newRoutes(cfg Config) ([]*route, error) {
 // Close it returns ErrServerClosed; otherwise the listener's error.
 func (s *Server) Serve(ln net.Listener) error {
 	defer ln.Close()
-	if s.hubID.Load() == nil {
+	if s.inDoubt.hubID.Load() == nil {
 		id := DefaultHubID(ln.Addr())
-		s.hubID.CompareAndSwap(nil, &id)
+		s.inDoubt.hubID.CompareAndSwap(nil, &id)
 	}
-	if !s.trackListener(&ln, true) {
+	if !s.serving.trackListener(&ln, true) {
 		return ErrServerClosed
 	}
-	defer s.trackListener(&ln, false)
+	defer s.serving.trackListener(&ln, false)
 
 	var (
 		backoff  time.Duration
@@ -302,7 +245,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.serving.isClosed() {
 				return ErrServerClosed
 			}
 			// Running out of file descriptors and the like pass; back off
@@ -312,7 +255,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if acceptRetryable(err) {
 				if failed == 0 {
 					failedAt = time.Now()
-					s.log.Error().Err(err).Msg("accept failed; retrying with backoff until it works again")
+					s.obs.log.Error().Err(err).Msg("accept failed; retrying with backoff until it works again")
 				}
 				failed++
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -322,7 +265,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		if failed > 0 {
-			s.log.Info().Int("failed", failed).Dur("after", time.Since(failedAt)).Msg("accepting again")
+			s.obs.log.Info().Int("failed", failed).Dur("after", time.Since(failedAt)).Msg("accepting again")
 			failed = 0
 		}
 		backoff = 0
@@ -349,56 +292,40 @@ func acceptRetryable(err error) bool {
 	return ok && te.Temporary()
 }
 
-// trackListener adds or removes ln from the listeners Shutdown closes. It
-// reports false when adding to a Server that is already closed.
-func (s *Server) trackListener(ln *net.Listener, add bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !add {
-		delete(s.listeners, ln)
-		return true
-	}
-	if s.closed {
-		return false
-	}
-	s.listeners[ln] = struct{}{}
-	return true
-}
-
 // startConn starts serving nc, or turns it away when MaxConns connections are
 // already served. It reports false, closing nc, when the Server is closed.
 // The goroutine is started under mu, after the closed check, so that
 // Shutdown's wait for all goroutines can never miss one.
 func (s *Server) startConn(nc net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.serving.mu.Lock()
+	defer s.serving.mu.Unlock()
+	if s.serving.closed {
 		nc.Close()
 		return false
 	}
-	if s.served >= s.maxConns {
-		s.conns[nc] = nil
-		brief := s.turningAway.Add(1) > MaxTurningAway
+	if s.serving.served >= s.maxConns {
+		s.serving.conns[nc] = nil
+		brief := s.serving.turningAway.Add(1) > MaxTurningAway
 		s.goCatching(taskTurnAway, func() { s.turnAway(nc, brief) })
 		return true
 	}
 	c := newConn(s, nc)
-	s.conns[nc] = c
-	s.served++
+	s.serving.conns[nc] = c
+	s.serving.served++
 	// Not goCatching: serve catches its own panics (endOnPanic).
-	s.wg.Go(c.serve)
+	s.serving.clientWork.Go(c.serve)
 	return true
 }
 
 // untrack forgets a connection that has been closed.
 func (s *Server) untrack(nc net.Conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.conns[nc]; ok {
+	s.serving.mu.Lock()
+	defer s.serving.mu.Unlock()
+	if c, ok := s.serving.conns[nc]; ok {
 		if c != nil {
-			s.served--
+			s.serving.served--
 		}
-		delete(s.conns, nc)
+		delete(s.serving.conns, nc)
 	}
 }
 
@@ -408,10 +335,10 @@ func (s *Server) untrack(nc net.Conn) {
 // MaxTurningAway, holds the connection no longer than the write of its
 // line to a fresh socket, which never waits: no TLS handshake, no linger.
 func (s *Server) turnAway(nc net.Conn, brief bool) {
-	defer s.turningAway.Add(-1)
+	defer s.serving.turningAway.Add(-1)
 	defer s.untrack(nc)
 	if _, isTLS := nc.(*tls.Conn); brief && isTLS {
-		s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away unanswered: too many being turned away")
+		s.obs.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away unanswered: too many being turned away")
 		nc.Close()
 		return
 	}
@@ -419,8 +346,8 @@ func (s *Server) turnAway(nc net.Conn, brief bool) {
 		nc.Close()
 		return
 	}
-	s.metrics.countUnrouted(protocol.CodeUnavailable)
-	s.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
+	s.obs.metrics.countUnrouted(protocol.CodeUnavailable)
+	s.obs.log.Debug().Str("remote", nc.RemoteAddr().String()).Msg("connection turned away: too many connections")
 	_ = nc.SetWriteDeadline(time.Now().Add(turnAwayWriteTimeout))
 	if _, err := nc.Write(tooManyConnsLine); err != nil {
 		nc.Close()
@@ -467,26 +394,26 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	// The listeners close before lines are answered E906, so a client that
 	// has been told "shutting down" can no longer connect.
-	lnErr := s.closeListeners()
-	s.inShutdown.Store(true)
-	s.stoppingOnce.Do(func() { close(s.stopping) })
+	lnErr := s.serving.closeListeners()
+	s.serving.inShutdown.Store(true)
+	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
 
-	err := poll(ctx, func() bool { return s.activeCalls.Load() == 0 })
+	err := poll(ctx, func() bool { return s.serving.activeCalls.Load() == 0 })
 	if err == nil {
-		for _, c := range s.connsSnapshot() {
+		for _, c := range s.serving.connsSnapshot() {
 			c.stopReading()
 		}
-		err = poll(ctx, func() bool { return s.connCount() == 0 })
+		err = poll(ctx, func() bool { return s.serving.connCount() == 0 })
 	}
 	if err != nil {
 		s.abortCalls()
 		graceCtx, cancel := context.WithTimeout(context.Background(), abortGrace)
-		_ = poll(graceCtx, func() bool { return s.activeCalls.Load() == 0 })
+		_ = poll(graceCtx, func() bool { return s.serving.activeCalls.Load() == 0 })
 		cancel()
 		s.closeConns()
 	}
-	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
-	s.wg.Wait()
+	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
+	s.serving.clientWork.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	if err != nil {
@@ -500,13 +427,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // It returns once every goroutine of the Server has ended and the access
 // log, if any, is written out and flushed.
 func (s *Server) Close() error {
-	err := s.closeListeners()
-	s.inShutdown.Store(true)
-	s.stoppingOnce.Do(func() { close(s.stopping) })
+	err := s.serving.closeListeners()
+	s.serving.inShutdown.Store(true)
+	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
 	s.abortCalls()
 	s.closeConns()
-	s.stopWorkersOnce.Do(func() { close(s.stopWorkers) })
-	s.wg.Wait()
+	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
+	s.serving.clientWork.Wait()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	return err
@@ -520,13 +447,13 @@ const hubFaultLogPeriod = 10 * time.Second
 // stacks; the metric counts every one.
 const panicLogBurst = 5
 
-// goCatching runs f on wg, the WaitGroup that owns it, and catches a panic
+// goCatching runs f on clientWork, the WaitGroup that owns it, and catches a panic
 // where it happens: logged with its stack and counted in
 // relay_panics_total{task} at once, rather than held by conc until Wait
 // re-panics it at shutdown. What f holds is released by its own defers,
 // which run before the panic is caught.
 func (s *Server) goCatching(t task, f func()) {
-	s.wg.Go(func() { s.catchPanic(t, f) })
+	s.serving.clientWork.Go(func() { s.catchPanic(t, f) })
 }
 
 // catchPanic runs f and reports whether it panicked, logging and counting
@@ -538,85 +465,16 @@ func (s *Server) catchPanic(t task, f func()) bool {
 	if r == nil {
 		return false
 	}
-	s.notePanic(t, r.Value, r.Stack)
+	s.logPanic(t, r.Value, r.Stack)
 	return true
-}
-
-// notePanic logs a panic caught in a goroutine doing t, with its stack, and
-// counts it.
-func (s *Server) notePanic(t task, value any, stack []byte) {
-	s.panicLog.Error().Str("task", taskNames[t]).Interface("panic", value).Bytes("stack", stack).Msg("goroutine panicked")
-	s.metrics.countPanic(t)
-}
-
-// writeAccessLog runs the access log's writer until its queue is closed and
-// written out, restarting it after a panic, so the access log never stops
-// in silence. The lines the writer held unflushed at the panic are lost and
-// counted as dropped.
-func (s *Server) writeAccessLog() {
-	for s.catchPanic(taskAccessLog, s.access.writeLoop) {
-		s.access.dropBuffered()
-		s.panicLog.Warn().Msg("access log writer restarted after a panic")
-	}
-}
-
-// stopAccessLog writes and flushes the access log's queue and ends its
-// writer. It runs once every goroutine that records has ended.
-func (s *Server) stopAccessLog() {
-	if s.access != nil {
-		s.access.close()
-	}
-	s.bg.Wait()
-}
-
-// closeListeners closes every listener and marks the Server closed, so no
-// listener or connection is added afterwards.
-func (s *Server) closeListeners() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	var errs []error
-	for ln := range s.listeners {
-		if err := (*ln).Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// isClosed reports whether Shutdown or Close has closed the listeners.
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-// connsSnapshot returns the connections being served.
-func (s *Server) connsSnapshot() []*conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*conn, 0, len(s.conns))
-	for _, c := range s.conns {
-		if c != nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// connCount returns the number of open connections, served or turned away.
-func (s *Server) connCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
 }
 
 // closeConns closes every connection at once, unblocking their reads and
 // writes.
 func (s *Server) closeConns() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for nc := range s.conns {
+	s.serving.mu.Lock()
+	defer s.serving.mu.Unlock()
+	for nc := range s.serving.conns {
 		nc.Close()
 	}
 }
@@ -626,12 +484,12 @@ func (s *Server) closeConns() {
 // which ends the reads and writes they are blocked in. Each is answered
 // E901 "no answer before shutdown".
 func (s *Server) abortCalls() {
-	s.targetConns.Abort()
+	s.table.conns.Abort()
 }
 
 // closeIdleHTTP drops the idle pooled target connections.
 func (s *Server) closeIdleHTTP() {
-	for _, rt := range s.routeList() {
+	for _, rt := range s.table.all() {
 		rt.conf.Load().client.CloseIdle()
 	}
 }

@@ -228,7 +228,7 @@ func TestProbeHandedBackWhenBulkheadFull(t *testing.T) {
 	srv, addr := startServer(t, cfg)
 	c := hubtest.Dial(t, addr)
 	require.Equal(t, "F1|E500|target failed: HTTP 500: injected", c.Exchange("F1|CORE|x").String())
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	require.True(t, rt.bulkhead.TryAcquire())
 	require.True(t, rt.bulkhead.TryAcquire())
 	clk.Advance(time.Second)
@@ -514,7 +514,7 @@ func TestPanicInCallAnswersE907(t *testing.T) {
 	cfg.DialTarget = panicDial
 	cfg.FailThreshold, cfg.ResetTimeout, cfg.MaxInflight = 1, time.Second, 1
 	srv, addr := startServer(t, cfg)
-	rt := srv.lookup([]byte("CORE"))
+	rt := srv.table.lookup([]byte("CORE"))
 	c := hubtest.Dial(t, addr)
 
 	assert.Equal(t, "P1|E907|"+protocol.MsgInternal, c.Exchange("P1|CORE|x").String())

@@ -2,37 +2,35 @@ package relay
 
 import (
 	"context"
-	"crypto/sha256"
 	"strings"
 	"time"
 
 	"github.com/relayhub/relayhub/relay/dedup"
-	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
-// dedupOutcome is what the duplicate-TXID shield did with a resend: a
+// shieldOutcome is what the duplicate-TXID shield did with a resend: a
 // label value of relay_dedup_total and a count of the target's status.
-type dedupOutcome uint8
+type shieldOutcome uint8
 
 const (
-	dedupJoined             dedupOutcome = iota // joined the call in flight
-	dedupReplayed                               // answered again from memory
-	dedupRefusedPayload                         // E909
-	dedupResolvedApplied                        // in doubt; the target says applied
-	dedupResolvedNotApplied                     // in doubt; the target says not applied: called afresh
-	dedupUnresolved                             // in doubt and still unknown: E901 without a call
-	numDedupOutcomes
+	shieldJoined             shieldOutcome = iota // joined the call in flight
+	shieldReplayed                                // answered again from memory
+	shieldRefusedPayload                          // E909
+	shieldResolvedApplied                         // in doubt; the target says applied
+	shieldResolvedNotApplied                      // in doubt; the target says not applied: called afresh
+	shieldUnresolved                              // in doubt and still unknown: E901 without a call
+	numShieldOutcomes
 )
 
-// dedupOutcomeNames are the outcome label values of relay_dedup_total.
-var dedupOutcomeNames = [numDedupOutcomes]string{"joined", "replayed", "refused_payload", "resolved_applied", "resolved_not_applied", "unresolved"}
+// shieldOutcomeNames are the outcome label values of relay_dedup_total.
+var shieldOutcomeNames = [numShieldOutcomes]string{"joined", "replayed", "refused_payload", "resolved_applied", "resolved_not_applied", "unresolved"}
 
-// countDedup counts what the shield did with one of r's requests.
-func (r *route) countDedup(o dedupOutcome) {
-	r.dedup[o].Add(1)
-	r.metrics.countDedup(o)
+// countShielded counts what the shield did with one of r's requests.
+func (r *target) countShielded(o shieldOutcome) {
+	r.shielded[o].Add(1)
+	r.metrics.countShielded(o)
 }
 
 // shield puts req, for rt with configuration conf, through the
@@ -42,74 +40,75 @@ func (r *route) countDedup(o dedupOutcome) {
 // cannot look up, E906 for a new TXID when it is full), joined to the call in flight, or handed to a look-up of
 // its outcome (async, answered later). Otherwise req is the first of its
 // TXID and the caller leads its call through the returned flight.
-func (c *conn) shield(rt *route, conf *routeConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
-	s := c.srv
-	v, f, code, msg := s.shieldMem.Begin(rt.name, c.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
-		return c.join(rt, req)
+func (a *admitter) shield(rt *target, conf *targetConf, req protocol.Request) (f *dedup.Flight, handled, async bool) {
+	s := a.srv
+	v, f, code, msg := s.shield.mem.Begin(rt.name, a.shieldScope(conf), req.TxID, dedup.HashPayload(req.Payload), func() dedup.Waiter {
+		return a.join(rt, req)
 	})
 	switch v {
 	case dedup.Claimed:
 		return f, false, false
 	case dedup.Joined:
-		rt.countDedup(dedupJoined)
+		rt.countShielded(shieldJoined)
 		return nil, true, true
 	case dedup.Replayed:
-		rt.countDedup(dedupReplayed)
-		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
-		answer(c, req.TxID, code, msg, false)
+		rt.countShielded(shieldReplayed)
+		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		a.sink.answerText(req.TxID, code, msg, false)
 		return nil, true, false
 	case dedup.Conflict:
-		rt.countDedup(dedupRefusedPayload)
-		c.noteHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
-		answer(c, req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
+		rt.countShielded(shieldRefusedPayload)
+		a.recordHubAnswer(rt, nil, req, protocol.CodeTxIDReused, lblTxIDReused, breakerNote{})
+		a.sink.answerText(req.TxID, protocol.CodeTxIDReused, protocol.MsgTxIDReused, false)
 		return nil, true, false
 	case dedup.Full:
 		// Sent unshielded, a resend of it could be a second call.
-		rt.metrics.countDedupFull()
-		c.noteHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
-		answer(c, req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
+		rt.metrics.countShieldFull()
+		a.recordHubAnswer(rt, nil, req, protocol.CodeUnavailable, lblUnavailable, breakerNote{})
+		a.sink.answerText(req.TxID, protocol.CodeUnavailable, protocol.MsgShieldFull, false)
 		return nil, true, false
 	}
 	// dedup.Resolve: the first call ended in doubt, answered msg.
-	return nil, true, c.lookUp(rt, f, req, msg)
+	return nil, true, a.startResolver(rt, f, req, msg)
 }
 
 // shieldScope returns the scope of the connection's TXIDs to a target
 // configured by conf: its client's identity when it presented a
 // certificate and the target keeps identities apart, else the target's.
-func (c *conn) shieldScope(conf *routeConf) dedup.Scope {
-	if c.peer == nil || conf.settings.DedupScope == DedupByTarget {
+func (a *admitter) shieldScope(conf *targetConf) dedup.Scope {
+	if a.peer == nil || conf.settings.DedupScope == DedupByTarget {
 		return dedup.Scope{}
 	}
-	return c.peer.scope
+	return a.peer.scope
 }
 
-// lookUp starts the look-up of the outcome of req, a resend of a
+// startResolver starts the look-up of the outcome of req, a resend of a
 // transaction in doubt to rt whose first call was answered doubt, on a
-// goroutine of its own, which leads f (see resolve). When the target that
-// made that call has no status URL, or is no longer configured, it
-// answers at once instead (unresolved). It reports whether the look-up
-// started.
-func (c *conn) lookUp(rt *route, f *dedup.Flight, req protocol.Request, doubt string) bool {
-	called := c.srv.calledTarget(rt, doubt)
+// goroutine of its own, which leads f and holds the transaction (see
+// resolve). When the target that made that call has no status URL, or is
+// no longer configured, it answers at once instead (unresolved). It
+// reports whether the look-up started.
+func (a *admitter) startResolver(rt *target, f *dedup.Flight, req protocol.Request, doubt string) bool {
+	called := a.srv.calledTarget(rt, doubt)
 	if called == nil || called.conf.Load().statusURL == "" {
-		c.unresolved(rt, f, req)
+		a.unresolved(rt, f, req)
 		return false
 	}
 	own := protocol.Request{TxID: clone(req.TxID), Target: rt.nameBytes, Payload: clone(req.Payload)}
-	c.calls.Add(1)
-	c.srv.activeCalls.Add(1)
-	c.srv.goCatching(taskResolver, func() { c.resolve(rt, called, f, own) })
+	var h callHold
+	h.take(a)
+	hold := h.handOff()
+	a.srv.goCatching(taskResolver, func() { a.resolve(rt, called, f, own, hold) })
 	return true
 }
 
-// calledTarget returns the route whose call left a transaction to rt in
+// calledTarget returns the target whose call left a transaction to rt in
 // doubt, answered doubt: rt's fallback when the answer names it ("via
 // NAME: ", as a fallback's answers begin; an answer in doubt is the hub's
 // own, never a target's), else rt. Nil when that fallback is no longer
 // configured. Asking rt about a call its fallback made would read "not
 // applied" and send it a second time.
-func (s *Server) calledTarget(rt *route, doubt string) *route {
+func (s *Server) calledTarget(rt *target, doubt string) *target {
 	rest, ok := strings.CutPrefix(doubt, "via ")
 	if !ok {
 		return rt
@@ -118,7 +117,7 @@ func (s *Server) calledTarget(rt *route, doubt string) *route {
 	if !ok {
 		return rt
 	}
-	return s.lookup([]byte(name))
+	return s.table.lookup([]byte(name))
 }
 
 // clone returns a copy of b that the connection's next read cannot
@@ -127,33 +126,30 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // joiner is a copy of a request that joined the call in flight for its
 // TXID: the call's leader answers it with the call's answer. While it
-// waits it counts among its connection's calls and the hub's active ones,
-// like the call it joined.
+// waits it holds a transaction (callHold), like the call it joined.
 type joiner struct {
-	c    *conn
-	rt   *route
+	hold callHold
+	rt   *target
 	txid []byte
 	size int
 }
 
-// join returns the waiter of req's copy, counted as a call in flight.
+// join returns the waiter of req's copy, holding a call in flight.
 // Called under the shield's lock, so that the leader cannot answer before
-// the counts are up.
-func (c *conn) join(rt *route, req protocol.Request) dedup.Waiter {
-	c.calls.Add(1)
-	c.srv.activeCalls.Add(1)
-	return &joiner{c: c, rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
+// the hold is taken.
+func (a *admitter) join(rt *target, req protocol.Request) dedup.Waiter {
+	var h callHold
+	h.take(a)
+	return &joiner{hold: h.handOff(), rt: rt, txid: clone(req.TxID), size: len(req.Payload)}
 }
 
-// Answer gives the copy the call's answer.
+// Answer gives the copy the call's answer and releases its hold.
 func (j *joiner) Answer(code string, msg []byte) {
-	c := j.c
-	s := c.srv
+	a := j.hold.adm
 	j.rt.metrics.count(answerCodeLabel(code))
-	s.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: c.client})
-	answer(c, j.txid, code, msg, true)
-	c.calls.Done()
-	s.activeCalls.Add(-1)
+	a.srv.obs.access.record(accessNote{txid: j.txid, target: j.rt.nameBytes, code: code, size: j.size, client: a.client})
+	a.sink.answer(j.txid, code, msg, true)
+	j.hold.release()
 }
 
 // answerAll gives each waiter the answer code, msg.
@@ -166,12 +162,12 @@ func answerAll(ws []dedup.Waiter, code string, msg []byte) {
 // unresolved answers req, a resend of a transaction in doubt whose outcome
 // the hub cannot learn, E901 without a call, and f's waiters alike; the
 // transaction stays in doubt.
-func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
-	rt.countDedup(dedupUnresolved)
+func (a *admitter) unresolved(rt *target, f *dedup.Flight, req protocol.Request) {
+	rt.countShielded(shieldUnresolved)
 	msg := []byte(protocol.MsgStillUnknown)
-	ws := c.srv.shieldMem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.dedupWindow())
-	c.noteHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
-	answer(c, req.TxID, protocol.CodeTimeout, msg, true)
+	ws := a.srv.shield.mem.Settle(f, dedup.InDoubt, protocol.CodeTimeout, msg, rt.conf.Load().settings.shieldWindow())
+	a.recordHubAnswer(rt, nil, req, protocol.CodeTimeout, lblTimeout, breakerNote{})
+	a.sink.answer(req.TxID, protocol.CodeTimeout, msg, true)
 	answerAll(ws, protocol.CodeTimeout, msg)
 }
 
@@ -180,20 +176,20 @@ func (c *conn) unresolved(rt *route, f *dedup.Flight, req protocol.Request) {
 // in doubt whose flight f this goroutine leads: applied, req and its
 // copies get the target's recorded answer and the journal records it; not
 // applied, req is sent now as a fresh call to rt; no answer, E901 and no
-// call. It owns one of the connection's calls and one active call, taken
-// by lookUp; the active call passes to the fresh call, if one starts.
-func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request) {
-	s := c.srv
+// call. It owns hold, taken by startResolver, which passes to the fresh
+// call, if one starts, and is released otherwise.
+func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Request, hold callHold) {
+	s := a.srv
 	conf, cconf := rt.conf.Load(), called.conf.Load()
-	a := admission{rt: rt, flight: f, inDoubt: true}
+	ad := admission{hold: hold, named: rt, flight: f, inDoubt: true}
 	defer func() {
-		if !a.async {
-			if p := recover(); p != nil {
-				c.answerPanic(&a, req, p)
-			}
-			s.activeCalls.Add(-1)
+		if !ad.hold.held() {
+			return // handed to the fresh call, which releases it
 		}
-		c.calls.Done()
+		if p := recover(); p != nil {
+			a.answerPanic(&ad, req, p)
+		}
+		ad.hold.release()
 	}()
 	u := strings.Replace(cconf.statusURL, StatusTxID, string(req.TxID), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), cconf.settings.TargetTimeout)
@@ -201,7 +197,7 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 	cancel()
 	switch outcome {
 	case targethttp.Applied:
-		rt.countDedup(dedupResolvedApplied)
+		rt.countShielded(shieldResolvedApplied)
 		code := ans.Code
 		if !protocol.ValidTargetCode(code) {
 			code = protocol.CodeTargetFailed
@@ -210,46 +206,23 @@ func (c *conn) resolve(rt, called *route, f *dedup.Flight, req protocol.Request)
 		if called != rt {
 			msg = append([]byte(called.viaPrefix), msg...)
 		}
-		a.flight = nil
-		ws := s.shieldMem.Settle(f, dedup.Answered, code, msg, conf.settings.dedupWindow())
-		s.noteResolved(called, cconf, req, code)
+		ad.flight = nil
+		ws := s.shield.mem.Settle(f, dedup.Answered, code, msg, conf.settings.shieldWindow())
+		s.journalResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f, code, msg)
-		c.noteHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
-		answer(c, req.TxID, code, msg, true)
+		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
+		a.sink.answer(req.TxID, code, msg, true)
 		answerAll(ws, code, msg)
 	case targethttp.NotApplied:
-		rt.countDedup(dedupResolvedNotApplied)
-		// dispatch's steps 3 to 5 with the flight held, so that copies
+		rt.countShielded(shieldResolvedNotApplied)
+		// admit's steps 3 to 5 with the flight held, so that copies
 		// still join this call.
-		a.inDoubt, a.resolved = false, true
-		c.admit(&a, rt, conf, req, true)
+		ad.inDoubt, ad.resolved = false, true
+		a.admitCall(&ad, rt, conf, req, true)
 	default:
 		rt.log.Warn().Bytes("txid", req.TxID).Str("reason", reason).Msg("outcome of a resent transaction in doubt still unknown")
-		a.flight = nil
-		c.unresolved(rt, f, req)
-	}
-}
-
-// noteResolved appends to the in-doubt journal that the target applied
-// req, a transaction in doubt, with code.
-func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, code string) {
-	e := indoubt.Entry{
-		Time:          time.Now(),
-		Hub:           s.hubName(),
-		TxID:          string(req.TxID),
-		Target:        rt.name,
-		URL:           conf.url,
-		Code:          code,
-		Stage:         indoubt.StageResolvedApplied,
-		PayloadSHA256: sha256.Sum256(req.Payload),
-	}
-	s.inDoubtRecent.Add(e)
-	if s.inDoubtLog == nil {
-		return
-	}
-	if err := s.inDoubtLog.Append(&e); err != nil {
-		s.metrics.countInDoubtLogError()
-		rt.log.Error().Err(err).Bytes("txid", req.TxID).Str("path", s.inDoubtLog.Path()).Msg("resolution of an in-doubt call not journalled")
+		ad.flight = nil
+		a.unresolved(rt, f, req)
 	}
 }
 
@@ -260,11 +233,11 @@ func (s *Server) noteResolved(rt *route, conf *routeConf, req protocol.Request, 
 func (s *Server) settleFlight(f *dedup.Flight, res targethttp.Result, code string, msg []byte, window time.Duration) []dedup.Waiter {
 	switch {
 	case res.Stage == targethttp.Answered:
-		return s.shieldMem.Settle(f, dedup.Answered, code, msg, window)
+		return s.shield.mem.Settle(f, dedup.Answered, code, msg, window)
 	case res.Stage.InDoubt():
-		return s.shieldMem.Settle(f, dedup.InDoubt, code, msg, window)
+		return s.shield.mem.Settle(f, dedup.InDoubt, code, msg, window)
 	default:
-		return s.shieldMem.Forget(f)
+		return s.shield.mem.Forget(f)
 	}
 }
 
@@ -272,7 +245,7 @@ func (s *Server) settleFlight(f *dedup.Flight, res targethttp.Result, code strin
 // answers its waiters as the leader was answered.
 func (s *Server) releaseFlight(f *dedup.Flight, code string, msg []byte) {
 	if f != nil {
-		answerAll(s.shieldMem.Forget(f), code, msg)
+		answerAll(s.shield.mem.Forget(f), code, msg)
 	}
 }
 

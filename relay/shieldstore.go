@@ -13,9 +13,9 @@ import (
 // call worker, so that the connection never waits for the store; its
 // outcome is stored after the client has its answer.
 
-// named returns the route the client named: the one whose shield the call
+// named returns the target the client named: the one whose shield the call
 // is under, when a fallback took it.
-func (cl *call) named() *route {
+func (cl *call) named() *target {
 	if cl.primary != nil {
 		return cl.primary
 	}
@@ -27,19 +27,19 @@ func (cl *call) named() *route {
 // call is to be made. A store that fails is counted and lets the call go
 // on, shielded by this hub's memory only.
 func (cl *call) claimShared() (dedup.Record, bool) {
-	s := cl.c.srv
+	s := cl.adm.srv
 	named := cl.named()
-	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.hubName()}
+	rec := dedup.Record{State: dedup.InFlight, Hash: cl.flight.Hash(), Hub: s.inDoubt.hubName()}
 	txid := string(cl.line[:cl.txidN])
-	window := named.conf.Load().settings.dedupWindow()
+	window := named.conf.Load().settings.shieldWindow()
 	if cl.resolved {
 		// The target said it never applied the transaction the fleet
 		// holds in doubt: this call takes the record over.
-		s.noteStore(s.dedupStore.Settle(context.Background(), named.name, cl.flight.Scope(), txid, rec, window))
+		s.trackStore(s.shield.store.Settle(context.Background(), named.name, cl.flight.Scope(), txid, rec, window))
 		return dedup.Record{}, false
 	}
-	existing, claimed, err := s.dedupStore.Claim(context.Background(), named.name, cl.flight.Scope(), txid, rec, window)
-	s.noteStore(err)
+	existing, claimed, err := s.shield.store.Claim(context.Background(), named.name, cl.flight.Scope(), txid, rec, window)
+	s.trackStore(err)
 	if err != nil || claimed {
 		return dedup.Record{}, false
 	}
@@ -52,7 +52,7 @@ func (cl *call) claimShared() (dedup.Record, bool) {
 // its outcome as for a resend on this hub. Called with cl's ticket and
 // slot already handed back.
 func (cl *call) answerShared(ex dedup.Record) {
-	c, s, named := cl.c, cl.c.srv, cl.named()
+	a, s, named := cl.adm, cl.adm.srv, cl.named()
 	conf := named.conf.Load()
 	f := cl.flight
 	cl.flight = nil
@@ -60,23 +60,23 @@ func (cl *call) answerShared(ex dedup.Record) {
 	var code, msg string
 	switch {
 	case ex.Hash != f.Hash():
-		named.countDedup(dedupRefusedPayload)
+		named.countShielded(shieldRefusedPayload)
 		code, msg = protocol.CodeTxIDReused, protocol.MsgTxIDReused
 		s.releaseFlight(f, code, []byte(msg))
 	case ex.State == dedup.Answered:
-		named.countDedup(dedupReplayed)
+		named.countShielded(shieldReplayed)
 		code, msg = ex.Code, ex.Message
-		answerAll(s.shieldMem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.dedupWindow()), code, []byte(msg))
+		answerAll(s.shield.mem.Settle(f, dedup.Answered, code, []byte(msg), conf.settings.shieldWindow()), code, []byte(msg))
 	case ex.State == dedup.InDoubt:
-		c.lookUp(named, f, req, ex.Message)
+		a.startResolver(named, f, req, ex.Message)
 		return
 	default: // in flight on another hub
-		named.countDedup(dedupUnresolved)
+		named.countShielded(shieldUnresolved)
 		code, msg = protocol.CodeTimeout, protocol.MsgStillUnknown
 		s.releaseFlight(f, code, []byte(msg))
 	}
-	c.noteHubAnswer(named, nil, req, code, answerCodeLabel(code), breakerNote{})
-	answer(c, req.TxID, code, msg, true)
+	a.recordHubAnswer(named, nil, req, code, answerCodeLabel(code), breakerNote{})
+	a.sink.answerText(req.TxID, code, msg, true)
 }
 
 // settleShared stores the outcome of cl's call, claimed in scope with the
@@ -84,48 +84,28 @@ func (cl *call) answerShared(ex dedup.Record) {
 // the fleet: an answer or a call in doubt is kept for the window, a call
 // not sent is released.
 func (cl *call) settleShared(scope dedup.Scope, hash dedup.Hash, res targethttp.Result, code string, msg []byte) {
-	s, named := cl.c.srv, cl.named()
+	s, named := cl.adm.srv, cl.named()
 	txid := string(cl.line[:cl.txidN])
-	rec := dedup.Record{Hash: hash, Hub: s.hubName(), Code: code, Message: string(msg)}
-	window := named.conf.Load().settings.dedupWindow()
+	rec := dedup.Record{Hash: hash, Hub: s.inDoubt.hubName(), Code: code, Message: string(msg)}
+	window := named.conf.Load().settings.shieldWindow()
 	switch {
 	case res.Stage == targethttp.Answered:
 		rec.State = dedup.Answered
 	case res.Stage.InDoubt():
 		rec.State = dedup.InDoubt
 	default:
-		s.noteStore(s.dedupStore.Release(context.Background(), named.name, scope, txid, rec.Hub))
+		s.trackStore(s.shield.store.Release(context.Background(), named.name, scope, txid, rec.Hub))
 		return
 	}
-	s.noteStore(s.dedupStore.Settle(context.Background(), named.name, scope, txid, rec, window))
+	s.trackStore(s.shield.store.Settle(context.Background(), named.name, scope, txid, rec, window))
 }
 
 // storeResolved stores, for the fleet, that the target applied
 // rt's txid, whose flight was f, with code, msg.
-func (s *Server) storeResolved(rt *route, conf *routeConf, req protocol.Request, f *dedup.Flight, code string, msg []byte) {
-	if s.dedupStore == nil {
+func (s *Server) storeResolved(rt *target, conf *targetConf, req protocol.Request, f *dedup.Flight, code string, msg []byte) {
+	if s.shield.store == nil {
 		return
 	}
-	rec := dedup.Record{State: dedup.Answered, Hash: f.Hash(), Hub: s.hubName(), Code: code, Message: string(msg)}
-	s.noteStore(s.dedupStore.Settle(context.Background(), rt.name, f.Scope(), string(req.TxID), rec, conf.settings.dedupWindow()))
+	rec := dedup.Record{State: dedup.Answered, Hash: f.Hash(), Hub: s.inDoubt.hubName(), Code: code, Message: string(msg)}
+	s.trackStore(s.shield.store.Settle(context.Background(), rt.name, f.Scope(), string(req.TxID), rec, conf.settings.shieldWindow()))
 }
-
-// noteStore records how a command to the fleet's store went: a failure is
-// counted as a fallback to this hub's memory, and the first of a run of
-// them, like the first success after, is logged.
-func (s *Server) noteStore(err error) {
-	if err != nil {
-		s.dedupFallbacks.Add(1)
-		if !s.dedupStoreDown.Swap(true) {
-			s.log.Warn().Err(err).Msg("dedup store unusable: shielding on this hub's memory only")
-		}
-		return
-	}
-	if s.dedupStoreDown.Swap(false) {
-		s.log.Info().Msg("dedup store usable again: shield shared with the fleet")
-	}
-}
-
-// DedupStoreDown reports whether the fleet's store failed the shield's
-// latest command, so that the hub shields on its own memory.
-func (s *Server) DedupStoreDown() bool { return s.dedupStoreDown.Load() }

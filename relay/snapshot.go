@@ -81,17 +81,17 @@ type DedupStatus struct {
 // Dedup returns the state of the duplicate-TXID shield.
 func (s *Server) Dedup() DedupStatus {
 	return DedupStatus{
-		Entries:        s.shieldMem.Len(),
-		Evictions:      s.shieldMem.Evictions(),
-		Shared:         s.dedupStore != nil,
-		StoreDown:      s.dedupStoreDown.Load(),
-		StoreFallbacks: s.dedupFallbacks.Load(),
+		Entries:        s.shield.mem.Len(),
+		Evictions:      s.shield.mem.Evictions(),
+		Shared:         s.shield.store != nil,
+		StoreDown:      s.shield.storeDown.Load(),
+		StoreFallbacks: s.shield.storeFallbacks.Load(),
 	}
 }
 
 // Targets returns a snapshot of every target, in configuration order.
 func (s *Server) Targets() []TargetSnapshot {
-	routes := s.routeList()
+	routes := s.table.all()
 	out := make([]TargetSnapshot, 0, len(routes))
 	for _, r := range routes {
 		out = append(out, s.snapshot(r))
@@ -106,7 +106,7 @@ func (s *Server) Targets() []TargetSnapshot {
 // change made through it reaches Config.OnTransition and the metrics at
 // once, like any other, and the relay's log with the target's next call.
 func (s *Server) Breaker(name string) *breaker.Breaker {
-	r := s.lookup([]byte(name))
+	r := s.table.lookup([]byte(name))
 	if r == nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (s *Server) Breaker(name string) *breaker.Breaker {
 // Target returns a snapshot of the target named name, matched
 // case-insensitively; false when there is none.
 func (s *Server) Target(name string) (TargetSnapshot, bool) {
-	r := s.lookup([]byte(name))
+	r := s.table.lookup([]byte(name))
 	if r == nil {
 		return TargetSnapshot{}, false
 	}
@@ -124,7 +124,7 @@ func (s *Server) Target(name string) (TargetSnapshot, bool) {
 }
 
 // snapshot returns r's state now.
-func (s *Server) snapshot(r *route) TargetSnapshot {
+func (s *Server) snapshot(r *target) TargetSnapshot {
 	rc := r.conf.Load()
 	bs := r.breaker.Settings()
 	settings := TargetSettings{
@@ -158,18 +158,18 @@ func (s *Server) snapshot(r *route) TargetSnapshot {
 		LastProbe:    r.lastProbe(),
 		StatusURL:    rc.statusURL,
 		Dedup: DedupCounts{
-			Joined:             r.dedup[dedupJoined].Load(),
-			Replayed:           r.dedup[dedupReplayed].Load(),
-			RefusedPayload:     r.dedup[dedupRefusedPayload].Load(),
-			ResolvedApplied:    r.dedup[dedupResolvedApplied].Load(),
-			ResolvedNotApplied: r.dedup[dedupResolvedNotApplied].Load(),
-			Unresolved:         r.dedup[dedupUnresolved].Load(),
+			Joined:             r.shielded[shieldJoined].Load(),
+			Replayed:           r.shielded[shieldReplayed].Load(),
+			RefusedPayload:     r.shielded[shieldRefusedPayload].Load(),
+			ResolvedApplied:    r.shielded[shieldResolvedApplied].Load(),
+			ResolvedNotApplied: r.shielded[shieldResolvedNotApplied].Load(),
+			Unresolved:         r.shielded[shieldUnresolved].Load(),
 		},
 	}
 }
 
 // lastProbe returns r's latest synthetic probe; zero At when none.
-func (r *route) lastProbe() ProbeResult {
+func (r *target) lastProbe() ProbeResult {
 	if p := r.prober.last.Load(); p != nil {
 		return *p
 	}
@@ -180,13 +180,13 @@ func (r *route) lastProbe() ProbeResult {
 // been called (it still serves), or Shutdown or Close has begun (it no
 // longer accepts connections and answers new lines E906).
 func (s *Server) Draining() bool {
-	return s.withdrawn.Load() || s.inShutdown.Load()
+	return s.serving.withdrawn.Load() || s.serving.inShutdown.Load()
 }
 
 // ConnectionsOpen returns the number of client connections being served,
 // not counting those turned away over MaxConns.
 func (s *Server) ConnectionsOpen() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
+	s.serving.mu.Lock()
+	defer s.serving.mu.Unlock()
+	return s.serving.served
 }

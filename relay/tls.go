@@ -186,34 +186,36 @@ func (c *conn) handshake() bool {
 		return true
 	}
 	t := c.srv.tls
-	c.dmu.Lock()
+	c.stopMu.Lock()
 	if c.stopped {
-		c.dmu.Unlock()
+		c.stopMu.Unlock()
 		return false
 	}
 	// The read loop sets its own deadlines: the idle one before its first
 	// read, the write one before its first write.
 	_ = c.nc.SetDeadline(time.Now().Add(t.timeout))
-	c.dmu.Unlock()
+	c.stopMu.Unlock()
 	if err := tc.Handshake(); err != nil {
-		c.dmu.Lock()
+		c.stopMu.Lock()
 		stopped := c.stopped
-		c.dmu.Unlock()
+		c.stopMu.Unlock()
 		if !stopped {
-			t.noteFailure(err, c.logAddrs)
+			t.logHandshakeFailure(err, c.logAddrs)
 		}
 		return false
 	}
 	cs := tc.ConnectionState()
 	t.metrics.countHandshake(cs.DidResume)
 	if len(cs.PeerCertificates) > 0 {
-		if c.peer == nil {
-			c.peer = new(connPeer)
+		p := c.adm.peer
+		if p == nil {
+			p = new(connPeer)
+			c.adm.peer = p
 		}
-		c.peer.identities = clientcert.Identities(cs.PeerCertificates[0])
-		c.peer.scope = certScope(cs.PeerCertificates[0], c.peer.identities)
+		p.identities = clientcert.Identities(cs.PeerCertificates[0])
+		p.scope = certScope(cs.PeerCertificates[0], p.identities)
 	}
-	c.logAddrs(c.srv.log.Debug()).Strs("client", c.certIdentities()).
+	c.logAddrs(c.srv.obs.log.Debug()).Strs("client", c.adm.certIdentities()).
 		Bool("resumed", cs.DidResume).Str("tls_version", tls.VersionName(cs.Version)).Msg("tls handshake done")
 	return true
 }
@@ -241,7 +243,7 @@ func (s *Server) handshakeTurnedAway(nc net.Conn) bool {
 		proxyReaders.Put(br)
 	}
 	if err := tc.Handshake(); err != nil {
-		s.tls.noteFailure(err, func(ev *zerolog.Event) *zerolog.Event {
+		s.tls.logHandshakeFailure(err, func(ev *zerolog.Event) *zerolog.Event {
 			return ev.Str("remote", nc.RemoteAddr().String())
 		})
 		return false
@@ -290,9 +292,9 @@ func (p *proxiedSocket) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
-// noteFailure counts and logs a handshake that failed with err; addrs adds
+// logHandshakeFailure counts and logs a handshake that failed with err; addrs adds
 // the client's address to the log line.
-func (t *tlsServer) noteFailure(err error, addrs func(*zerolog.Event) *zerolog.Event) {
+func (t *tlsServer) logHandshakeFailure(err error, addrs func(*zerolog.Event) *zerolog.Event) {
 	reason := classifyHandshake(err)
 	t.metrics.countHandshakeFailure(reason)
 	addrs(t.failLog.Warn()).Err(err).Str("reason", tlsFailureNames[reason]).

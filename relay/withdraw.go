@@ -7,5 +7,5 @@ package relay
 // before. Shutdown then stops accepting and drains. Withdraw cannot be
 // undone; calling it again does nothing. It is safe for concurrent use.
 func (s *Server) Withdraw() {
-	s.withdrawn.Store(true)
+	s.serving.withdrawn.Store(true)
 }

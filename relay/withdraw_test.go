@@ -33,7 +33,7 @@ func TestWithdrawReportsDrainingAndGoesOnServing(t *testing.T) {
 	c.Send("S1|CORE|slow")
 	core.WaitEntered(t, 1)
 	done := hubtest.ShutdownAsync(srv, hubtest.IOTimeout)
-	hubtest.Eventually(t, srv.isClosed, "Shutdown never began")
+	hubtest.Eventually(t, srv.serving.isClosed, "Shutdown never began")
 	assert.Equal(t, "T4|E906|shutting down", c.Exchange("T4|CORE|d").String())
 	core.UnblockAll()
 	assert.Equal(t, "S1|0000|got slow", c.ReadResponse().String())

@@ -1,0 +1,92 @@
+package relay
+
+import (
+	"crypto/sha256"
+	"sync/atomic"
+	"time"
+
+	"github.com/relayhub/relayhub/relay/indoubt"
+	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/targethttp"
+)
+
+// inDoubtJournal is a Server's record of calls in doubt: the journal on
+// disk (nil: none), the recent ones in memory, and the hub's name in
+// their records (set by New or the first Serve).
+type inDoubtJournal struct {
+	journal *indoubt.Journal
+	recent  *indoubt.Ring
+	hubID   atomic.Pointer[string]
+}
+
+// journalInDoubt records a call to rt that ended in doubt at end: counted,
+// kept among the recent ones, and appended to the journal, if any, which
+// returns once the line is fsynced: the caller waits for the disk. A journal that fails is logged and
+// counted; the caller answers the client all the same.
+func (s *Server) journalInDoubt(rt *target, conf *targetConf, txid, payload []byte, res targethttp.Result, end time.Time) {
+	rt.inDoubt.Add(1)
+	rt.metrics.countInDoubt()
+	e := indoubt.Entry{
+		Time:          end,
+		Hub:           s.inDoubt.hubName(),
+		TxID:          string(txid),
+		Target:        rt.name,
+		URL:           conf.url,
+		Code:          res.Code,
+		Stage:         res.Stage.String(),
+		BytesSent:     res.BytesSent,
+		PayloadSHA256: sha256.Sum256(payload),
+	}
+	s.inDoubt.recent.Add(e)
+	if s.inDoubt.journal == nil {
+		return
+	}
+	if err := s.inDoubt.journal.Append(&e); err != nil {
+		s.obs.metrics.countInDoubtLogError()
+		if ev := rt.failLog.Error(); ev != nil {
+			ev.Err(err).Bytes("txid", txid).Str("path", s.inDoubt.journal.Path()).Msg("in-doubt call not journalled")
+		}
+	}
+}
+
+// hubName is the hub's name in its records: Config.HubID, or the default
+// of the first listener; empty before one is known.
+func (j *inDoubtJournal) hubName() string {
+	if id := j.hubID.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+// InDoubt returns the recent calls in doubt (the last 1000) that ended at
+// or after since, oldest first.
+func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
+	return s.inDoubt.recent.Since(since)
+}
+
+// journalResolved appends to the in-doubt journal that the target applied
+// req, a transaction in doubt, with code; it returns once the line is
+// fsynced.
+func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Request, code string) {
+	e := indoubt.Entry{
+		Time:          time.Now(),
+		Hub:           s.inDoubt.hubName(),
+		TxID:          string(req.TxID),
+		Target:        rt.name,
+		URL:           conf.url,
+		Code:          code,
+		Stage:         indoubt.StageResolvedApplied,
+		PayloadSHA256: sha256.Sum256(req.Payload),
+	}
+	s.inDoubt.recent.Add(e)
+	if s.inDoubt.journal == nil {
+		return
+	}
+	if err := s.inDoubt.journal.Append(&e); err != nil {
+		s.obs.metrics.countInDoubtLogError()
+		rt.log.Error().Err(err).Bytes("txid", req.TxID).Str("path", s.inDoubt.journal.Path()).Msg("resolution of an in-doubt call not journalled")
+	}
+}
+
+// inDoubtRecent is how many calls in doubt InDoubt remembers.
+const inDoubtRecent = indoubt.DefaultRingSize
