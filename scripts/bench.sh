@@ -578,7 +578,7 @@ adaptive_report() {
     echo "| 11 adaptive limit: $ADAPT_WORKERS workers × ${ADAPT_SERVICE_MS} ms halved, $adapt_rate/s open loop, timeout $ADAPT_TIMEOUT | phase | 0000/s | p50 ms | p99 ms | E905 % | E901 | limit (settled) | limit settled after s | E905 < 1 % after s |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for side in static static2x adaptive; do
-      f=("$out"/s11-$side-*.json)
+      f=("$out"/s11-"$side"-*.json)
       for phase in healthy degraded restored; do
         local p=".phases[] | select(.name == \"$phase\")"
         echo "| ${adapt_label[$side]} | $phase | $(agg %.0f "$p | .goodput" "${f[@]}") | $(agg %.1f "$p | .latency_us.p50/1000" "${f[@]}") | $(agg %.1f "$p | .latency_us.p99/1000" "${f[@]}") | $(agg %.2f "$p | 100 * (.codes[\"E905\"] // 0) / ([.answered, 1] | max)" "${f[@]}") | $(agg %.0f "$p | .codes[\"E901\"] // 0" "${f[@]}") | $(agg %.0f "$p | .watch.settled // 0" "${f[@]}") | $(agg %.0f "$p | .watch.settle_seconds // 0" "${f[@]}") | $(agg %.0f "$p | .e905_clear_seconds // 999" "${f[@]}") |"
@@ -593,7 +593,7 @@ adaptive_report() {
 # static one at ADAPT_LIMIT, on medians over the rounds.
 adaptive_verdicts() {
   local a=("$out"/s11-adaptive-*.json) s=("$out"/s11-static-*.json) d='.phases[] | select(.name == "degraded")'
-  local cap=$((ADAPT_WORKERS / 2 * 1000 / ADAPT_SERVICE_MS)) g e901a e901s p99a p99s clear healthy
+  local cap=$((ADAPT_WORKERS * 1000 / (2 * ADAPT_SERVICE_MS))) g e901a e901s p99a p99s clear healthy
   g=$(med "$d | .goodput" "${a[@]}")
   verdict "adaptive: goodput while degraded ≥ 0.8 × degraded capacity ($cap/s): $(fmt %.0f "$g")/s" "$(ge "$g" "$(awk -v c="$cap" 'BEGIN { print 0.8 * c }')")"
   e901a=$(med '[.phases[].codes["E901"] // 0] | add' "${a[@]}")
