@@ -66,6 +66,18 @@
 #      connections, the three in turn each round; replies/s and the CPU per
 #      transaction of relay, target and Redis together, ratios to off per
 #      round (dedup_bench).
+#  11. the adaptive limit (about 45 minutes; only with SCENARIOS=11, never
+#      by default): a CORE fixture of ADAPT_WORKERS workers of
+#      ADAPT_SERVICE_MS each, healthy for ADAPT_HEALTHY s, its workers
+#      halved at run time (POST /_ctl) for ADAPT_DEGRADED s, restored for
+#      ADAPT_RESTORED s, under open-loop load at 0.9 of its healthy
+#      capacity; a hub with --max-inflight ADAPT_LIMIT (the default, 10),
+#      one with twice that, and one with --adaptive-limit on under the
+#      ceiling of twice that, in turn each round. The breaker never trips
+#      (--fail-threshold 1000000): the bulkhead alone decides. Per phase
+#      (relaybench load --phase): 0000/s, p50/p99, E905 share, E901 count,
+#      when relay_bulkhead_limit settled (read each second, --watch-url)
+#      and when E905 fell under 1 % for 5 s in a row (adaptive_bench).
 #
 # Installs redis-server (and, for scenario 9, haproxy and with STRACE=1
 # strace) from Debian when it is missing (needs root). The raw
@@ -98,6 +110,14 @@ if [[ -z $BASE_RELAY ]]; then
   BASE_LABEL=${BASE_LABEL:-before}
 fi
 BASE_LABEL=${BASE_LABEL:-base}
+ADAPT_WORKERS=${ADAPT_WORKERS:-8}        # scenario 11: the target's workers while healthy
+ADAPT_SERVICE_MS=${ADAPT_SERVICE_MS:-25} # and each call's service time
+ADAPT_TIMEOUT=${ADAPT_TIMEOUT:-100ms}     # the hub's --target-timeout
+ADAPT_LIMIT=${ADAPT_LIMIT:-10}           # today's default --max-inflight
+ADAPT_CONNS=${ADAPT_CONNS:-16}
+ADAPT_HEALTHY=${ADAPT_HEALTHY:-120}      # seconds of each phase
+ADAPT_DEGRADED=${ADAPT_DEGRADED:-90}
+ADAPT_RESTORED=${ADAPT_RESTORED:-60}
 SCENARIOS=${SCENARIOS:-1 2 3 4 5 6 7 8 9 10}
 
 # want N: whether scenario N is to run; 3a and 3b, the parts of scenario 3,
@@ -500,6 +520,94 @@ dedup_bench() {
   stop "$REDIS_PID"
   stop "$target"
 }
+
+# ------------------------------------------------- 11. the adaptive limit --
+
+# adaptive_bench runs scenario 11: in each round a static hub at
+# ADAPT_LIMIT, a static one at twice that, and an adaptive one under that
+# ceiling, each with a fresh fixture, s11-SIDE-RUN.json.
+adaptive_bench() {
+  local r side
+  adapt_rate=$((ADAPT_WORKERS * 1000 * 9 / (ADAPT_SERVICE_MS * 10)))
+  for r in $(seq "$RUNS"); do
+    for side in static static2x adaptive; do
+      case $side in
+      static) adaptive_run "$side" "$r" --max-inflight "$ADAPT_LIMIT" ;;
+      static2x) adaptive_run "$side" "$r" --max-inflight $((2 * ADAPT_LIMIT)) ;;
+      adaptive) adaptive_run "$side" "$r" --max-inflight $((2 * ADAPT_LIMIT)) --adaptive-limit on ;;
+      esac
+    done
+  done
+}
+
+# adaptive_run SIDE RUN RELAY-ARGS...: one hub of scenario 11 through the
+# three phases; the fixture's workers are cut and restored on the clock of
+# the load, started at the same moment.
+adaptive_run() {
+  local side=$1 r=$2 admin ctl
+  shift 2
+  start_fixture "s11-$side-$r" core --capacity "$ADAPT_WORKERS" --service-ms "$ADAPT_SERVICE_MS"
+  local fix=$FIX_PID url=$FIX_URL
+  start_relay "s11-$side-$r" --target "CORE=$url" --target-timeout "$ADAPT_TIMEOUT" --fail-threshold 1000000 "$@"
+  admin=$(wait_field "$out/relay-s11-$side-$r.log" admin_addr)
+  (
+    sleep "$ADAPT_HEALTHY"
+    curl -sf -XPOST "$url/_ctl" -d "{\"capacity\":$((ADAPT_WORKERS / 2))}" >/dev/null
+    sleep "$ADAPT_DEGRADED"
+    curl -sf -XPOST "$url/_ctl" -d "{\"capacity\":$ADAPT_WORKERS}" >/dev/null
+  ) &
+  ctl=$!
+  pids+=("$ctl")
+  bin/relaybench load --quiet --json --addr "$HUB_ADDR" --conns "$ADAPT_CONNS" --rate "$adapt_rate" \
+    --duration "$((ADAPT_HEALTHY + ADAPT_DEGRADED + ADAPT_RESTORED))s" --drain 2s \
+    --phase "healthy=${ADAPT_HEALTHY}s" --phase "degraded=${ADAPT_DEGRADED}s" --phase "restored=${ADAPT_RESTORED}s" \
+    --watch-url "http://$admin/metrics" --watch-series 'relay_bulkhead_limit{target="CORE"}' >"$out/s11-$side-$r.json" ||
+    echo "bench: s11-$side-$r: relaybench load exited $? (see $out/s11-$side-$r.json)" >&2
+  wait "$ctl" || echo "bench: s11-$side-$r: the fixture's capacity could not be changed" >&2
+  forget "$ctl"
+  stop "$HUB_PID"
+  stop "$fix"
+}
+
+# adaptive_report prints scenario 11's table: per side and phase, medians
+# (min–max) over the rounds.
+adaptive_report() {
+  local side phase f
+  {
+    echo
+    echo "| 11 adaptive limit: $ADAPT_WORKERS workers × ${ADAPT_SERVICE_MS} ms halved, $adapt_rate/s open loop, timeout $ADAPT_TIMEOUT | phase | 0000/s | p50 ms | p99 ms | E905 % | E901 | limit (settled) | limit settled after s | E905 < 1 % after s |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for side in static static2x adaptive; do
+      f=("$out"/s11-"$side"-*.json)
+      for phase in healthy degraded restored; do
+        local p=".phases[] | select(.name == \"$phase\")"
+        echo "| ${adapt_label[$side]} | $phase | $(agg %.0f "$p | .goodput" "${f[@]}") | $(agg %.1f "$p | .latency_us.p50/1000" "${f[@]}") | $(agg %.1f "$p | .latency_us.p99/1000" "${f[@]}") | $(agg %.2f "$p | 100 * (.codes[\"E905\"] // 0) / ([.answered, 1] | max)" "${f[@]}") | $(agg %.0f "$p | .codes[\"E901\"] // 0" "${f[@]}") | $(agg %.0f "$p | .watch.settled // 0" "${f[@]}") | $(agg %.0f "$p | .watch.settle_seconds // 0" "${f[@]}") | $(agg %.0f "$p | .e905_clear_seconds // 999" "${f[@]}") |"
+      done
+    done
+    echo
+    echo "Scenario 11: E905 < 1 % after 999 means not within the phase. CPU the machine spent busy, all processes: $(agg %.2f .machine_busy_cores "$out"/s11-*.json) cores of $(nproc)."
+  } >>"$out/table.md"
+}
+
+# adaptive_verdicts judges the adaptive hub of scenario 11 against the
+# static one at ADAPT_LIMIT, on medians over the rounds.
+adaptive_verdicts() {
+  local a=("$out"/s11-adaptive-*.json) s=("$out"/s11-static-*.json) d='.phases[] | select(.name == "degraded")'
+  local cap=$((ADAPT_WORKERS * 1000 / (2 * ADAPT_SERVICE_MS))) g e901a e901s p99a p99s clear healthy
+  g=$(med "$d | .goodput" "${a[@]}")
+  verdict "adaptive: goodput while degraded ≥ 0.8 × degraded capacity ($cap/s): $(fmt %.0f "$g")/s" "$(ge "$g" "$(awk -v c="$cap" 'BEGIN { print 0.8 * c }')")"
+  e901a=$(med '[.phases[].codes["E901"] // 0] | add' "${a[@]}")
+  e901s=$(med '[.phases[].codes["E901"] // 0] | add' "${s[@]}")
+  verdict "adaptive: E901 no more than static $ADAPT_LIMIT: $e901a against $e901s" "$(le "$e901a" "$e901s")"
+  p99a=$(med "$d | .latency_us.p99/1000" "${a[@]}")
+  p99s=$(med "$d | .latency_us.p99/1000" "${s[@]}")
+  verdict "adaptive: p99 while degraded ≤ ½ static $ADAPT_LIMIT's: $(fmt %.1f "$p99a") ms against $(fmt %.1f "$p99s") ms" "$(le "$p99a" "$(awk -v p="$p99s" 'BEGIN { print p / 2 }')")"
+  clear=$(med '.phases[] | select(.name == "restored") | .e905_clear_seconds // 999' "${a[@]}")
+  verdict "adaptive: E905 under 1 % within 10 s of the restore: after $clear s" "$(le "$clear" 10)"
+  healthy=$(med '.phases[] | select(.name == "healthy") | 100 * (.codes["E905"] // 0) / ([.answered, 1] | max)' "${a[@]}")
+  verdict "adaptive: E905 < 0.5 % while healthy: $(fmt %.3f "$healthy") %" "$(lt "$healthy" 0.5)"
+}
+declare -A adapt_label=([static]="static $ADAPT_LIMIT" [static2x]="static $((2 * ADAPT_LIMIT))" [adaptive]="adaptive, ceiling $((2 * ADAPT_LIMIT))")
 
 # dedup_pair NAME A.json B.json: one round's comparison of two sides of
 # scenario 10: replies/s, and the CPU per transaction of relay, target and
@@ -1115,6 +1223,8 @@ want 9 && proxy_bench
 
 want 10 && dedup_bench
 
+want 11 && adaptive_bench
+
 # ------------------------------------------------------------- report --
 
 start_table
@@ -1229,6 +1339,7 @@ want 5 && {
 want 8 && tls_report
 
 want 9 && proxy_report
+want 11 && adaptive_report
 want 10 && for c in 16 64; do
   for side in off local fleet; do
     load_row "10 shield $side, $c conns" "relay → raw target" "" "$out"/s10-$side-c$c-*.json
@@ -1313,6 +1424,7 @@ want 10 && for c in 16 64; do
     verdict "shield $side, $c conns: replies/s $side/off = $(fmt %.3f "$r")×, CPU per transaction (relay+target+Redis) $(fmt %.1f "$cpu") µs, $side/off = $(fmt %.3f "$cr")× (a cost, reported)" 1
   done
 done
+want 11 && adaptive_verdicts
 want 9 && for c in 16 64; do
   r=$(med .ratio "$out"/s9-pair-hub-haproxy-c$c-*.json)
   verdict "full path $c conns: hub replies/s ≥ HAProxy: hub/HAProxy = $(fmt %.2f "$r")×" "$(ge "$r" 1)"

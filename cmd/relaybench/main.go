@@ -15,8 +15,11 @@
 // load takes every flag of `relayctl load`, and its output and exit status
 // are the same, plus --protocol (relay, the hub's line protocol; redis-ping,
 // inline PING to a redis server; http, POST /tx straight to a target, as
-// the hub does) and --server-pid (repeatable: report the CPU time of that
-// process per answer). idle exits 1 when a connection could not be opened
+// the hub does), --server-pid (repeatable: report the CPU time of that
+// process per answer), --phase NAME=DURATION (repeatable: report each
+// stretch of the run apart, as when a benchmark cuts its target's capacity
+// midway) and --watch-url with --watch-series (read one series of a
+// metrics page once a second and report per phase where it settled). idle exits 1 when a connection could not be opened
 // or did not survive the hold, 2 when none could be opened. connect exits
 // 1 when a connection failed, 2 when none succeeded. target serves a raw
 // keep-alive HTTP/1.1 target (every POST /tx answered {"code":"0000",...},

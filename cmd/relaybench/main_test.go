@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/assert"
@@ -59,6 +60,25 @@ func TestParseLoadBenchmarkFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "--server-pid -1")
 	_, _, err = parse(t, "idle", "--conns", "0")
 	assert.ErrorContains(t, err, "--conns 0")
+}
+
+func TestParsePhasesAndWatch(t *testing.T) {
+	c, _, err := parse(t, "load", "--rate", "100", "--phase", "healthy=120s", "--phase", "degraded=90s",
+		"--watch-url", "http://127.0.0.1:9/metrics", "--watch-series", `relay_bulkhead_limit{target="CORE"}`)
+	require.NoError(t, err)
+	cfg, err := c.Load.Config()
+	require.NoError(t, err)
+	assert.Equal(t, []loadgen.Phase{{Name: "healthy", Duration: 120 * time.Second}, {Name: "degraded", Duration: 90 * time.Second}}, cfg.Phases)
+	assert.NotNil(t, cfg.Watch)
+
+	for _, tt := range []struct{ args []string }{
+		{[]string{"--phase", "healthy"}},
+		{[]string{"--watch-url", "http://127.0.0.1:9/metrics", "--watch-series", "x"}},
+		{[]string{"--phase", "a=1s", "--watch-url", "http://127.0.0.1:9/metrics"}},
+	} {
+		_, _, err := parse(t, append([]string{"load"}, tt.args...)...)
+		assert.Error(t, err, tt.args)
+	}
 }
 
 func TestParseFromEnvironment(t *testing.T) {

@@ -52,8 +52,12 @@ type loadConn struct {
 	lastAnswer int64
 	latencies  []int64
 	latencyOK  []bool // per latency: the answer was 0000 or Bnnn
-	inOrderSeq uint64 // with an in-order protocol, the last sequence number answered
-	answerBody []byte // body of an HTTP answer
+	// due and answerCodes hold each latency's due time and code, with
+	// Phases only.
+	due         []int64
+	answerCodes []string
+	inOrderSeq  uint64 // with an in-order protocol, the last sequence number answered
+	answerBody  []byte // body of an HTTP answer
 }
 
 // fail marks the connection failed: the first error is counted, both

@@ -104,6 +104,16 @@ type Config struct {
 	// TLS, when set, makes every connection TLS, its handshake done while
 	// connecting (within DialTimeout). Nil means plain TCP.
 	TLS *tls.Config
+	// Phases, when set, split the run by each request's due time (its send
+	// time in a closed loop) into consecutive named stretches, reported
+	// apart with a per-second count of the answers by code
+	// (Summary.Phases, Summary.Series): how a server fared before, during
+	// and after a change made to it while the run lasts. Requests due after
+	// the last phase count in it.
+	Phases []Phase
+	// Watch, when set, is read once a second while the run lasts and its
+	// readings summed up per phase; it needs Phases.
+	Watch Watch
 }
 
 // Generator runs load tests as its Config describes. It is read-only after
@@ -142,6 +152,14 @@ func New(cfg Config) (*Generator, error) {
 	case len(cfg.Mix.entries) == 0 || len(cfg.Payloads) != len(cfg.Mix.entries):
 		return nil, errors.New("loadgen: a Mix with one payload template per target is required")
 	}
+	if cfg.Watch != nil && len(cfg.Phases) == 0 {
+		return nil, errNoPhases
+	}
+	for _, p := range cfg.Phases {
+		if p.Duration <= 0 {
+			return nil, fmt.Errorf("loadgen: phase %q: Duration %s: want more than 0", p.Name, p.Duration)
+		}
+	}
 	for _, pid := range cfg.ServerPIDs {
 		if pid <= 0 {
 			return nil, fmt.Errorf("loadgen: ServerPIDs: %d is not a process id", pid)
@@ -149,6 +167,7 @@ func New(cfg Config) (*Generator, error) {
 	}
 	cfg.Payloads = slices.Clone(cfg.Payloads)
 	cfg.ServerPIDs = slices.Clone(cfg.ServerPIDs)
+	cfg.Phases = slices.Clone(cfg.Phases)
 	g := &Generator{cfg: cfg}
 	for _, e := range cfg.Mix.entries {
 		g.targets = append(g.targets, []byte("|"+e.Target+"|"))
@@ -206,6 +225,8 @@ type Result struct {
 	MachineBusy time.Duration
 	// MeterWall is the wall time MachineBusy was measured over.
 	MeterWall time.Duration
+	// timeline is the account of Config.Phases; nil without them.
+	timeline *timeline
 }
 
 // loadRun is the state shared by the connections of one run. It is safe
@@ -241,6 +262,7 @@ type loadRun struct {
 	histMu sync.Mutex
 	hist   *hdrhistogram.Histogram // guarded by histMu
 	okHist *hdrhistogram.Histogram // guarded by histMu
+	tl     *timeline               // guarded by histMu; nil without Phases
 
 	errMu   sync.Mutex
 	errSeen map[string]bool // guarded by errMu
@@ -302,6 +324,9 @@ func newLoadRun(cfg Config, targets [][]byte) *loadRun {
 		okHist:    hdrhistogram.New(histLowestUS, histHighestUS, histSigFigs),
 		errSeen:   make(map[string]bool),
 	}
+	if len(cfg.Phases) > 0 {
+		r.tl = newTimeline(cfg.Phases)
+	}
 	if cfg.Rate > 0 {
 		r.interval = float64(time.Second) / cfg.Rate
 	}
@@ -319,13 +344,17 @@ func (r *loadRun) drive(conns []*loadConn) {
 	loops.Wait()
 }
 
-// startProgress starts the progress reports when Config asks for them, and
-// returns what stops them and waits until they have.
+// startProgress starts the progress reports and the Watch's readings when
+// Config asks for them, and returns what stops them and waits until they
+// have.
 func (r *loadRun) startProgress() (stop func()) {
 	var progress conc.WaitGroup
 	done := make(chan struct{})
 	if r.cfg.Progress != nil {
 		progress.Go(func() { r.progressLoop(done) })
+	}
+	if r.cfg.Watch != nil {
+		progress.Go(func() { r.watchLoop(done) })
 	}
 	return func() {
 		close(done)
@@ -347,6 +376,7 @@ func (r *loadRun) result(conns []*loadConn, wall time.Duration, use meterReading
 		ClientCPU:   use.self,
 		MachineBusy: use.machine,
 		MeterWall:   use.wall,
+		timeline:    r.tl,
 	}
 	for i := range res.Codes {
 		res.Codes[i] = make(map[string]int64)
@@ -442,8 +472,10 @@ func (r *loadRun) noteError(err error) {
 }
 
 // record adds a batch of latencies in ns to the histogram, and those
-// whose ok is set to the histogram of processed transactions.
-func (r *loadRun) record(ns []int64, ok []bool) {
+// whose ok is set to the histogram of processed transactions. With
+// Phases, due and codes hold each answer's due time and code for the
+// timeline.
+func (r *loadRun) record(ns []int64, ok []bool, due []int64, codes []string) {
 	r.histMu.Lock()
 	defer r.histMu.Unlock()
 	for i, v := range ns {
@@ -451,6 +483,9 @@ func (r *loadRun) record(ns []int64, ok []bool) {
 		_ = r.hist.RecordValue(us) // in range by the clamp above
 		if ok[i] {
 			_ = r.okHist.RecordValue(us)
+		}
+		if r.tl != nil {
+			r.tl.add(due[i], us, ok[i], codes[i])
 		}
 	}
 }

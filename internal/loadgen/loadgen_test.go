@@ -374,6 +374,8 @@ func TestNewRejects(t *testing.T) {
 		{"no mix", func(c *Config) { c.Mix, c.Payloads = Mix{}, nil }, "one payload template per target"},
 		{"a payload short", func(c *Config) { c.Payloads = nil }, "one payload template per target"},
 		{"not a process id", func(c *Config) { c.ServerPIDs = []int{0} }, "ServerPIDs: 0"},
+		{"a watch without phases", func(c *Config) { c.Watch = func(context.Context) (float64, error) { return 0, nil } }, "a Watch needs Phases"},
+		{"an empty phase", func(c *Config) { c.Phases = []Phase{{Name: "cut"}} }, `phase "cut": Duration 0s`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

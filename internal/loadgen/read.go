@@ -177,6 +177,10 @@ func (c *loadConn) complete(seq uint64, code []byte) bool {
 	c.lastAnswer = now
 	c.latencies = append(c.latencies, now-at)
 	c.latencyOK = append(c.latencyOK, CodeSucceeded(code))
+	if r.tl != nil {
+		c.due = append(c.due, at)
+		c.answerCodes = append(c.answerCodes, string(code))
+	}
 	if len(c.latencies) == latencyBatch {
 		c.flushLatencies()
 	}
@@ -194,8 +198,10 @@ func (c *loadConn) complete(seq uint64, code []byte) bool {
 
 func (c *loadConn) flushLatencies() {
 	if len(c.latencies) > 0 {
-		c.run.record(c.latencies, c.latencyOK)
+		c.run.record(c.latencies, c.latencyOK, c.due, c.answerCodes)
 		c.latencies = c.latencies[:0]
 		c.latencyOK = c.latencyOK[:0]
+		c.due = c.due[:0]
+		c.answerCodes = c.answerCodes[:0]
 	}
 }

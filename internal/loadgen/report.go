@@ -71,6 +71,12 @@ type Summary struct {
 	// MachineBusyCores is how many CPUs the whole machine kept busy on
 	// average during the run: the servers, this tool, and anything else.
 	MachineBusyCores float64 `json:"machine_busy_cores"`
+	// Phases reports each of Config.Phases; Series counts the answers by
+	// code per second of the run (by due time), and Readings are the
+	// Watch's. All three are empty without Phases.
+	Phases   []PhaseSummary     `json:"phases,omitempty"`
+	Series   []map[string]int64 `json:"series,omitempty"`
+	Readings []Reading          `json:"readings,omitempty"`
 }
 
 // CPUSummary is the CPU time one process used during a run; a plain value.
@@ -128,6 +134,10 @@ func newSummary(cfg Config, res *Result) Summary {
 	s.ClientCPU = newCPUSummary(os.Getpid(), res.ClientCPU, res.Answered, res.Elapsed)
 	if res.MeterWall > 0 {
 		s.MachineBusyCores = res.MachineBusy.Seconds() / res.MeterWall.Seconds()
+	}
+	s.Phases = phaseSummaries(cfg, res.timeline)
+	if res.timeline != nil {
+		s.Series, s.Readings = res.timeline.seconds, res.timeline.readings
 	}
 	for i, e := range cfg.Mix.entries {
 		tc := make(map[string]int64)
@@ -238,6 +248,9 @@ func (s Summary) WriteText(w io.Writer) error {
 	}
 	if s.MachineBusyCores > 0 {
 		fmt.Fprintf(tw, "machine\t%.2f cores busy, all processes\n", s.MachineBusyCores)
+	}
+	for _, p := range s.Phases {
+		writePhase(tw, p)
 	}
 	return tw.Flush()
 }
