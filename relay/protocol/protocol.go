@@ -276,18 +276,6 @@ func AppendMessage[M ~string | ~[]byte](dst []byte, msg M) []byte {
 	return appendClean(dst, truncateUTF8(msg, MaxMessageBytes))
 }
 
-// appendClean appends b with control characters replaced by spaces.
-func appendClean[B ~string | ~[]byte](dst []byte, b B) []byte {
-	start := len(dst)
-	dst = append(dst, b...)
-	for i := start; i < len(dst); i++ {
-		if c := dst[i]; c < 0x20 || c == 0x7f {
-			dst[i] = ' '
-		}
-	}
-	return dst
-}
-
 // truncateUTF8 cuts b to at most n bytes without splitting a UTF-8 sequence
 // (when b is valid UTF-8 there); bytes that are not UTF-8 are cut at n.
 func truncateUTF8[B ~string | ~[]byte](b B, n int) B {
