@@ -44,20 +44,23 @@ import (
 const MaxLineBytes = 64 << 10
 
 // Stages of a call in the journal: how far it got before its outcome
-// became unknown; or, for StageResolvedApplied (the writer's constant,
-// indoubt.StageResolvedApplied), that a hub found the target had applied
-// it when the client resent it.
+// became unknown; or, for the resolution stages (the writer's constants,
+// package indoubt), how a hub or an operator settled it, or that a hub
+// gave up (StageUnresolvedExpired).
 const (
-	StageRequestPartlySent = "request_partly_sent"
-	StageRequestSent       = "request_sent"
-	StageAnswerPartlyRead  = "answer_partly_read"
-	StageResolvedApplied   = indoubt.StageResolvedApplied
+	StageRequestPartlySent  = "request_partly_sent"
+	StageRequestSent        = "request_sent"
+	StageAnswerPartlyRead   = "answer_partly_read"
+	StageResolvedApplied    = indoubt.StageResolvedApplied
+	StageResolvedNotApplied = indoubt.StageResolvedNotApplied
+	StageResolvedReversed   = indoubt.StageResolvedReversed
+	StageUnresolvedExpired  = indoubt.StageUnresolvedExpired
 )
 
 // Entry is one line of the in-doubt journal: one call whose request may
-// have reached the target and whose answer never came, or, with Stage
-// StageResolvedApplied, a hub's record that the target applied it. Fields
-// the journal may gain later are ignored. A plain value.
+// have reached the target and whose answer never came, or, with a
+// resolution stage (indoubt.IsResolution), its settlement or expiry.
+// Fields the journal may gain later are ignored. A plain value.
 type Entry struct {
 	// File is the journal file the entry was read from, when the journal
 	// was read from more than one file (rotated journals); empty otherwise.
@@ -83,6 +86,10 @@ type Entry struct {
 	BytesSent int64 `json:"bytes_sent"`
 	// PayloadSHA256 is the hex SHA-256 of the payload.
 	PayloadSHA256 string `json:"payload_sha256"`
+	// Via is how a resolution was learnt (indoubt.ViaResend, ...). A
+	// resolved_applied line written before the field existed reads as
+	// indoubt.ViaResend; empty on in-doubt lines.
+	Via string `json:"via,omitempty"`
 }
 
 // BadLine is a journal line that could not be read as an entry. A plain
@@ -223,6 +230,9 @@ func parseEntry(line []byte) (Entry, error) {
 		return Entry{}, errors.New("no url")
 	case e.Stage == StageResolvedApplied && e.Code == "":
 		return Entry{}, errors.New("resolved_applied with no code")
+	}
+	if e.Stage == StageResolvedApplied && e.Via == "" {
+		e.Via = indoubt.ViaResend
 	}
 	u, err := url.Parse(e.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
