@@ -431,7 +431,7 @@ func (ts TargetSettings) check() error {
 	switch ts.Resolve {
 	case "", resolver.PolicyLookup, resolver.PolicyReverse, resolver.PolicyManual:
 	default:
-		return fmt.Errorf("Resolve %q: want lookup, reverse or manual", ts.Resolve)
+		return fmt.Errorf("resolve policy %q: want lookup, reverse or manual", ts.Resolve)
 	}
 	if err := checkProbePayload(ts.ProbePayload); err != nil {
 		return err

@@ -21,7 +21,7 @@ func TestNewRejectsBadResolveSettings(t *testing.T) {
 		{name: "negative max interval", cfg: Config{Targets: []Target{{Name: "core", URL: good.URL, Settings: &TargetSettings{ResolveMaxInterval: -1}}}}, want: "target CORE: ResolveMaxInterval must not be negative"},
 		{name: "negative expire", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{ResolveExpire: -1}}, want: "ResolveExpire must not be negative"},
 		{name: "negative grace", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{LateAnswerGrace: -1}}, want: "LateAnswerGrace must not be negative"},
-		{name: "unknown policy", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Resolve: "ask"}}, want: `Resolve "ask": want lookup, reverse or manual`},
+		{name: "unknown policy", cfg: Config{Targets: []Target{good}, TargetSettings: TargetSettings{Resolve: "ask"}}, want: `resolve policy "ask": want lookup, reverse or manual`},
 		{name: "reverse URL without {txid}", cfg: Config{Targets: []Target{{Name: "CORE", URL: good.URL, ReverseURL: "http://127.0.0.1:9201/reverse"}}}, want: "target CORE: reverse URL"},
 	}
 	for _, tt := range tests {

@@ -124,11 +124,19 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // on from: that entry is read all the same. The hub counted the failed
 // write. A last line without a newline that is a whole entry is an entry.
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
+	err = scanJournal(r, func(e Entry) { entries = append(entries, e) }, func(b BadLine) { bad = append(bad, b) })
+	return entries, bad, err
+}
+
+// scanJournal reads the journal from r as ReadJournal does, handing each
+// entry to entry and each bad line to badLine, in journal order, keeping
+// nothing itself.
+func scanJournal(r io.Reader, entry func(Entry), badLine func(BadLine)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, nil, fmt.Errorf("starts as gzip but is not: %w", err)
+			return fmt.Errorf("starts as gzip but is not: %w", err)
 		}
 		defer zr.Close()
 		br = bufio.NewReaderSize(zr, 64<<10)
@@ -136,30 +144,30 @@ func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
 	for n := 1; ; n++ {
 		line, tooLong, err := readLine(br)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return entries, bad, fmt.Errorf("read journal line %d: %w", n, err)
+			return fmt.Errorf("read journal line %d: %w", n, err)
 		}
 		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
-			return entries, bad, nil
+			return nil
 		}
 		switch {
 		case tooLong:
-			bad = append(bad, BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
+			badLine(BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
 		case len(bytes.TrimSpace(line)) == 0:
 		default:
 			e, found, fragment, perr := parseLine(line)
 			if fragment {
-				bad = append(bad, BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
+				badLine(BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
 			}
 			if perr != nil {
-				bad = append(bad, BadLine{Line: n, Error: perr.Error()})
+				badLine(BadLine{Line: n, Error: perr.Error()})
 			}
 			if found {
 				e.Line = n
-				entries = append(entries, e)
+				entry(e)
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			return entries, bad, nil
+			return nil
 		}
 	}
 }

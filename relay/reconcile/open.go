@@ -1,6 +1,9 @@
 package reconcile
 
 import (
+	"cmp"
+	"io"
+	"slices"
 	"time"
 
 	"github.com/relayhub/relayhub/relay/indoubt"
@@ -29,6 +32,34 @@ func Open(entries []Entry, now time.Time, expire time.Duration) (open, expired [
 		}
 	}
 	return open, expired
+}
+
+// ReadOpen is Open on the journal read from r (gzipped or not), for a hub's
+// take-up at start: it keeps only the entries still open as it reads, so a
+// journal of millions of settled lines costs no more memory than its open
+// ones. bad and err are as ReadJournal's.
+func ReadOpen(r io.Reader, now time.Time, expire time.Duration) (open, expired []Entry, bad []BadLine, err error) {
+	type key struct{ target, txid string }
+	last := make(map[key]Entry) // each open transaction's last in-doubt line
+	err = scanJournal(r, func(e Entry) {
+		k := key{e.Target, e.TxID}
+		if indoubt.IsResolution(e.Stage) {
+			delete(last, k)
+		} else {
+			last[k] = e
+		}
+	}, func(b BadLine) { bad = append(bad, b) })
+	for _, e := range last {
+		if expire > 0 && !e.Time.After(now.Add(-expire)) {
+			expired = append(expired, e)
+		} else {
+			open = append(open, e)
+		}
+	}
+	byLine := func(a, b Entry) int { return cmp.Compare(a.Line, b.Line) }
+	slices.SortFunc(open, byLine)
+	slices.SortFunc(expired, byLine)
+	return open, expired, bad, err
 }
 
 // Unsettled returns the last in-doubt line of txid at target (any target

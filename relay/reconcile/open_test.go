@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -89,4 +92,64 @@ func lineNumbers(entries []reconcile.Entry) []int {
 		out = append(out, e.Line)
 	}
 	return out
+}
+
+// TestReadOpenIsOpen: reading the open entries as the journal streams by
+// finds what Open finds on the whole journal.
+func TestReadOpenIsOpen(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	var journal strings.Builder
+	write := func(txid, target, stage string, age time.Duration) {
+		e := indoubt.Entry{Time: now.Add(-age), Hub: "hub-a", TxID: txid, Target: target, URL: "http://127.0.0.1:9201", Code: "E901", Stage: stage}
+		journal.Write(append(e.AppendJSON(nil), '\n'))
+	}
+	write("W1", "CORE", reconcile.StageRequestSent, time.Hour)
+	write("W2", "CORE", reconcile.StageRequestSent, time.Hour)
+	write("W2", "CORE", reconcile.StageResolvedApplied, 50*time.Minute)
+	write("W3", "CORE", reconcile.StageRequestSent, 48*time.Hour)
+	write("W4", "CORE", reconcile.StageRequestSent, time.Hour)
+	write("W4", "CORE", reconcile.StageResolvedNotApplied, time.Hour)
+	journal.WriteString(`{"time":"2026-12-02T11:03:00.000Z","txid":"W9","target":"CORE","url":"http://` + "\n") // torn
+	write("W4", "CORE", reconcile.StageAnswerPartlyRead, time.Minute)
+	write("W5", "CORE", reconcile.StageRequestSent, 30*time.Hour)
+	write("W5", "CORE", reconcile.StageUnresolvedExpired, 6*time.Hour)
+	write("W1", "CLAIM", reconcile.StageRequestSent, time.Minute)
+	write("W1", "CORE", reconcile.StageRequestSent, 30*time.Minute) // W1 in doubt again: its last line counts
+
+	entries, wantBad, err := reconcile.ReadJournal(strings.NewReader(journal.String()))
+	require.NoError(t, err)
+	wantOpen, wantExpired := reconcile.Open(entries, now, 24*time.Hour)
+
+	open, expired, bad, err := reconcile.ReadOpen(strings.NewReader(journal.String()), now, 24*time.Hour)
+	require.NoError(t, err)
+	assert.Equal(t, wantOpen, open)
+	assert.Equal(t, wantExpired, expired)
+	assert.Equal(t, wantBad, bad)
+	assert.Equal(t, []int{8, 11, 12}, lineNumbers(open))
+	assert.Equal(t, []int{4}, lineNumbers(expired))
+}
+
+// BenchmarkReadOpen reads a journal of a million lines, every call but the
+// last thousand settled, as a hub does at start.
+func BenchmarkReadOpen(b *testing.B) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	var journal []byte
+	const lines = 1_000_000
+	for i := range lines / 2 {
+		e := indoubt.Entry{Time: now.Add(-time.Hour), Hub: "hub-a:9200", TxID: "W" + strconv.Itoa(i), Target: "CORE",
+			URL: "http://127.0.0.1:9201", Code: "E901", Stage: reconcile.StageRequestSent, BytesSent: 120}
+		journal = append(e.AppendJSON(journal), '\n')
+		if i < lines/2-1000 {
+			e.Stage, e.Code = reconcile.StageResolvedApplied, "0000"
+		}
+		journal = append(e.AppendJSON(journal), '\n')
+	}
+	b.SetBytes(int64(len(journal)))
+	b.ReportAllocs()
+	for b.Loop() {
+		open, _, _, err := reconcile.ReadOpen(bytes.NewReader(journal), now, 24*time.Hour)
+		if err != nil || len(open) != 1000 {
+			b.Fatalf("%d open, %v", len(open), err)
+		}
+	}
 }
