@@ -141,8 +141,11 @@ func scanJournal(r io.Reader, entry func(Entry), badLine func(BadLine)) error {
 		defer zr.Close()
 		br = bufio.NewReaderSize(zr, 64<<10)
 	}
+	var buf []byte
+	strs := interner{m: make(map[string]string)}
 	for n := 1; ; n++ {
-		line, tooLong, err := readLine(br)
+		line, tooLong, err := readLine(br, buf[:0])
+		buf = line
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("read journal line %d: %w", n, err)
 		}
@@ -154,7 +157,7 @@ func scanJournal(r io.Reader, entry func(Entry), badLine func(BadLine)) error {
 			badLine(BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
 		case len(bytes.TrimSpace(line)) == 0:
 		default:
-			e, found, fragment, perr := parseLine(line)
+			e, found, fragment, perr := parseLine(line, &strs)
 			if fragment {
 				badLine(BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
 			}
@@ -172,11 +175,11 @@ func scanJournal(r io.Reader, entry func(Entry), badLine func(BadLine)) error {
 	}
 }
 
-// readLine reads one line without its newline, keeping at most
-// MaxLineBytes of it; tooLong reports that more was discarded. err is
-// io.EOF at the end of input, with the last line's bytes when it had no
-// newline.
-func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+// readLine reads one line without its newline into line, which it
+// appends to, keeping at most MaxLineBytes of it; tooLong reports that
+// more was discarded. err is io.EOF at the end of input, with the last
+// line's bytes when it had no newline.
+func readLine(br *bufio.Reader, line []byte) (_ []byte, tooLong bool, err error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(line)+len(chunk) > MaxLineBytes+1 { // +1: the newline
@@ -200,8 +203,8 @@ var entryStart = []byte(`{"time":"`)
 
 // parseLine reads one journal line: an entry (found), a fragment, or an
 // entry run on from a fragment (both). err is for a line that is neither.
-func parseLine(line []byte) (e Entry, found, fragment bool, err error) {
-	e, err = parseEntry(line)
+func parseLine(line []byte, strs *interner) (e Entry, found, fragment bool, err error) {
+	e, err = parseEntry(line, strs)
 	if err == nil {
 		return e, true, false, nil
 	}
@@ -209,7 +212,7 @@ func parseLine(line []byte) (e Entry, found, fragment bool, err error) {
 		return Entry{}, false, true, nil
 	}
 	if i := bytes.LastIndex(line, entryStart); i > 0 && cutShort(line[:i]) {
-		if e, err := parseEntry(line[i:]); err == nil {
+		if e, err := parseEntry(line[i:], strs); err == nil {
 			return e, true, true, nil
 		}
 	}
@@ -223,11 +226,15 @@ func cutShort(line []byte) bool {
 	return errors.Is(json.NewDecoder(bytes.NewReader(line)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
-// parseEntry reads one journal line.
-func parseEntry(line []byte) (Entry, error) {
-	var e Entry
-	if err := json.Unmarshal(line, &e); err != nil {
-		return Entry{}, fmt.Errorf("not a journal entry: %w", err)
+// parseEntry reads one journal line; strs keeps the strings that repeat
+// from line to line.
+func parseEntry(line []byte, strs *interner) (Entry, error) {
+	e, ok := fastEntry(line, strs)
+	if !ok {
+		e = Entry{}
+		if err := json.Unmarshal(line, &e); err != nil {
+			return Entry{}, fmt.Errorf("not a journal entry: %w", err)
+		}
 	}
 	switch {
 	case e.TxID == "":
