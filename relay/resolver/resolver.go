@@ -234,11 +234,24 @@ type Resolver struct {
 	targets map[string]*target // guarded by mu
 }
 
+// Bounds of the late answers LateAnswer holds for an Add to come.
+const (
+	LateAnswerHold     = time.Minute
+	MaxHeldLateAnswers = 1024
+)
+
+// heldAnswer is a late answer that came before its entry was added.
+type heldAnswer struct {
+	code string
+	at   time.Time
+}
+
 // target is a target's settings and open entries.
 type target struct {
-	conf  Target           // guarded by Resolver.mu
-	items []*item          // guarded by Resolver.mu; oldest Since first
-	index map[string]*item // guarded by Resolver.mu; items by TxID
+	early map[string]heldAnswer // guarded by Resolver.mu; late answers by TxID, for Add
+	conf  Target                // guarded by Resolver.mu
+	items []*item               // guarded by Resolver.mu; oldest Since first
+	index map[string]*item      // guarded by Resolver.mu; items by TxID
 }
 
 // New returns a Resolver with no target.
@@ -282,7 +295,7 @@ func withDefaults(t Target) Target {
 func (r *Resolver) targetLocked(name string) *target {
 	tg, ok := r.targets[name]
 	if !ok {
-		tg = &target{conf: withDefaults(Target{}), index: make(map[string]*item)}
+		tg = &target{conf: withDefaults(Target{}), index: make(map[string]*item), early: make(map[string]heldAnswer)}
 		r.targets[name] = tg
 	}
 	return tg
@@ -290,14 +303,23 @@ func (r *Resolver) targetLocked(name string) *target {
 
 // Add takes e in, its first attempt ResolveAfter after e.Since. It
 // reports false, changing nothing, when e's transaction is open already. A
-// target Configure never named is manual.
+// target Configure never named is manual. A late answer LateAnswer holds
+// for e's transaction settles it at once, the Settler told before Add
+// returns.
 func (r *Resolver) Add(e Entry) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	tg := r.targetLocked(e.Target)
 	if _, ok := tg.index[e.TxID]; ok {
+		r.mu.Unlock()
 		return false
 	}
+	if held, ok := tg.early[e.TxID]; ok {
+		delete(tg.early, e.TxID)
+		r.mu.Unlock()
+		r.settler.Settled(Settlement{Entry: e, Outcome: Applied, Code: held.code, Via: ViaLateAnswer, At: held.at})
+		return true
+	}
+	defer r.mu.Unlock()
 	it := &item{Entry: e, next: e.Since.Add(tg.conf.ResolveAfter)}
 	// Keep items oldest first: entries come in in order, except at a
 	// restart's take-up, which is in journal order too.
@@ -344,12 +366,17 @@ func (r *Resolver) removeLocked(target, txid string) *item {
 // LateAnswer settles the open entry of txid at target as applied with
 // code, via late_answer: the target's answer to the call arrived in full
 // after the target timeout. It reports whether there was an open entry.
+// When there is none yet (the answer came before the hub had journalled
+// the call and called Add), the answer is held for Add, for LateAnswerHold
+// at most and up to MaxHeldLateAnswers per target.
 func (r *Resolver) LateAnswer(target, txid, code string, now time.Time) bool {
 	r.mu.Lock()
 	it := r.removeLocked(target, txid)
 	var attempts int
 	if it != nil {
 		attempts = it.attempts
+	} else if tg := r.targetLocked(target); len(tg.early) < MaxHeldLateAnswers {
+		tg.early[txid] = heldAnswer{code: code, at: now}
 	}
 	r.mu.Unlock()
 	if it == nil {
@@ -381,6 +408,11 @@ func (r *Resolver) Due(now time.Time) []Attempt {
 // dueLocked appends tg's attempts due at now to due, and its expiries to
 // expired, removing those.
 func (tg *target) dueLocked(now time.Time, rnd func() float64, due []Attempt, expired []Settlement) ([]Attempt, []Settlement) {
+	for txid, held := range tg.early {
+		if now.Sub(held.at) >= LateAnswerHold {
+			delete(tg.early, txid)
+		}
+	}
 	c := tg.conf
 	if c.Policy == PolicyManual {
 		return due, expired

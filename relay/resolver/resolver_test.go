@@ -453,3 +453,28 @@ func BenchmarkDueWith10000Open(b *testing.B) {
 		_, _ = r.Next()
 	}
 }
+
+// TestALateAnswerBeforeAddIsHeldForIt: the target's late answer may come
+// before the hub has journalled the call and added it; Add then settles
+// it at once, within LateAnswerHold.
+func TestALateAnswerBeforeAddIsHeldForIt(t *testing.T) {
+	r, s := newResolver(t, resolver.PolicyLookup, nil)
+
+	// Given W1's late answer before W1 is added
+	assert.False(t, r.LateAnswer("CORE", "W1", "0000", t0.Add(time.Millisecond)))
+	assert.Empty(t, s.all())
+
+	// When W1 is added, it is settled with that answer, not scheduled
+	require.True(t, r.Add(resolver.Entry{Target: "CORE", TxID: "W1", Since: t0}))
+	require.Len(t, s.all(), 1)
+	assert.Equal(t, resolver.Settlement{Entry: resolver.Entry{Target: "CORE", TxID: "W1", Since: t0}, Outcome: resolver.Applied,
+		Code: "0000", Via: resolver.ViaLateAnswer, At: t0.Add(time.Millisecond)}, s.all()[0])
+	assert.Zero(t, r.Stats("CORE").Open)
+
+	// And a held answer older than LateAnswerHold is dropped
+	assert.False(t, r.LateAnswer("CORE", "W2", "0000", t0))
+	r.Due(t0.Add(resolver.LateAnswerHold))
+	add(t, r, "W2", t0)
+	assert.Len(t, s.all(), 1, "W2 is open, not settled by a stale answer")
+	assert.Equal(t, 1, r.Stats("CORE").Open)
+}
