@@ -34,13 +34,11 @@ type inDoubtResolveCmd struct {
 
 // Validate checks what the tags cannot.
 func (c *inDoubtResolveCmd) Validate() error {
-	if c.Applied != "" && (c.Applied == protocol.CodeOK || c.Applied[0] == 'B') && protocol.ValidTargetCode(c.Applied) {
+	a := c.Applied
+	if a == "" || a == protocol.CodeOK || (a[0] == 'B' && protocol.ValidTargetCode(a)) {
 		return nil
 	}
-	if c.Applied != "" {
-		return fmt.Errorf("--applied %q: want the code the target recorded, 0000 or Bnnn", c.Applied)
-	}
-	return nil
+	return fmt.Errorf("--applied %q: want the code the target recorded, 0000 or Bnnn", a)
 }
 
 // Run appends the resolution to the journal: resolved_applied with the
@@ -50,6 +48,10 @@ func (c *inDoubtResolveCmd) Validate() error {
 // target and --target is missing), 2 when the journal cannot be read,
 // locked (a hub runs on it) or written.
 func (c *inDoubtResolveCmd) Run(_ context.Context, s *streams) error {
+	// lockedfile.Open would create a journal that is not there.
+	if _, err := os.Stat(c.InDoubtLog); err != nil {
+		return cmdline.Exit(2, fmt.Errorf("--in-doubt-log %s: %w", c.InDoubtLog, err))
+	}
 	f, err := lockedfile.Open(lockedfile.Config{Path: c.InDoubtLog, Perm: 0o640})
 	if errors.Is(err, lockedfile.ErrLocked) {
 		return cmdline.Exit(2, fmt.Errorf("--in-doubt-log %s: a running hub holds it; settle the entry while the hub is stopped", c.InDoubtLog))

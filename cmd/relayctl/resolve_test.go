@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -100,6 +101,13 @@ func TestInDoubtResolve(t *testing.T) {
 		assert.Equal(t, 2, code)
 		assert.ErrorContains(t, err, "a running hub holds it")
 		assert.Len(t, readBack(t, path), 3, "nothing appended")
+	})
+	t.Run("no journal there", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "in-doubt.log")
+		_, code, err := runResolve(t, "W1", "--not-applied", "--in-doubt-log", path)
+		assert.Equal(t, 2, code)
+		assert.ErrorContains(t, err, "no such file")
+		assert.NoFileExists(t, path, "none created")
 	})
 	t.Run("the TXID at two targets", func(t *testing.T) {
 		path := writeJournal(t,
