@@ -17,6 +17,7 @@
 //	relayctl breaker close CORE
 //	relayctl reload
 //	relayctl in-doubt --since 2026-12-01T17:00:00Z
+//	relayctl in-doubt resolve W1 --applied 0000 --in-doubt-log in-doubt.log
 //	relayctl replay --access-log access.log --config relay.toml --compare fail_threshold=3
 //	relayctl reconcile --in-doubt-log in-doubt.log --json
 //
@@ -47,7 +48,10 @@
 // lines are reported, not fatal. reconcile exits 0 when every in-doubt
 // transaction is known, applied or not, 1 when any is unknown or a journal
 // line could not be read, 2 when it could not check at all (a bad flag, a
-// journal it cannot open).
+// journal it cannot open). in-doubt resolve appends an operator's
+// settlement to a stopped hub's journal; it exits 1 when the journal has
+// no unsettled entry for the TXID, 2 when the journal is locked by a
+// running hub or cannot be read or written.
 //
 // load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
 // TXID, since the hub may answer out of order. By default it runs a closed
@@ -84,7 +88,7 @@ type cli struct {
 	Status    statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
 	Breaker   breakerCmd       `cmd:"" help:"Hold a target's breaker open, close it, disable it (pass-through) or enable it again, through the admin endpoint."`
 	Reload    reloadCmd        `cmd:"" help:"Make the hub re-read its settings file (--config) and show what it added, removed and changed; exit 1 when the hub refuses the file."`
-	InDoubt   inDoubtCmd       `cmd:"" name:"in-doubt" help:"List the hub's recent calls in doubt, which may have reached their target without an answer."`
+	InDoubt   inDoubtGroup     `cmd:"" name:"in-doubt" help:"List the hub's recent calls in doubt, which may have reached their target without an answer; or settle one by hand (resolve)."`
 	Replay    replayCmd        `cmd:"" help:"Replay access logs through the breakers, with the hub's settings or others, and show what they did or would have done."`
 	Reconcile reconcileCmd     `cmd:"" help:"Ask each target whether it applied each transaction of the hub's in-doubt journal."`
 }
