@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,14 +93,53 @@ func TestInDoubtResolve(t *testing.T) {
 		assert.ErrorContains(t, err, "W2: no unsettled in-doubt entry")
 		assert.Len(t, readBack(t, path), 3, "nothing appended")
 	})
-	t.Run("a running hub holds the journal", func(t *testing.T) {
+	t.Run("a running hub holds the journal: the hub settles it", func(t *testing.T) {
+		// Given a journal a hub holds, with W1 open at it
 		path := journal(t)
 		j, err := indoubt.Open(indoubt.Config{Path: path})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = j.Close() })
-		_, code, err := runResolve(t, "W1", "--not-applied", "--in-doubt-log", path)
+		hub := &openHub{open: twoOpen, status: http.StatusOK}
+		flags := startOpenHub(t, hub)
+
+		// When an operator settles it, naming the journal and the hub
+		out, code, err := runResolve(t, "W1", "--applied", "0000", "--in-doubt-log", path, "--admin", flags.Admin)
+
+		// Then the hub is asked to, at the target it has W1 open at, and
+		// the journal is left to it
+		require.NoError(t, err)
+		assert.Zero(t, code)
+		assert.Equal(t, []string{`/in-doubt/W1/resolve {"target":"CORE","applied":true,"code":"0000"}`}, hub.resolved)
+		assert.Contains(t, out, "W1 at CORE: resolved_applied via operator (settled by the hub at "+flags.Admin+")")
+		assert.Len(t, readBack(t, path), 3, "nothing appended by relayctl")
+	})
+	t.Run("through the hub, without a journal", func(t *testing.T) {
+		hub := &openHub{open: twoOpen, status: http.StatusOK}
+		flags := startOpenHub(t, hub)
+		_, code, err := runResolve(t, "CL-22", "--not-applied", "--target", "CLAIM", "--admin", flags.Admin)
+		require.NoError(t, err)
+		assert.Zero(t, code)
+		assert.Equal(t, []string{`/in-doubt/CL-22/resolve {"target":"CLAIM","not_applied":true}`}, hub.resolved)
+	})
+	t.Run("the hub has it nowhere open, or refuses", func(t *testing.T) {
+		hub := &openHub{open: twoOpen, status: http.StatusNotFound}
+		flags := startOpenHub(t, hub)
+		_, code, err := runResolve(t, "W9", "--not-applied", "--admin", flags.Admin)
+		assert.Equal(t, 1, code)
+		assert.ErrorContains(t, err, "W9: not open in doubt at the hub at "+flags.Admin)
+		assert.Empty(t, hub.resolved)
+		_, code, err = runResolve(t, "W9", "--not-applied", "--target", "CORE", "--admin", flags.Admin)
+		assert.Equal(t, 1, code)
+		assert.ErrorContains(t, err, "404 Not Found: W9 is not open in doubt at CORE")
+	})
+	t.Run("a running hub that cannot be asked", func(t *testing.T) {
+		path := journal(t)
+		j, err := indoubt.Open(indoubt.Config{Path: path})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = j.Close() })
+		_, code, err := runResolve(t, "W1", "--not-applied", "--in-doubt-log", path, "--admin", "127.0.0.1:1")
 		assert.Equal(t, 2, code)
-		assert.ErrorContains(t, err, "a running hub holds it")
+		assert.ErrorContains(t, err, "connection refused")
 		assert.Len(t, readBack(t, path), 3, "nothing appended")
 	})
 	t.Run("no journal there", func(t *testing.T) {
@@ -130,7 +170,6 @@ func TestInDoubtResolve(t *testing.T) {
 			"both outcomes":    {"W1", "--applied", "0000", "--not-applied", "--in-doubt-log", path},
 			"a hub's own code": {"W1", "--applied", "E901", "--in-doubt-log", path},
 			"not a code":       {"W1", "--applied", "ok", "--in-doubt-log", path},
-			"no journal":       {"W1", "--not-applied"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := runResolve(t, args...)
@@ -146,6 +185,9 @@ func TestInDoubtStillListsByDefault(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "in-doubt list", kctx.Command())
 	assert.Equal(t, "2026-12-01T17:00:00Z", c.InDoubt.List.Since)
+	c, _, err = parse(t, "in-doubt", "--recent")
+	require.NoError(t, err)
+	assert.True(t, c.InDoubt.List.Recent)
 }
 
 // stageLine is a resolution line of stage, learnt via via.
