@@ -12,9 +12,10 @@
 // time per target, oldest first), PolicyManual leaves it to an operator.
 // The first attempt is ResolveAfter after the call went in doubt; each
 // later one follows an exponential backoff from ResolveAfter with jitter,
-// capped at MaxInterval; at Expire the entry is given up. While the
-// target's Gate is closed (its breaker open) the entry waits; an attempt
-// takes a bulkhead slot from the Gate and skips its turn when none is free.
+// capped at MaxInterval, each rounded up to a Tick; at Expire the entry is
+// given up. While the target's Gate is closed (its breaker open) all its
+// entries wait; an attempt takes a bulkhead slot from the Gate and skips
+// its turn when none is free.
 //
 // Typical use:
 //
@@ -252,6 +253,20 @@ type target struct {
 	conf  Target                // guarded by Resolver.mu
 	items []*item               // guarded by Resolver.mu; oldest Since first
 	index map[string]*item      // guarded by Resolver.mu; items by TxID
+	// pausedUntil is when the Gate is asked again after it refused: until
+	// then no entry of the target is tried. The whole target waits, not
+	// each entry on its own, so that thousands of entries behind an open
+	// breaker make one wake-up per ResolveAfter, not one each.
+	pausedUntil time.Time // guarded by Resolver.mu
+}
+
+// resumeAt is when an entry due at next can be tried: not before the
+// target's pause ends.
+func (tg *target) resumeAt(next time.Time) time.Time {
+	if next.Before(tg.pausedUntil) {
+		return tg.pausedUntil
+	}
+	return next
 }
 
 // New returns a Resolver with no target.
@@ -320,7 +335,7 @@ func (r *Resolver) Add(e Entry) bool {
 		return true
 	}
 	defer r.mu.Unlock()
-	it := &item{Entry: e, next: e.Since.Add(tg.conf.ResolveAfter)}
+	it := &item{Entry: e, next: onTick(e.Since.Add(tg.conf.ResolveAfter))}
 	// Keep items oldest first: entries come in in order, except at a
 	// restart's take-up, which is in journal order too.
 	i := len(tg.items)
@@ -387,9 +402,10 @@ func (r *Resolver) LateAnswer(target, txid, code string, now time.Time) bool {
 }
 
 // Due returns the attempts to make now, each holding a Gate slot until
-// Done, and settles as expired the entries past their expiry. An entry
-// whose Gate does not Allow waits (checked again after ResolveAfter); one
-// whose Gate has no free slot skips its turn. Of a reverse target only
+// Done, and settles as expired the entries past their expiry. When a
+// target's Gate does not Allow, its entries all wait (the Gate is asked
+// again after ResolveAfter); one whose Gate has no free slot skips its
+// turn. Of a reverse target only
 // the oldest entry is tried, and not while an attempt of it is in flight.
 func (r *Resolver) Due(now time.Time) []Attempt {
 	var due []Attempt
@@ -428,6 +444,9 @@ func (tg *target) dueLocked(now time.Time, rnd func() float64, due []Attempt, ex
 	}
 	clear(tg.items[len(kept):])
 	tg.items = kept
+	if now.Before(tg.pausedUntil) {
+		return due, expired
+	}
 	for i, it := range tg.items {
 		if c.Policy == PolicyReverse && i > 0 {
 			break // one reversal at a time, oldest first
@@ -437,9 +456,10 @@ func (tg *target) dueLocked(now time.Time, rnd func() float64, due []Attempt, ex
 		}
 		switch {
 		case c.Gate != nil && !c.Gate.Allow():
-			it.next = now.Add(c.ResolveAfter)
+			tg.pausedUntil = now.Add(c.ResolveAfter)
+			return due, expired
 		case c.Gate != nil && !c.Gate.TryAcquire():
-			it.next = now.Add(backoff(c, it.attempts, rnd))
+			it.next = onTick(now.Add(backoff(c, it.attempts, rnd)))
 		default:
 			it.inFlight = true
 			it.attempts++
@@ -447,6 +467,21 @@ func (tg *target) dueLocked(now time.Time, rnd func() float64, due []Attempt, ex
 		}
 	}
 	return due, expired
+}
+
+// Tick is the grain of the schedule: every attempt is due on a multiple
+// of it. Entries that went in doubt within one Tick are then due
+// together, so a caller waking at Next wakes at most once a Tick however
+// many entries are open, and each wake's Due, which looks at every open
+// entry, is paid for many of them at once.
+const Tick = 50 * time.Millisecond
+
+// onTick is t rounded up to a multiple of Tick.
+func onTick(t time.Time) time.Time {
+	if r := t.Truncate(Tick); r.Before(t) {
+		return r.Add(Tick)
+	}
+	return t
 }
 
 // via is how an entry of policy p learns its outcome.
@@ -488,7 +523,7 @@ func (r *Resolver) Done(a Attempt, res Result, now time.Time) {
 	}
 	it.inFlight = false
 	if res.outcome == "" {
-		it.next = now.Add(backoff(tg.conf, it.attempts, r.rand))
+		it.next = onTick(now.Add(backoff(tg.conf, it.attempts, r.rand)))
 		r.mu.Unlock()
 		return
 	}
@@ -516,8 +551,8 @@ func (r *Resolver) Next() (next time.Time, ok bool) {
 			if it.inFlight || (tg.conf.Policy == PolicyReverse && i > 0) {
 				continue
 			}
-			if !ok || it.next.Before(next) {
-				next, ok = it.next, true
+			if t := tg.resumeAt(it.next); !ok || t.Before(next) {
+				next, ok = t, true
 			}
 		}
 	}
@@ -534,7 +569,7 @@ func (r *Resolver) Open() []EntryState {
 		for _, it := range tg.items {
 			st := EntryState{Entry: it.Entry, Policy: tg.conf.Policy, Attempts: it.attempts, InFlight: it.inFlight}
 			if tg.conf.Policy != PolicyManual {
-				st.Next = it.next
+				st.Next = tg.resumeAt(it.next)
 			}
 			out = append(out, st)
 		}
@@ -558,8 +593,8 @@ func (r *Resolver) Stats(name string) TargetStats {
 		if tg.conf.Policy == PolicyReverse && i > 0 {
 			break
 		}
-		if !it.inFlight && (st.Next.IsZero() || it.next.Before(st.Next)) {
-			st.Next = it.next
+		if t := tg.resumeAt(it.next); !it.inFlight && (st.Next.IsZero() || t.Before(st.Next)) {
+			st.Next = t
 		}
 	}
 	return st

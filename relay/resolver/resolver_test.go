@@ -408,7 +408,7 @@ func TestResolverInParallel(t *testing.T) {
 		wg.Go(func() {
 			now := t0
 			for n := 0; len(s.all())+int(forgotten.Load()) < workers*perWorker && n < 100000; n++ {
-				now = now.Add(time.Millisecond)
+				now = now.Add(resolver.Tick) // attempts fall due on ticks
 				for i, a := range r.Due(now) {
 					res := resolver.Retry
 					if (i+n+d)%3 == 0 {
@@ -477,4 +477,57 @@ func TestALateAnswerBeforeAddIsHeldForIt(t *testing.T) {
 	add(t, r, "W2", t0)
 	assert.Len(t, s.all(), 1, "W2 is open, not settled by a stale answer")
 	assert.Equal(t, 1, r.Stats("CORE").Open)
+}
+
+// TestEntriesBehindAnOpenBreakerWaitTogether: entries that went in doubt
+// at different times, all due while the breaker is open, make one wake-up
+// per resolve_after between them, not one each, and are all tried once
+// it closes.
+func TestEntriesBehindAnOpenBreakerWaitTogether(t *testing.T) {
+	g := newGate(10)
+	r, _ := newResolver(t, resolver.PolicyLookup, g)
+	for i := range 5 {
+		add(t, r, fmt.Sprintf("W%d", i), t0.Add(time.Duration(i)*time.Second))
+	}
+
+	// Given the breaker open when the first entry is due
+	g.closed.Store(true)
+	now := t0.Add(5 * time.Second)
+	require.Empty(t, r.Due(now))
+
+	// Then the next wake-up is resolve_after later, for all of them
+	next, ok := r.Next()
+	require.True(t, ok)
+	assert.Equal(t, now.Add(5*time.Second), next)
+	for _, e := range r.Open() {
+		assert.Equal(t, now.Add(5*time.Second), e.Next, e.TxID)
+	}
+	assert.Equal(t, now.Add(5*time.Second), r.Stats("CORE").Next)
+	assert.Empty(t, r.Due(now.Add(4*time.Second)), "paused: nothing is tried")
+
+	// When the breaker has closed by then, every entry due is tried
+	g.closed.Store(false)
+	due := r.Due(next)
+	assert.Len(t, due, 5)
+	assert.Equal(t, int64(5), g.acquires.Load())
+}
+
+// TestAttemptsFallDueOnTicks: entries that went in doubt within one Tick
+// are due together, so a hub wakes once for them, not once each.
+func TestAttemptsFallDueOnTicks(t *testing.T) {
+	r, _ := newResolver(t, resolver.PolicyLookup, nil)
+	for i := range 50 {
+		add(t, r, fmt.Sprintf("W%d", i), t0.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	next, ok := r.Next()
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(5*time.Second+resolver.Tick), next, "rounded up, never early")
+	due := r.Due(next)
+	assert.Len(t, due, 50)
+	for _, a := range due {
+		r.Done(a, resolver.Retry, next.Add(3*time.Millisecond))
+	}
+	for _, e := range r.Open() {
+		assert.Zero(t, e.Next.Sub(t0)%resolver.Tick, "%s next %v", e.TxID, e.Next)
+	}
 }
