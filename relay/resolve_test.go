@@ -1,0 +1,289 @@
+package relay
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relayhub/relayhub/fixtures"
+	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
+	"github.com/relayhub/relayhub/internal/testutil/hubtest"
+	"github.com/relayhub/relayhub/internal/testutil/logtest"
+	"github.com/relayhub/relayhub/relay/indoubt"
+	"github.com/relayhub/relayhub/relay/resolver"
+)
+
+// resolveRig is a hub with a journal, the shield and metrics, in front of
+// a core fixture whose late mode books a transaction and never answers
+// (until the hub gives up on it).
+type resolveRig struct {
+	srv     *Server
+	core    *fixtures.Server
+	url     string
+	clk     *fakeclock.Clock
+	reg     *prometheus.Registry
+	journal string
+	c       *hubtest.Client
+}
+
+// holdForever is a fixture's Wait that returns only when the caller gives
+// up, so a late-mode call is booked and never answered.
+func holdForever(ctx context.Context, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// newCore starts a core fixture in late mode that never answers.
+func newCore(t *testing.T) (*fixtures.Server, string) {
+	core, err := fixtures.New(fixtures.Config{Kind: fixtures.KindCore, Mode: fixtures.ModeLate, Wait: holdForever})
+	require.NoError(t, err)
+	ts := httptest.NewServer(core)
+	t.Cleanup(ts.Close)
+	return core, ts.URL
+}
+
+// newResolveRig starts the rig; edit changes the target and the Config
+// before New.
+func newResolveRig(t *testing.T, edit func(*Target, *Config)) *resolveRig {
+	core, url := newCore(t)
+	rig := &resolveRig{core: core, url: url, reg: prometheus.NewRegistry(), journal: filepath.Join(t.TempDir(), "in-doubt.log")}
+	j, err := indoubt.Open(indoubt.Config{Path: rig.journal})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	m, err := NewMetrics(rig.reg)
+	require.NoError(t, err)
+	tgt := Target{Name: "CORE", URL: url, StatusURL: url + "/tx/{txid}"}
+	cfg, clk := testConfig(t)
+	cfg.TargetTimeout, cfg.Dedup, cfg.NoLateAnswer = 100*time.Millisecond, true, true
+	cfg.InDoubtLog, cfg.Metrics, cfg.HubID = j, m, "hub-test"
+	if edit != nil {
+		edit(&tgt, &cfg)
+	}
+	cfg.Targets = []Target{tgt}
+	var addr string
+	rig.srv, addr = startServer(t, cfg)
+	rig.clk = clk
+	rig.c = hubtest.Dial(t, addr)
+	return rig
+}
+
+// exchangeInDoubt sends line, checks that it is answered E901, and waits
+// for the resolver to hold it (it takes it once the client has its
+// answer).
+func (rig *resolveRig) exchangeInDoubt(t *testing.T, line string) {
+	t.Helper()
+	n := len(rig.srv.OpenInDoubt())
+	require.Equal(t, "E901", rig.c.Exchange(line).Code)
+	hubtest.Eventually(t, func() bool { return len(rig.srv.OpenInDoubt()) == n+1 }, "entry open")
+}
+
+// advance moves the clock on and wakes the resolver.
+func (rig *resolveRig) advance(d time.Duration) {
+	rig.clk.Advance(d)
+	rig.srv.pokeResolver()
+}
+
+// resolutions returns the journal's resolution lines.
+func (rig *resolveRig) resolutions(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for _, l := range logtest.FileLines(t, rig.journal) {
+		if indoubt.IsResolution(l["stage"].(string)) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitSettled waits for the journal's n-th resolution line and returns it.
+func (rig *resolveRig) waitSettled(t *testing.T, n int) map[string]any {
+	hubtest.Eventually(t, func() bool { return len(rig.resolutions(t)) >= n }, "resolution journalled")
+	return rig.resolutions(t)[n-1]
+}
+
+func TestALookupSettlesACallInDoubtAsApplied(t *testing.T) {
+	rig := newResolveRig(t, nil)
+
+	// Given W1, booked by CORE and answered E901 by the hub,
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	st := status(t, rig.srv, "CORE")
+	assert.Equal(t, 1, st.InDoubtOpen)
+	assert.Equal(t, "lookup", st.Resolve)
+	assert.Equal(t, rig.clk.Now(), st.InDoubtOldest)
+	assert.Equal(t, rig.clk.Now().Add(resolver.DefaultResolveAfter), st.NextResolve)
+	open := rig.srv.OpenInDoubt()
+	require.Len(t, open, 1)
+	assert.Equal(t, "W1", open[0].TxID)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_open", "target", "CORE"))
+
+	// when the first attempt is due,
+	rig.advance(resolver.DefaultResolveAfter)
+
+	// then the hub looks it up, journals it applied and forgets it,
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, "W1", l["txid"])
+	assert.Equal(t, indoubt.StageResolvedApplied, l["stage"])
+	assert.Equal(t, indoubt.ViaLookup, l["via"])
+	assert.Equal(t, "0000", l["code"])
+	assert.Equal(t, rig.url, l["url"])
+	hubtest.Eventually(t, func() bool { return status(t, rig.srv, "CORE").InDoubtOpen == 0 }, "entry settled")
+	assert.Zero(t, status(t, rig.srv, "CORE").NextResolve)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "applied", "via", "lookup"))
+	assert.Zero(t, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_open", "target", "CORE"))
+	assert.Zero(t, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "expired", "via", "lookup"))
+	// and a resend gets the booked answer without a call.
+	assert.Equal(t, "0000", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").Code)
+	stats := rig.core.Stats()
+	assert.Equal(t, int64(1), stats.Calls)
+	assert.Equal(t, int64(1), stats.Lookups)
+}
+
+func TestALookupThatSaysNotAppliedLetsAResendCallAfresh(t *testing.T) {
+	rig := newResolveRig(t, nil)
+	mode := fixtures.ModeSlow
+	_, err := rig.core.SetControl(fixtures.ControlUpdate{Mode: &mode})
+	require.NoError(t, err)
+
+	// Given W1, which CORE held without applying it until the hub gave up,
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	normal := fixtures.ModeNormal
+	_, err = rig.core.SetControl(fixtures.ControlUpdate{Mode: &normal})
+	require.NoError(t, err)
+
+	// when the look-up is due,
+	rig.advance(resolver.DefaultResolveAfter)
+
+	// then it is journalled not applied,
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.StageResolvedNotApplied, l["stage"])
+	assert.Equal(t, indoubt.ViaLookup, l["via"])
+	// and a resend is one fresh call.
+	assert.Equal(t, "W1|0000|from=97500 to=102500", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(2), rig.core.Stats().Calls)
+	assert.True(t, rig.core.Lookup("W1").Applied)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "not_applied", "via", "lookup"))
+}
+
+func TestAReversalUndoesATransactionAndAResendGetsE910(t *testing.T) {
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.ReverseURL = tgt.URL + "/tx/{txid}/reverse"
+		cfg.Resolve = resolver.PolicyReverse
+	})
+	// Given W2, booked by CORE and answered E901,
+	rig.exchangeInDoubt(t, "W2|CORE|XFER 1001 1002 2500")
+	require.True(t, rig.core.Lookup("W2").Applied)
+	// a resend meanwhile is not looked up (a look-up during the reversal
+	// would read "not applied" and call afresh),
+	assert.Equal(t, "W2|E901|outcome still unknown; do not resend yet", rig.c.Exchange("W2|CORE|XFER 1001 1002 2500").String())
+	assert.Zero(t, rig.core.Stats().Lookups)
+
+	// when the reversal is due,
+	rig.advance(resolver.DefaultResolveAfter)
+
+	// then CORE reverses it once, and the journal says so,
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.StageResolvedReversed, l["stage"])
+	assert.Equal(t, indoubt.ViaReversal, l["via"])
+	assert.Equal(t, int64(1), rig.core.Stats().Reversals)
+	assert.True(t, rig.core.Lookup("W2").Reversed)
+	// and a resend gets E910 without a call.
+	assert.Equal(t, "W2|E910|transaction reversed; resend under a new TXID", rig.c.Exchange("W2|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(1), rig.core.Stats().Calls)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "reversed", "via", "reversal"))
+}
+
+func TestNoAttemptWhileTheBreakerIsOpen(t *testing.T) {
+	rig := newResolveRig(t, nil)
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+
+	// Given CORE's breaker held open,
+	_, err := rig.srv.ControlBreaker("CORE", ActionOpen)
+	require.NoError(t, err)
+
+	// when the attempt is due, then it waits: no look-up reaches CORE,
+	due := rig.clk.Now().Add(resolver.DefaultResolveAfter)
+	rig.advance(resolver.DefaultResolveAfter)
+	hubtest.Eventually(t, func() bool { return status(t, rig.srv, "CORE").NextResolve.After(due) }, "attempt put off")
+	assert.Zero(t, rig.core.Stats().Lookups)
+	assert.Equal(t, 1, status(t, rig.srv, "CORE").InDoubtOpen)
+
+	// and once the breaker closes, the next one goes.
+	_, err = rig.srv.ControlBreaker("CORE", ActionClose)
+	require.NoError(t, err)
+	rig.advance(resolver.DefaultResolveAfter)
+	assert.Equal(t, indoubt.ViaLookup, rig.waitSettled(t, 1)["via"])
+	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
+	snap := status(t, rig.srv, "CORE").Snapshot
+	assert.Zero(t, snap.ConsecutiveFailures, "attempts never count for the breaker")
+}
+
+func TestALateAnswerSettlesTheEntry(t *testing.T) {
+	core, err := fixtures.New(fixtures.Config{Kind: fixtures.KindCore, Mode: fixtures.ModeLate, Delay: 300 * time.Millisecond})
+	require.NoError(t, err)
+	ts := httptest.NewServer(core)
+	t.Cleanup(ts.Close)
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.URL, tgt.StatusURL = ts.URL, ts.URL+"/tx/{txid}"
+		cfg.NoLateAnswer = false
+	})
+
+	// Given W1, answered after the target timeout,
+	require.Equal(t, "E901", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").Code)
+
+	// then its answer, read on, settles it without a look-up,
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.StageResolvedApplied, l["stage"])
+	assert.Equal(t, indoubt.ViaLateAnswer, l["via"])
+	hubtest.Eventually(t, func() bool { return status(t, rig.srv, "CORE").InDoubtOpen == 0 }, "entry settled")
+	assert.Zero(t, core.Stats().Lookups)
+	// and a resend gets that answer without a call.
+	assert.Equal(t, "W1|0000|from=97500 to=102500", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(1), core.Stats().Calls)
+}
+
+func TestAnOperatorSettlesAManualEntry(t *testing.T) {
+	rig := newResolveRig(t, func(tgt *Target, _ *Config) { tgt.StatusURL = "" })
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, "manual", status(t, rig.srv, "CORE").Resolve)
+	open := rig.srv.OpenInDoubt()
+	require.Len(t, open, 1)
+	assert.Zero(t, open[0].Next, "a manual entry has no attempt")
+
+	assert.ErrorIs(t, rig.srv.SettleInDoubt("CORE", "W9", true, "0000"), ErrNotInDoubt)
+	assert.ErrorIs(t, rig.srv.SettleInDoubt("NOPE", "W1", true, "0000"), ErrNotInDoubt)
+	assert.ErrorIs(t, rig.srv.SettleInDoubt("core", "W1", true, "OK"), ErrBadSettleCode)
+
+	// When the operator settles it applied,
+	require.NoError(t, rig.srv.SettleInDoubt("core", "W1", true, "0000"))
+
+	// then it is journalled via operator and a resend gets 0000 without a call.
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.ViaOperator, l["via"])
+	assert.Equal(t, "0000", l["code"])
+	assert.Empty(t, rig.srv.OpenInDoubt())
+	assert.Equal(t, "0000", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").Code)
+	assert.Equal(t, int64(1), rig.core.Stats().Calls)
+	assert.ErrorIs(t, rig.srv.SettleInDoubt("CORE", "W1", false, ""), ErrNotInDoubt, "settled once")
+}
+
+func TestAResendOfAnOpenEntryIsLookedUpAndTheResolverForgetsIt(t *testing.T) {
+	rig := newResolveRig(t, nil)
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+
+	// When the client resends W1 before the resolver's attempt,
+	assert.Equal(t, "W1|0000|from=97500 to=102500", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+
+	// then the resend's look-up settles it, journalled via resend, once.
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.ViaResend, l["via"])
+	assert.Empty(t, rig.srv.OpenInDoubt())
+	rig.advance(resolver.DefaultResolveAfter)
+	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
+	assert.Len(t, rig.resolutions(t), 1)
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "applied", "via", "resend"))
+}
