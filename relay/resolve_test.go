@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/relayhub/relayhub/internal/testutil/fakeclock"
 	"github.com/relayhub/relayhub/internal/testutil/hubtest"
 	"github.com/relayhub/relayhub/internal/testutil/logtest"
+	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/resolver"
 )
@@ -29,6 +31,8 @@ type resolveRig struct {
 	clk     *fakeclock.Clock
 	reg     *prometheus.Registry
 	journal string
+	j       *indoubt.Journal
+	target  Target
 	c       *hubtest.Client
 }
 
@@ -56,6 +60,7 @@ func newResolveRig(t *testing.T, edit func(*Target, *Config)) *resolveRig {
 	j, err := indoubt.Open(indoubt.Config{Path: rig.journal})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
+	rig.j = j
 	m, err := NewMetrics(rig.reg)
 	require.NoError(t, err)
 	tgt := Target{Name: "CORE", URL: url, StatusURL: url + "/tx/{txid}"}
@@ -65,7 +70,7 @@ func newResolveRig(t *testing.T, edit func(*Target, *Config)) *resolveRig {
 	if edit != nil {
 		edit(&tgt, &cfg)
 	}
-	cfg.Targets = []Target{tgt}
+	cfg.Targets, rig.target = []Target{tgt}, tgt
 	var addr string
 	rig.srv, addr = startServer(t, cfg)
 	rig.clk = clk
@@ -286,4 +291,172 @@ func TestAResendOfAnOpenEntryIsLookedUpAndTheResolverForgetsIt(t *testing.T) {
 	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
 	assert.Len(t, rig.resolutions(t), 1)
 	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "applied", "via", "resend"))
+}
+
+func TestARestartedHubTakesUpTheOpenEntriesOfItsJournal(t *testing.T) {
+	// Given a hub stopped with W5 and W6 in doubt, and a journal that also
+	// holds W7 in doubt for two days and W8 of a target gone since,
+	rig := newResolveRig(t, nil)
+	rig.exchangeInDoubt(t, "W5|CORE|XFER 1001 1002 2500")
+	rig.exchangeInDoubt(t, "W6|CORE|XFER 1001 1002 100")
+	require.NoError(t, rig.srv.Close())
+	for _, e := range []indoubt.Entry{
+		{Time: time.Now().Add(-48 * time.Hour), TxID: "W7", Target: "CORE", URL: rig.url, Code: "E901", Stage: "request_sent"},
+		{Time: time.Now().Add(-time.Minute), TxID: "W8", Target: "GONE", URL: rig.url, Code: "E901", Stage: "request_sent"},
+	} {
+		require.NoError(t, rig.j.Append(&e))
+	}
+	require.NoError(t, rig.j.Close())
+
+	// when a hub starts on the same journal,
+	j, err := indoubt.Open(indoubt.Config{Path: rig.journal})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	cfg, clk := testConfig(t, rig.target)
+	cfg.TargetTimeout, cfg.Dedup, cfg.NoLateAnswer = 100*time.Millisecond, true, true
+	cfg.InDoubtLog, cfg.Metrics, cfg.HubID = j, m, "hub-test"
+	srv, addr := startServer(t, cfg)
+
+	// then it holds W5 and W6 open, and has given W7 up,
+	open := srv.OpenInDoubt()
+	require.Len(t, open, 2)
+	assert.Equal(t, "W5", open[0].TxID)
+	assert.Equal(t, "W6", open[1].TxID)
+	assert.WithinDuration(t, clk.Now(), open[0].Since, 10*time.Second)
+	lines := logtest.FileLines(t, rig.journal)
+	last := lines[len(lines)-1]
+	assert.Equal(t, "W7", last["txid"])
+	assert.Equal(t, indoubt.StageUnresolvedExpired, last["stage"])
+	assert.Equal(t, indoubt.ViaLookup, last["via"])
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "expired", "via", "lookup"))
+	assert.Equal(t, 2.0, hubtest.MetricValue(t, reg, "relay_in_doubt_open", "target", "CORE"))
+
+	// a resend of W6 is looked up at once, as in doubt, without a call,
+	c := hubtest.Dial(t, addr)
+	assert.Equal(t, "W6|0000|from=97400 to=102600", c.Exchange("W6|CORE|XFER 1001 1002 100").String())
+	assert.Equal(t, int64(2), rig.core.Stats().Calls)
+	require.Len(t, srv.OpenInDoubt(), 1)
+
+	// and W5 is settled by the resolver when its attempt is due.
+	clk.Advance(resolver.DefaultResolveAfter)
+	srv.pokeResolver()
+	hubtest.Eventually(t, func() bool { return len(srv.OpenInDoubt()) == 0 }, "W5 settled")
+	lines = logtest.FileLines(t, rig.journal)
+	hubtest.Eventually(t, func() bool {
+		lines = logtest.FileLines(t, rig.journal)
+		return lines[len(lines)-1]["txid"] == "W5"
+	}, "W5 journalled")
+	assert.Equal(t, indoubt.ViaLookup, lines[len(lines)-1]["via"])
+	assert.Equal(t, indoubt.StageResolvedApplied, lines[len(lines)-1]["stage"])
+}
+
+func TestAnEntryThatStaysUnknownExpires(t *testing.T) {
+	rig := newResolveRig(t, func(_ *Target, cfg *Config) { cfg.ResolveExpire = 3 * time.Second; cfg.ResolveAfter = time.Second })
+	// Given a status URL that always fails,
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	fail := fixtures.ModeFail
+	_, err := rig.core.SetControl(fixtures.ControlUpdate{Mode: &fail})
+	require.NoError(t, err)
+
+	// when its expiry passes, attempt after attempt,
+	for range 4 {
+		rig.advance(time.Second)
+		hubtest.Eventually(t, func() bool {
+			open := rig.srv.OpenInDoubt()
+			return len(open) == 0 || (!open[0].InFlight && open[0].Next.After(rig.clk.Now()))
+		}, "attempt done")
+	}
+
+	// then the hub gives it up, journalled and counted,
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, indoubt.StageUnresolvedExpired, l["stage"])
+	assert.Equal(t, "E901", l["code"])
+	assert.Equal(t, 1.0, hubtest.MetricValue(t, rig.reg, "relay_in_doubt_resolved_total", "target", "CORE", "outcome", "expired", "via", "lookup"))
+	assert.Positive(t, rig.core.Stats().Lookups)
+	// and a resend is still in doubt: looked up, not sent.
+	assert.Equal(t, "E901", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").Code)
+	assert.Equal(t, int64(1), rig.core.Stats().Calls)
+}
+
+func TestAReloadChangesTheResolvePolicy(t *testing.T) {
+	rig := newResolveRig(t, nil)
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+
+	// When a reload makes CORE manual,
+	tgt := rig.target
+	tgt.Settings = &TargetSettings{TargetTimeout: 100 * time.Millisecond, Dedup: true, Resolve: resolver.PolicyManual}
+	res, err := rig.srv.Reload([]Target{tgt})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"CORE"}, res.Changed)
+
+	// then its entry waits for an operator.
+	assert.Equal(t, "manual", status(t, rig.srv, "CORE").Resolve)
+	assert.Zero(t, status(t, rig.srv, "CORE").NextResolve)
+	rig.advance(time.Hour)
+	assert.Equal(t, 1, status(t, rig.srv, "CORE").InDoubtOpen)
+	assert.Zero(t, rig.core.Stats().Lookups)
+}
+
+// memStore is a fleet's store in memory, shared by the hubs of a test.
+type memStore struct {
+	mu   sync.Mutex
+	recs map[string]dedup.Record
+}
+
+var _ dedup.Store = (*memStore)(nil)
+
+func storeKey(target string, scope dedup.Scope, txid string) string {
+	id, _ := scope.Client()
+	return target + "|" + string(id[:]) + "|" + txid
+}
+
+func (m *memStore) Claim(_ context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, _ time.Duration) (dedup.Record, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := storeKey(target, scope, txid)
+	if ex, ok := m.recs[k]; ok {
+		return ex, false, nil
+	}
+	m.recs[k] = rec
+	return dedup.Record{}, true, nil
+}
+
+func (m *memStore) Settle(_ context.Context, target string, scope dedup.Scope, txid string, rec dedup.Record, _ time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs[storeKey(target, scope, txid)] = rec
+	return nil
+}
+
+func (m *memStore) Release(_ context.Context, target string, scope dedup.Scope, txid, hub string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := storeKey(target, scope, txid)
+	if m.recs[k].Hub == hub && m.recs[k].State == dedup.InFlight {
+		delete(m.recs, k)
+	}
+	return nil
+}
+
+func TestASettlementReachesTheFleetsStore(t *testing.T) {
+	store := &memStore{recs: make(map[string]dedup.Record)}
+	rig := newResolveRig(t, func(_ *Target, cfg *Config) { cfg.DedupStore = store })
+	// Given W3 in doubt on hub A, settled applied by its look-up,
+	rig.exchangeInDoubt(t, "W3|CORE|XFER 1001 1002 2500")
+	rig.advance(resolver.DefaultResolveAfter)
+	rig.waitSettled(t, 1)
+
+	// when the client resends W3 to hub B of the same fleet,
+	cfg, _ := testConfig(t, rig.target)
+	cfg.TargetTimeout, cfg.Dedup, cfg.DedupStore, cfg.HubID = 100*time.Millisecond, true, store, "hub-b"
+	_, addr := startServer(t, cfg)
+	c := hubtest.Dial(t, addr)
+
+	// then B answers it from the store, without a call or a look-up.
+	assert.Equal(t, "W3|0000|from=97500 to=102500", c.Exchange("W3|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(1), rig.core.Stats().Calls)
+	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
 }
