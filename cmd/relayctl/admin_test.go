@@ -204,7 +204,13 @@ func (h *openHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		h.resolved = append(h.resolved, r.URL.Path+" "+string(b))
 		w.WriteHeader(h.status)
-		_, _ = w.Write([]byte(`{"error":"W9 is not open in doubt at CORE"}`))
+		if h.status != http.StatusOK {
+			_, _ = w.Write([]byte(`{"error":"W9 is not open in doubt at CORE"}`))
+			return
+		}
+		var req resolveBody
+		_ = json.Unmarshal(b, &req)
+		_, _ = fmt.Fprintf(w, `{"target":%q}`, strings.ToUpper(req.Target))
 	default:
 		http.NotFound(w, r)
 	}

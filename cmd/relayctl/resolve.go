@@ -19,10 +19,10 @@ import (
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
-// inDoubtGroup is `relayctl in-doubt`: the list of the hub's recent calls
-// in doubt (the default), and resolve. Not for concurrent use.
+// inDoubtGroup is `relayctl in-doubt`: the list of the hub's calls in
+// doubt (the default), and resolve. Not for concurrent use.
 type inDoubtGroup struct {
-	List    inDoubtCmd        `cmd:"" default:"withargs" help:"List the hub's recent calls in doubt (the default)."`
+	List    inDoubtCmd        `cmd:"" default:"withargs" help:"List the hub's open calls in doubt with their attempts and next attempt, or its recent ones (--recent); the default."`
 	Resolve inDoubtResolveCmd `cmd:"" help:"Settle a transaction in doubt by hand (via operator), once its target's own records say what happened: through the running hub's admin port, or in the journal of a stopped hub."`
 }
 
@@ -170,6 +170,12 @@ func (c *inDoubtResolveCmd) throughHub(ctx context.Context, s *streams) error {
 	}
 	if ans.status != http.StatusOK {
 		return client.refused(ans)
+	}
+	var settled struct {
+		Target string `json:"target"` // the canonical name
+	}
+	if json.Unmarshal(ans.body, &settled) == nil && settled.Target != "" {
+		target = settled.Target
 	}
 	stage := indoubt.StageResolvedNotApplied
 	if body.Applied {

@@ -116,10 +116,11 @@ func TestInDoubtResolve(t *testing.T) {
 	t.Run("through the hub, without a journal", func(t *testing.T) {
 		hub := &openHub{open: twoOpen, status: http.StatusOK}
 		flags := startOpenHub(t, hub)
-		_, code, err := runResolve(t, "CL-22", "--not-applied", "--target", "CLAIM", "--admin", flags.Admin)
+		out, code, err := runResolve(t, "CL-22", "--not-applied", "--target", "claim", "--admin", flags.Admin)
 		require.NoError(t, err)
 		assert.Zero(t, code)
-		assert.Equal(t, []string{`/in-doubt/CL-22/resolve {"target":"CLAIM","not_applied":true}`}, hub.resolved)
+		assert.Equal(t, []string{`/in-doubt/CL-22/resolve {"target":"claim","not_applied":true}`}, hub.resolved)
+		assert.Contains(t, out, "CL-22 at CLAIM: resolved_not_applied via operator", "the hub's name for the target")
 	})
 	t.Run("the hub has it nowhere open, or refuses", func(t *testing.T) {
 		hub := &openHub{open: twoOpen, status: http.StatusNotFound}
