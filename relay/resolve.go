@@ -255,6 +255,10 @@ func (st settler) Settled(set resolver.Settlement) {
 	case resolver.ViaLateAnswer:
 		msg = s.lateMsg(set.Target, set.TxID)
 	}
+	if rt != nil && ref.shield != "" && ref.shield != rt.name {
+		// A fallback made the call: its answer says so, as a resend's does.
+		msg = rt.viaPrefix + msg
+	}
 	code := set.Code
 	if set.Outcome == resolver.Expired {
 		code = ref.code
