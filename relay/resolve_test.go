@@ -70,7 +70,7 @@ func newResolveRig(t *testing.T, edit func(*Target, *Config)) *resolveRig {
 	if edit != nil {
 		edit(&tgt, &cfg)
 	}
-	cfg.Targets, rig.target = []Target{tgt}, tgt
+	cfg.Targets, rig.target = append([]Target{tgt}, cfg.Targets...), tgt
 	var addr string
 	rig.srv, addr = startServer(t, cfg)
 	rig.clk = clk
@@ -459,4 +459,28 @@ func TestASettlementReachesTheFleetsStore(t *testing.T) {
 	assert.Equal(t, "W3|0000|from=97500 to=102500", c.Exchange("W3|CORE|XFER 1001 1002 2500").String())
 	assert.Equal(t, int64(1), rig.core.Stats().Calls)
 	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
+}
+
+func TestAFallbacksCallInDoubtIsSettledUnderTheNamedTargetsShield(t *testing.T) {
+	back, backURL := newCore(t)
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.Fallback = "BACK"
+		cfg.Targets = []Target{{Name: "BACK", URL: backURL, StatusURL: backURL + "/tx/{txid}"}}
+	})
+	// Given CORE held open, so that BACK takes W1, books it and never
+	// answers,
+	_, err := rig.srv.ControlBreaker("CORE", ActionOpen)
+	require.NoError(t, err)
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, "BACK", rig.srv.OpenInDoubt()[0].Target)
+
+	// when BACK's look-up finds it applied,
+	rig.advance(resolver.DefaultResolveAfter)
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, "BACK", l["target"])
+
+	// then a resend to CORE gets BACK's answer, naming it, without a call.
+	assert.Equal(t, "W1|0000|via BACK: from=97500 to=102500", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(1), back.Stats().Calls)
+	assert.Zero(t, rig.core.Stats().Calls)
 }
