@@ -484,3 +484,31 @@ func TestAFallbacksCallInDoubtIsSettledUnderTheNamedTargetsShield(t *testing.T) 
 	assert.Equal(t, int64(1), back.Stats().Calls)
 	assert.Zero(t, rig.core.Stats().Calls)
 }
+
+func TestATargetsGateLooksAtItsBreakerAndTakesItsBulkhead(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:9201"})
+	cfg.MaxInflight = 1
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	rt := srv.table.lookup([]byte("CORE"))
+	g := targetGate{rt}
+
+	// The bulkhead's one slot goes to the first attempt, none to a second,
+	require.True(t, g.TryAcquire())
+	assert.Equal(t, 1, rt.bulkhead.InFlight())
+	assert.False(t, g.TryAcquire())
+	g.Release()
+	assert.Zero(t, rt.bulkhead.InFlight())
+
+	// and the breaker is only looked at: closed allows, held open does
+	// not, and no look takes a ticket or a probe.
+	assert.True(t, g.Allow())
+	_, err = srv.ControlBreaker("CORE", ActionOpen)
+	require.NoError(t, err)
+	assert.False(t, g.Allow())
+	_, err = srv.ControlBreaker("CORE", ActionClose)
+	require.NoError(t, err)
+	assert.True(t, g.Allow())
+	assert.Zero(t, status(t, srv, "CORE").Snapshot.ConsecutiveFailures)
+}
