@@ -512,3 +512,25 @@ func TestATargetsGateLooksAtItsBreakerAndTakesItsBulkhead(t *testing.T) {
 	assert.True(t, g.Allow())
 	assert.Zero(t, status(t, srv, "CORE").Snapshot.ConsecutiveFailures)
 }
+
+func TestStoppingEndsTheLateReads(t *testing.T) {
+	core, err := fixtures.New(fixtures.Config{Kind: fixtures.KindCore, Mode: fixtures.ModeLate, Delay: time.Minute})
+	require.NoError(t, err)
+	ts := httptest.NewServer(core)
+	t.Cleanup(ts.Close)
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.URL, tgt.StatusURL = ts.URL, ts.URL+"/tx/{txid}"
+		cfg.NoLateAnswer = false
+	})
+	// Given W1 timed out and its connection read on for a late answer,
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, int64(1), core.Stats().InFlight)
+
+	// when the hub shuts down, its calls all answered,
+	require.NoError(t, rig.srv.Shutdown(context.Background()))
+
+	// then that connection is closed too, long before the grace ends, and
+	// nothing was settled.
+	hubtest.Eventually(t, func() bool { return core.Stats().InFlight == 0 }, "late read closed")
+	assert.Empty(t, rig.resolutions(t))
+}
