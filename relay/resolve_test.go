@@ -70,7 +70,7 @@ func newResolveRig(t *testing.T, edit func(*Target, *Config)) *resolveRig {
 	if edit != nil {
 		edit(&tgt, &cfg)
 	}
-	cfg.Targets, rig.target = []Target{tgt}, tgt
+	cfg.Targets, rig.target = append([]Target{tgt}, cfg.Targets...), tgt
 	var addr string
 	rig.srv, addr = startServer(t, cfg)
 	rig.clk = clk
@@ -459,4 +459,78 @@ func TestASettlementReachesTheFleetsStore(t *testing.T) {
 	assert.Equal(t, "W3|0000|from=97500 to=102500", c.Exchange("W3|CORE|XFER 1001 1002 2500").String())
 	assert.Equal(t, int64(1), rig.core.Stats().Calls)
 	assert.Equal(t, int64(1), rig.core.Stats().Lookups)
+}
+
+func TestAFallbacksCallInDoubtIsSettledUnderTheNamedTargetsShield(t *testing.T) {
+	back, backURL := newCore(t)
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.Fallback = "BACK"
+		cfg.Targets = []Target{{Name: "BACK", URL: backURL, StatusURL: backURL + "/tx/{txid}"}}
+	})
+	// Given CORE held open, so that BACK takes W1, books it and never
+	// answers,
+	_, err := rig.srv.ControlBreaker("CORE", ActionOpen)
+	require.NoError(t, err)
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, "BACK", rig.srv.OpenInDoubt()[0].Target)
+
+	// when BACK's look-up finds it applied,
+	rig.advance(resolver.DefaultResolveAfter)
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, "BACK", l["target"])
+
+	// then a resend to CORE gets BACK's answer, naming it, without a call.
+	assert.Equal(t, "W1|0000|via BACK: from=97500 to=102500", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+	assert.Equal(t, int64(1), back.Stats().Calls)
+	assert.Zero(t, rig.core.Stats().Calls)
+}
+
+func TestATargetsGateLooksAtItsBreakerAndTakesItsBulkhead(t *testing.T) {
+	cfg, _ := testConfig(t, Target{Name: "CORE", URL: "http://127.0.0.1:9201"})
+	cfg.MaxInflight = 1
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	rt := srv.table.lookup([]byte("CORE"))
+	g := targetGate{rt}
+
+	// The bulkhead's one slot goes to the first attempt, none to a second,
+	require.True(t, g.TryAcquire())
+	assert.Equal(t, 1, rt.bulkhead.InFlight())
+	assert.False(t, g.TryAcquire())
+	g.Release()
+	assert.Zero(t, rt.bulkhead.InFlight())
+
+	// and the breaker is only looked at: closed allows, held open does
+	// not, and no look takes a ticket or a probe.
+	assert.True(t, g.Allow())
+	_, err = srv.ControlBreaker("CORE", ActionOpen)
+	require.NoError(t, err)
+	assert.False(t, g.Allow())
+	_, err = srv.ControlBreaker("CORE", ActionClose)
+	require.NoError(t, err)
+	assert.True(t, g.Allow())
+	assert.Zero(t, status(t, srv, "CORE").Snapshot.ConsecutiveFailures)
+}
+
+func TestStoppingEndsTheLateReads(t *testing.T) {
+	core, err := fixtures.New(fixtures.Config{Kind: fixtures.KindCore, Mode: fixtures.ModeLate, Delay: time.Minute})
+	require.NoError(t, err)
+	ts := httptest.NewServer(core)
+	t.Cleanup(ts.Close)
+	rig := newResolveRig(t, func(tgt *Target, cfg *Config) {
+		tgt.URL, tgt.StatusURL = ts.URL, ts.URL+"/tx/{txid}"
+		cfg.NoLateAnswer = false
+	})
+	// Given W1 timed out and its connection read on for a late answer,
+	rig.exchangeInDoubt(t, "W1|CORE|XFER 1001 1002 2500")
+	require.Equal(t, int64(1), core.Stats().InFlight)
+
+	// when the hub shuts down, its calls all answered,
+	require.NoError(t, rig.srv.Shutdown(context.Background()))
+
+	// then that connection is closed too, long before the grace ends, and
+	// nothing was settled.
+	hubtest.Eventually(t, func() bool { return core.Stats().InFlight == 0 }, "late read closed")
+	assert.Empty(t, rig.resolutions(t))
 }

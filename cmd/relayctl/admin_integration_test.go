@@ -226,10 +226,11 @@ func TestReloadCommandAgainstARealHub(t *testing.T) {
 }
 
 func TestInDoubtCommandAgainstARealHub(t *testing.T) {
-	// Given a CORE that books at once and answers after 1 s, and a hub
-	// that waits 200 ms,
+	// Given a CORE that books at once and answers after a minute (past
+	// the hub's late reading, whose settlement would be listed too), and
+	// a hub that waits 200 ms,
 	core := proctest.StartFixture(t, "CORE", "core")
-	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	core.Ctl(t, `{"mode":"late","delay_ms":60000}`)
 	h := startAdminHub(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms", "--hub-id", "hub-it")
 	c := hubtest.Dial(t, h.Addr())
 	assert.Equal(t, "0 open calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt")))
