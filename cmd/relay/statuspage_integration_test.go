@@ -327,10 +327,12 @@ fetch(%q, {method: "POST", mode: "no-cors", body: '{"action":"open"}'}).then(() 
 }
 
 func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
-	// Given CORE slower than the relay's target timeout, so that a transfer
-	// ends in doubt, and the page open in a browser, live,
+	// Given CORE slower than the relay's target timeout, and than its
+	// late reading too, so that a transfer ends in doubt and stays open
+	// (CORE has no status_url: an operator settles it), and the page open
+	// in a browser, live,
 	core := proctest.StartFixture(t, "CORE", "core")
-	core.Ctl(t, `{"mode":"slow","delay_ms":5000}`)
+	core.Ctl(t, `{"mode":"slow","delay_ms":60000}`)
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+closedPortURL(t),
 		"--target-timeout", "200ms", "--fail-threshold", "100")
 	tab := newTab(t, newBrowser(t))
