@@ -27,8 +27,13 @@ import (
 // call in doubt is added once its client has its answer.
 
 // resolveTick bounds the driver's sleep, so that a clock that jumps (or a
-// test's fake one) is noticed within it.
-const resolveTick = time.Second
+// test's fake one) is noticed within it; resolveCoalesce is its shortest
+// sleep, so that entries due close together, each its own jitter, are
+// taken in one pass over the open entries rather than one pass each.
+const (
+	resolveTick     = time.Second
+	resolveCoalesce = 50 * time.Millisecond
+)
 
 // resolveState is a Server's resolver and what drives it.
 type resolveState struct {
@@ -126,7 +131,8 @@ func (s *Server) configureResolver(rt *target, conf *targetConf) {
 
 // resolveLoop drives the resolver until the Server stops: it starts the
 // attempts due, each on a goroutine of its own, and sleeps until the next
-// is due, an entry is added, or resolveTick has passed.
+// is due (resolveCoalesce at least), an entry is added or an attempt done,
+// or resolveTick has passed.
 func (s *Server) resolveLoop() {
 	t := time.NewTimer(resolveTick)
 	defer t.Stop()
@@ -136,7 +142,7 @@ func (s *Server) resolveLoop() {
 		}
 		wait := resolveTick
 		if next, ok := s.resolve.r.Next(); ok {
-			wait = min(max(next.Sub(s.now()), 0), resolveTick)
+			wait = min(max(next.Sub(s.now()), resolveCoalesce), resolveTick)
 		}
 		t.Reset(wait)
 		select {
