@@ -27,8 +27,13 @@ import (
 // call in doubt is added once its client has its answer.
 
 // resolveTick bounds the driver's sleep, so that a clock that jumps (or a
-// test's fake one) is noticed within it.
-const resolveTick = time.Second
+// test's fake one) is noticed within it; resolveCoalesce is its shortest
+// sleep, so that entries due close together, each its own jitter, are
+// taken in one pass over the open entries rather than one pass each.
+const (
+	resolveTick     = time.Second
+	resolveCoalesce = 50 * time.Millisecond
+)
 
 // resolveState is a Server's resolver and what drives it.
 type resolveState struct {
@@ -37,7 +42,7 @@ type resolveState struct {
 	// ctx bounds the attempts; cancelled when the Server begins to stop.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// lateMsgs holds the message of a late answer while the resolver
+	// lateMsgs holds the message of a late answer until the resolver
 	// settles its entry, by target|txid, for the shield's answer.
 	mu       sync.Mutex
 	lateMsgs map[string]string // guarded by mu
@@ -126,7 +131,8 @@ func (s *Server) configureResolver(rt *target, conf *targetConf) {
 
 // resolveLoop drives the resolver until the Server stops: it starts the
 // attempts due, each on a goroutine of its own, and sleeps until the next
-// is due, an entry is added, or resolveTick has passed.
+// is due (resolveCoalesce at least), an entry is added or an attempt done,
+// or resolveTick has passed.
 func (s *Server) resolveLoop() {
 	t := time.NewTimer(resolveTick)
 	defer t.Stop()
@@ -136,7 +142,7 @@ func (s *Server) resolveLoop() {
 		}
 		wait := resolveTick
 		if next, ok := s.resolve.r.Next(); ok {
-			wait = min(max(next.Sub(s.now()), 0), resolveTick)
+			wait = min(max(next.Sub(s.now()), resolveCoalesce), resolveTick)
 		}
 		t.Reset(wait)
 		select {
@@ -221,19 +227,28 @@ func (s *Server) lateAnswer(rt *target, la targethttp.LateAnswer) {
 	key := rt.name + "|" + la.TxID
 	rs := &s.resolve
 	rs.mu.Lock()
-	rs.lateMsgs[key] = string(la.Msg)
+	if len(rs.lateMsgs) < maxLateMsgs {
+		rs.lateMsgs[key] = string(la.Msg)
+	}
 	rs.mu.Unlock()
+	// Settled takes the message; an answer held for an Add to come (its
+	// call still on its way to the journal) leaves it here for then.
 	rs.r.LateAnswer(rt.name, la.TxID, la.Code, s.now())
-	rs.mu.Lock()
-	delete(rs.lateMsgs, key)
-	rs.mu.Unlock()
 }
 
-// lateMsg returns the message of the late answer being settled.
+// maxLateMsgs bounds the late answers' messages kept for their
+// settlements; past it, a settled answer is remembered without its
+// message.
+const maxLateMsgs = 4 * resolver.MaxHeldLateAnswers
+
+// lateMsg takes the message of the late answer being settled.
 func (s *Server) lateMsg(target, txid string) string {
+	key := target + "|" + txid
 	s.resolve.mu.Lock()
 	defer s.resolve.mu.Unlock()
-	return s.resolve.lateMsgs[target+"|"+txid]
+	m := s.resolve.lateMsgs[key]
+	delete(s.resolve.lateMsgs, key)
+	return m
 }
 
 // settler is the resolver's Settler: the Server journals each settlement,

@@ -19,6 +19,7 @@ import (
 	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/resolver"
+	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
 // resolveRig is a hub with a journal, the shield and metrics, in front of
@@ -533,4 +534,28 @@ func TestStoppingEndsTheLateReads(t *testing.T) {
 	// nothing was settled.
 	hubtest.Eventually(t, func() bool { return core.Stats().InFlight == 0 }, "late read closed")
 	assert.Empty(t, rig.resolutions(t))
+}
+
+func TestALateAnswerThatComesBeforeItsCallIsJournalledSettlesItThen(t *testing.T) {
+	rig := newResolveRig(t, nil)
+	rt := rig.srv.table.lookup([]byte("CORE"))
+	// Given late answers read before their calls reached the resolver
+	// (their calls still on their way through the journal): a target's
+	// 0000 for W1, an HTTP 500 for W2,
+	rig.srv.lateAnswer(rt, targethttp.LateAnswer{TxID: "W1", Code: "0000", Msg: []byte("booked late")})
+	rig.srv.lateAnswer(rt, targethttp.LateAnswer{TxID: "W2", Code: "E500", Msg: []byte("HTTP 500")})
+
+	// when the calls end in doubt,
+	require.Equal(t, "E901", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").Code)
+	rig.exchangeInDoubt(t, "W2|CORE|XFER 1001 1002 100")
+
+	// then W1 is settled at once with the answer's message, and W2, whose
+	// answer was no target's, waits for its look-up.
+	l := rig.waitSettled(t, 1)
+	assert.Equal(t, "W1", l["txid"])
+	assert.Equal(t, indoubt.ViaLateAnswer, l["via"])
+	assert.Equal(t, "W1|0000|booked late", rig.c.Exchange("W1|CORE|XFER 1001 1002 2500").String())
+	open := rig.srv.OpenInDoubt()
+	require.Len(t, open, 1)
+	assert.Equal(t, "W2", open[0].TxID)
 }
