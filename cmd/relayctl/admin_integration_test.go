@@ -241,8 +241,12 @@ func TestInDoubtCommandAgainstARealHub(t *testing.T) {
 	require.Equal(t, "LATE-1|E901|no answer within target timeout; outcome unknown", a.String())
 
 	// then in-doubt lists it open, waiting for an operator (CORE has no
-	// status_url),
-	out := h.mustCtl(t, "in-doubt")
+	// status_url), once the hub has taken it up after its answer,
+	var out string
+	proctest.Eventually(t, 5*time.Second, "in-doubt lists LATE-1 open", func() bool {
+		out = h.mustCtl(t, "in-doubt")
+		return strings.Contains(out, " LATE-1 ")
+	})
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	require.Len(t, lines, 3, out)
 	assert.Regexp(t, `^SINCE +AGE +TXID +TARGET +RESOLVE +ATTEMPTS +NEXT$`, lines[0])

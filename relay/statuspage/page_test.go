@@ -342,6 +342,8 @@ func TestPageShowsTheCallsInDoubt(t *testing.T) {
 	for _, line := range []string{"T1|CORE|x", "T2|CORE|x"} {
 		require.Contains(t, c.Exchange(line).String(), "; outcome unknown")
 	}
+	// The hub takes a call in doubt up once its client has the answer.
+	require.Eventually(t, func() bool { return len(h.srv.OpenInDoubt()) == 2 }, 5*time.Second, time.Millisecond)
 
 	// then the next frame sends CORE's count and the header's total, and
 	// nothing of CLAIM's,
