@@ -17,7 +17,7 @@ import (
 )
 
 // The hub settles its transactions in doubt itself (docs/PROTOCOL.md,
-// "Transactions in doubt"): a call that ends in doubt is journalled, then
+// "In-doubt journal"): a call that ends in doubt is journalled, then
 // handed to the Server's resolver, which says when to look it up or
 // reverse it. resolveLoop drives it; each attempt runs on a goroutine of
 // its own, through the target's breaker (a look only) and bulkhead (a slot
