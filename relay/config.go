@@ -20,6 +20,7 @@ import (
 	"github.com/relayhub/relayhub/relay/dedup"
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/resolver"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -74,6 +75,11 @@ type Target struct {
 	// GET /tx/{txid}. Empty means such a resend is answered E901 "outcome
 	// still unknown; do not resend yet" without a call.
 	StatusURL string
+	// ReverseURL, when not empty, is where the hub posts the reversal of a
+	// transaction in doubt under the reverse policy
+	// (TargetSettings.Resolve): an http or https URL holding "{txid}"
+	// once (targethttp.CheckReverseURL). Empty means no reversals.
+	ReverseURL string
 	// TLS, when set, configures the connections to an https target: the
 	// CAs it is verified against, the client certificate presented to it,
 	// the server name. Nil means the system's roots and the URL's host.
@@ -103,6 +109,11 @@ func (t Target) canonical() (name, txURL string, err error) {
 			return "", "", fmt.Errorf("target %s: %w", t.Name, err)
 		}
 	}
+	if t.ReverseURL != "" {
+		if err := targethttp.CheckReverseURL(t.ReverseURL); err != nil {
+			return "", "", fmt.Errorf("target %s: reverse URL %w", t.Name, err)
+		}
+	}
 	return strings.ToUpper(t.Name), strings.TrimRight(u.String(), "/") + "/tx", nil
 }
 
@@ -120,6 +131,32 @@ func ParseTargetURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("URL %q: want no query or fragment", raw)
 	}
 	return u, nil
+}
+
+// ResolvePolicy returns how t's transactions in doubt are settled under
+// ts: ts.Resolve, or by default lookup when t has a StatusURL, else manual.
+// It fails when the policy cannot work: lookup without a StatusURL,
+// reverse without a ReverseURL, or a name that is no policy.
+func (t Target) ResolvePolicy(ts TargetSettings) (resolver.Policy, error) {
+	switch ts.Resolve {
+	case "":
+		if t.StatusURL != "" {
+			return resolver.PolicyLookup, nil
+		}
+		return resolver.PolicyManual, nil
+	case resolver.PolicyLookup:
+		if t.StatusURL == "" {
+			return "", fmt.Errorf("target %s: resolve lookup needs a status URL", t.Name)
+		}
+	case resolver.PolicyReverse:
+		if t.ReverseURL == "" {
+			return "", fmt.Errorf("target %s: resolve reverse needs a reverse URL", t.Name)
+		}
+	case resolver.PolicyManual:
+	default:
+		return "", fmt.Errorf("target %s: resolve %q: want lookup, reverse or manual", t.Name, ts.Resolve)
+	}
+	return ts.Resolve, nil
 }
 
 // StatusTxID is the placeholder of a Target's StatusURL that becomes the
@@ -336,6 +373,31 @@ func ParseDedupScope(name string) (DedupScope, error) {
 	return 0, fmt.Errorf("%q: want identity or target", name)
 }
 
+// DefaultLateAnswerGrace is TargetSettings.LateAnswerGrace's zero value's
+// meaning.
+const DefaultLateAnswerGrace = 30 * time.Second
+
+// ResolveTarget returns the resolver's settings for a target whose
+// transactions in doubt are settled by policy under ts: the durations with
+// their defaults, gate left to the caller.
+func (ts TargetSettings) ResolveTarget(policy resolver.Policy) resolver.Target {
+	return resolver.Target{
+		Policy:       policy,
+		ResolveAfter: orDefault(ts.ResolveAfter, resolver.DefaultResolveAfter),
+		MaxInterval:  orDefault(ts.ResolveMaxInterval, resolver.DefaultMaxInterval),
+		Expire:       orDefault(ts.ResolveExpire, resolver.DefaultExpire),
+	}
+}
+
+// LateGrace is how long a timed-out call's connection is read on: zero
+// when NoLateAnswer, else LateAnswerGrace or its default.
+func (ts TargetSettings) LateGrace() time.Duration {
+	if ts.NoLateAnswer {
+		return 0
+	}
+	return orDefault(ts.LateAnswerGrace, DefaultLateAnswerGrace)
+}
+
 // shieldWindow is DedupWindow, or its default when zero. Like
 // TargetIdleTimeout, a zero window stays zero in the settings.
 func (ts TargetSettings) shieldWindow() time.Duration {
@@ -359,8 +421,17 @@ func (ts TargetSettings) check() error {
 		{"ProbeSuccesses", ts.ProbeSuccesses < 0},
 		{"ProbeInterval", ts.ProbeInterval < 0},
 		{"DedupWindow", ts.DedupWindow < 0},
+		{"ResolveAfter", ts.ResolveAfter < 0},
+		{"ResolveMaxInterval", ts.ResolveMaxInterval < 0},
+		{"ResolveExpire", ts.ResolveExpire < 0},
+		{"LateAnswerGrace", ts.LateAnswerGrace < 0},
 	}); err != nil {
 		return err
+	}
+	switch ts.Resolve {
+	case "", resolver.PolicyLookup, resolver.PolicyReverse, resolver.PolicyManual:
+	default:
+		return fmt.Errorf("resolve policy %q: want lookup, reverse or manual", ts.Resolve)
 	}
 	if err := checkProbePayload(ts.ProbePayload); err != nil {
 		return err
@@ -491,6 +562,30 @@ type TargetSettings struct {
 	// DedupScope is whose TXIDs the shield keeps apart when clients
 	// present certificates. Zero is DedupByIdentity.
 	DedupScope DedupScope
+	// Resolve is how the hub settles the target's transactions in doubt
+	// (docs/PROTOCOL.md, "In-doubt journal"): resolver.PolicyLookup,
+	// PolicyReverse (needs Target.ReverseURL) or PolicyManual. Empty means
+	// lookup when the target has a StatusURL, else manual
+	// (Target.ResolvePolicy).
+	Resolve resolver.Policy
+	// ResolveAfter is the wait from a call going in doubt to the first
+	// attempt to settle it, and the base of the backoff after it. Zero
+	// means 5 s.
+	ResolveAfter time.Duration
+	// ResolveMaxInterval caps the wait between two attempts. Zero means
+	// 1 min.
+	ResolveMaxInterval time.Duration
+	// ResolveExpire is how long after going in doubt the hub gives an
+	// entry up (unresolved_expired). Zero means 24 h.
+	ResolveExpire time.Duration
+	// LateAnswerGrace is how long the connection of a call that timed out
+	// is read on for the target's late answer. Zero means 30 s; see
+	// NoLateAnswer.
+	LateAnswerGrace time.Duration
+	// NoLateAnswer turns late reading off: the connection is closed at
+	// the timeout (late_answer_grace = 0 in the settings file). False
+	// means on.
+	NoLateAnswer bool
 	// Policy is when the target's breaker opens and how long it stays open
 	// (threshold, reset timeout and the optional policies, the probes'
 	// included); its comments give the defaults. Embedded, so that its

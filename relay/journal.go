@@ -7,6 +7,7 @@ import (
 
 	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/resolver"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -65,18 +66,29 @@ func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
 }
 
 // journalResolved appends to the in-doubt journal that the target applied
-// req, a transaction in doubt, with code; it returns once the line is
-// fsynced.
+// req, a transaction in doubt, with code, as a resend learnt it; it
+// returns once the line is fsynced.
 func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Request, code string) {
+	ref := &doubtRef{url: conf.url, sum: payloadSum(req.Payload)}
+	s.inDoubt.countResolved(rt, resolver.Applied, indoubt.ViaResend)
+	s.journalSettled(rt, rt.name, ref, string(req.TxID), indoubt.StageResolvedApplied, indoubt.ViaResend, code)
+}
+
+// journalSettled appends the resolution line of txid at target (rt, nil
+// when no longer configured): its stage, how it was learnt (via) and the
+// code; it returns once the line is fsynced. Its time is the system
+// clock's, as the journal's other lines.
+func (s *Server) journalSettled(rt *target, target string, ref *doubtRef, txid, stage, via, code string) {
 	e := indoubt.Entry{
 		Time:          time.Now(),
 		Hub:           s.inDoubt.hubName(),
-		TxID:          string(req.TxID),
-		Target:        rt.name,
-		URL:           conf.url,
+		TxID:          txid,
+		Target:        target,
+		URL:           ref.url,
 		Code:          code,
-		Stage:         indoubt.StageResolvedApplied,
-		PayloadSHA256: sha256.Sum256(req.Payload),
+		Stage:         stage,
+		Via:           via,
+		PayloadSHA256: ref.sum,
 	}
 	s.inDoubt.recent.Add(e)
 	if s.inDoubt.journal == nil {
@@ -84,9 +96,23 @@ func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Requ
 	}
 	if err := s.inDoubt.journal.Append(&e); err != nil {
 		s.obs.metrics.countInDoubtLogError()
-		rt.log.Error().Err(err).Bytes("txid", req.TxID).Str("path", s.inDoubt.journal.Path()).Msg("resolution of an in-doubt call not journalled")
+		log := s.obs.log
+		if rt != nil {
+			log = rt.log
+		}
+		log.Error().Err(err).Str("txid", txid).Str("path", s.inDoubt.journal.Path()).Msg("resolution of an in-doubt call not journalled")
 	}
 }
+
+// countResolved counts a settlement of one of rt's transactions in doubt.
+func (j *inDoubtJournal) countResolved(rt *target, o resolver.Outcome, via string) {
+	if rt != nil {
+		rt.metrics.countResolved(o, via)
+	}
+}
+
+// payloadSum is the SHA-256 of a payload, as journalled.
+func payloadSum(payload []byte) [sha256.Size]byte { return sha256.Sum256(payload) }
 
 // inDoubtRecent is how many calls in doubt InDoubt remembers.
 const inDoubtRecent = indoubt.DefaultRingSize

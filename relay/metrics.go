@@ -9,7 +9,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/relayhub/relayhub/breaker"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/resolver"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -32,6 +34,9 @@ const (
 	metricConnsOpened      = "relay_target_connections_opened_total"
 	metricInDoubt          = "relay_in_doubt_total"
 	metricInDoubtLogError  = "relay_in_doubt_log_errors_total"
+	metricInDoubtOpen      = "relay_in_doubt_open"
+	metricInDoubtOldest    = "relay_in_doubt_oldest_age_seconds"
+	metricInDoubtResolved  = "relay_in_doubt_resolved_total"
 	metricRetries          = "relay_target_retries_total"
 	metricProbes           = "relay_probes_total"
 	metricProbeLast        = "relay_probe_last_timestamp_seconds"
@@ -52,6 +57,7 @@ const (
 	labelFallback  = "fallback"
 	labelTask      = "task"
 	labelOutcome   = "outcome"
+	labelVia       = "via"
 	outcomeHealthy = "healthy"
 	outcomeFailed  = "failed"
 	reasonOpen     = "open" // E904: the breaker refused
@@ -171,6 +177,7 @@ type Metrics struct {
 	connsOpened *prometheus.CounterVec
 	inDoubt     *prometheus.CounterVec
 	inDoubtErrs prometheus.Counter
+	resolved    *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	probes      *prometheus.CounterVec
 	probeLast   *prometheus.GaugeVec
@@ -238,6 +245,10 @@ func (m *Metrics) newCallMetrics() {
 		Name: metricInDoubt,
 		Help: "Calls to the target that ended in doubt: the request may have reached the target and the outcome is unknown (see the in-doubt journal).",
 	}, []string{labelTarget})
+	m.resolved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricInDoubtResolved,
+		Help: "Transactions in doubt settled, by outcome (applied, not_applied, reversed, or expired: given up) and by how it was learnt (via resend, lookup, late_answer, reversal or operator).",
+	}, []string{labelTarget, labelOutcome, labelVia})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricRetries,
 		Help: "Calls tried a second time because the connect to the target was refused or reset, before any byte of the request was sent.",
@@ -314,7 +325,7 @@ func (m *Metrics) newHubMetrics() (unrouted, panics *prometheus.CounterVec) {
 // panics, the vectors of m.unrouted and m.panics.
 func (m *Metrics) collectors(unrouted, panics *prometheus.CounterVec) []prometheus.Collector {
 	return []prometheus.Collector{
-		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
+		m.transitions, m.requests, m.duration, m.fallbacks, m.connsOpened, m.inDoubt, m.resolved, m.inDoubtErrs, m.retries, unrouted, m.dropped, panics, m.live,
 		m.probes, m.probeLast, m.probeTook, m.probeOK, m.shielded, m.shieldFull, m.hubRefusals,
 		m.shieldFunc(prometheus.CounterValue, metricDedupEvictions, "TXIDs the duplicate-TXID shield forgot before their window ended, to stay within --dedup-max-entries.",
 			func(s *Server) int64 { return s.shield.mem.Evictions() }),
@@ -384,6 +395,7 @@ func (m *Metrics) forTarget(name string) *targetMetrics {
 		duration:    m.duration.WithLabelValues(name),
 		connsOpened: m.connsOpened.WithLabelValues(name),
 		inDoubt:     m.inDoubt.WithLabelValues(name),
+		resolved:    make(map[resolvedKey]prometheus.Counter, len(resolvedSeries)),
 		retries:     m.retries.WithLabelValues(name),
 		probeLast:   m.probeLast.WithLabelValues(name),
 		probeTook:   m.probeTook.WithLabelValues(name),
@@ -396,6 +408,9 @@ func (m *Metrics) forTarget(name string) *targetMetrics {
 	}
 	for i, code := range codeLabelValues {
 		rm.requests[i] = m.requests.WithLabelValues(name, code)
+	}
+	for _, k := range resolvedSeries {
+		rm.resolved[k] = m.resolved.WithLabelValues(name, string(k.outcome), k.via)
 	}
 	for i, outcome := range shieldOutcomeNames {
 		rm.shielded[i] = m.shielded.WithLabelValues(name, outcome)
@@ -427,6 +442,9 @@ type targetMetrics struct {
 	connsOpened prometheus.Counter
 	// inDoubt counts the target's calls that ended in doubt.
 	inDoubt prometheus.Counter
+	// resolved counts their settlements, by outcome and via; read-only
+	// once built.
+	resolved map[resolvedKey]prometheus.Counter
 	// retries counts the calls tried again after a failed connect.
 	retries prometheus.Counter
 	// probes counts the synthetic probes, failed [0] and healthy [1]; the
@@ -505,6 +523,32 @@ func (rm *targetMetrics) countRetry() {
 	}
 }
 
+// resolvedKey is a series of relay_in_doubt_resolved_total.
+type resolvedKey struct {
+	outcome resolver.Outcome
+	via     string
+}
+
+// resolvedSeries are the outcomes and the ways each can be learnt, each
+// series created up front so that it reads 0 before its first count.
+var resolvedSeries = []resolvedKey{
+	{resolver.Applied, indoubt.ViaResend}, {resolver.Applied, indoubt.ViaLookup},
+	{resolver.Applied, indoubt.ViaLateAnswer}, {resolver.Applied, indoubt.ViaOperator},
+	{resolver.NotApplied, indoubt.ViaResend}, {resolver.NotApplied, indoubt.ViaLookup}, {resolver.NotApplied, indoubt.ViaOperator},
+	{resolver.Reversed, indoubt.ViaReversal}, {resolver.Reversed, indoubt.ViaOperator},
+	{resolver.Expired, indoubt.ViaLookup}, {resolver.Expired, indoubt.ViaReversal},
+}
+
+// countResolved counts a settlement of a transaction in doubt.
+func (rm *targetMetrics) countResolved(o resolver.Outcome, via string) {
+	if rm == nil {
+		return
+	}
+	if c := rm.resolved[resolvedKey{o, via}]; c != nil {
+		c.Inc()
+	}
+}
+
 // countInDoubt counts a call that ended in doubt.
 func (rm *targetMetrics) countInDoubt() {
 	if rm != nil {
@@ -565,6 +609,8 @@ type liveCollector struct {
 	conns      *prometheus.Desc
 	laneWait   *prometheus.Desc
 	rejections *prometheus.Desc
+	open       *prometheus.Desc
+	oldest     *prometheus.Desc
 }
 
 func newLiveCollector() *liveCollector {
@@ -582,6 +628,10 @@ func newLiveCollector() *liveCollector {
 		rejections: prometheus.NewDesc(metricRejections,
 			"Requests refused without calling the target: reason open is the breaker (E904), full the bulkhead (E905).",
 			[]string{labelTarget, labelReason}, nil),
+		open: prometheus.NewDesc(metricInDoubtOpen,
+			"Transactions in doubt to the target the hub has not settled yet.", []string{labelTarget}, nil),
+		oldest: prometheus.NewDesc(metricInDoubtOldest,
+			"Age in seconds of the target's oldest transaction in doubt not settled yet; 0 when none.", []string{labelTarget}, nil),
 	}
 }
 
@@ -593,6 +643,8 @@ func (lc *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lc.conns
 	ch <- lc.laneWait
 	ch <- lc.rejections
+	ch <- lc.open
+	ch <- lc.oldest
 }
 
 // Collect implements prometheus.Collector. Before a Server is bound it
@@ -606,6 +658,13 @@ func (lc *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(lc.state, prometheus.GaugeValue, float64(r.breaker.Snapshot().State), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.inflight, prometheus.GaugeValue, float64(r.bulkhead.InFlight()), r.name)
 		ch <- prometheus.MustNewConstMetric(lc.limit, prometheus.GaugeValue, float64(r.limit()), r.name)
+		st := s.resolve.r.Stats(r.name)
+		age := 0.0
+		if !st.Oldest.IsZero() {
+			age = max(s.now().Sub(st.Oldest).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(lc.open, prometheus.GaugeValue, float64(st.Open), r.name)
+		ch <- prometheus.MustNewConstMetric(lc.oldest, prometheus.GaugeValue, age, r.name)
 		if r.metrics != nil {
 			ch <- prometheus.MustNewConstMetric(lc.rejections, prometheus.CounterValue,
 				counterValue(r.metrics.requests[lblCircuitOpen]), r.name, reasonOpen)

@@ -132,6 +132,10 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 	}
 	allowed[labelResumed] = []string{"true", "false"}
 	allowed[labelOutcome] = append([]string{outcomeHealthy, outcomeFailed}, shieldOutcomeNames[:]...)
+	for _, k := range resolvedSeries {
+		allowed[labelOutcome] = append(allowed[labelOutcome], string(k.outcome))
+		allowed[labelVia] = append(allowed[labelVia], k.via)
+	}
 	for name, values := range relayLabelValues(t, reg) {
 		require.Contains(t, allowed, name, "label %s", name)
 		for _, v := range values {

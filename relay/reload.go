@@ -15,6 +15,7 @@ import (
 	"github.com/relayhub/relayhub/breaker"
 	"github.com/relayhub/relayhub/bulkhead"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/resolver"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -49,6 +50,11 @@ type targetConf struct {
 	// lookup asks the target about a resend in doubt, at statusURL, with
 	// the target's TLS settings; nil without a status URL.
 	lookup *targethttp.StatusClient
+	// resolve is how the resolver settles the target's transactions in
+	// doubt; reverse posts its reversals to reverseURL (nil without one).
+	resolve    resolver.Policy
+	reverseURL string
+	reverse    *targethttp.ReverseClient
 }
 
 // isFailure reports whether a call that ended with code counts as a breaker
@@ -80,6 +86,8 @@ type targetPlan struct {
 	tls          *tls.Config // Target.TLS
 	clients      []string    // Target.AllowedClients, nil when empty
 	statusURL    string      // Target.StatusURL
+	reverseURL   string      // Target.ReverseURL
+	resolve      resolver.Policy
 }
 
 // plan checks targets as New takes them, against the Server's defaults,
@@ -107,6 +115,7 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 		}
 		p := targetPlan{name: name, url: t.URL, txURL: txURL, fallbackName: strings.ToUpper(t.Fallback),
 			own: t.Settings != nil, settings: s.table.defaults, codes: s.table.defaultCodes, probeExpect: s.table.defaultExpect, tls: t.TLS, statusURL: t.StatusURL}
+		p.reverseURL = t.ReverseURL
 		if len(t.AllowedClients) > 0 {
 			p.clients = slices.Clone(t.AllowedClients)
 		}
@@ -122,6 +131,9 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 				return nil, fmt.Errorf("relay: target %s: %w", name, err)
 			}
 			p.settings.SyntheticProbes = p.settings.ProbePayload != ""
+		}
+		if p.resolve, err = t.ResolvePolicy(p.settings); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
 		}
 		plans = append(plans, p)
 		byName[name] = &plans[len(plans)-1]
@@ -176,32 +188,43 @@ func (s *Server) newTarget(p targetPlan) *target {
 // changed; old is nil for a new target.
 func (s *Server) newConf(p targetPlan, rt *target, old *targetConf) (*targetConf, error) {
 	rc := &targetConf{url: p.url, own: p.own, settings: p.settings, tls: p.tls, clients: p.clients,
-		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect, statusURL: p.statusURL}
+		failureCodes: p.codes, fallbackName: p.fallbackName, probeExpect: p.probeExpect, statusURL: p.statusURL,
+		resolve: p.resolve, reverseURL: p.reverseURL}
 	if p.settings.ProbePayload != "" {
 		rc.probePayload = []byte(p.settings.ProbePayload)
 	}
 	if p.statusURL != "" {
-		tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}
-		if p.tls != nil {
-			tr.TLSClientConfig = p.tls.Clone()
-		}
-		rc.lookup = targethttp.NewStatusClient(targethttp.StatusConfig{Client: &http.Client{Transport: tr}})
+		rc.lookup = targethttp.NewStatusClient(targethttp.StatusConfig{Client: sideClient(p.tls)})
+	}
+	if p.reverseURL != "" {
+		rc.reverse = targethttp.NewReverseClient(targethttp.ReverseConfig{Client: sideClient(p.tls), Timeout: p.settings.TargetTimeout})
 	}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
 		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&
-		sameTargetTLS(old.tls, p.tls) {
+		old.settings.LateGrace() == p.settings.LateGrace() && sameTargetTLS(old.tls, p.tls) {
 		rc.client, rc.tls = old.client, old.tls
 		return rc, nil
 	}
 	client, err := targethttp.New(targethttp.Config{
 		URL: p.txURL, Timeout: p.settings.TargetTimeout, MaxInflight: p.settings.MaxInflight, Conns: s.table.conns,
 		IdleTimeout: p.settings.TargetIdleTimeout, OnDial: rt.connOpened, TLS: p.tls,
+		LateAnswerGrace: p.settings.LateGrace(), OnLateAnswer: func(la targethttp.LateAnswer) { s.lateAnswer(rt, la) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("relay: target %s: %w", p.name, err)
 	}
 	rc.client = client
 	return rc, nil
+}
+
+// sideClient returns a client of its own for a target's look-ups or
+// reversals, with the target's TLS settings (nil: the system's).
+func sideClient(tlsConf *tls.Config) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}
+	if tlsConf != nil {
+		tr.TLSClientConfig = tlsConf.Clone()
+	}
+	return &http.Client{Transport: tr}
 }
 
 // linkConfs points each targetConf with a fallback at the fallback's target
@@ -357,6 +380,7 @@ func (s *Server) applyConfs(routes []*target, confs []*targetConf) {
 		}
 		rt.setLimitMode(confs[i].settings, s.clock)
 		rt.conf.Store(confs[i])
+		s.configureResolver(rt, confs[i])
 		if old != nil && old.client != confs[i].client {
 			// Calls in flight still hold the old client; its connections
 			// close once idle.
@@ -370,7 +394,8 @@ func (s *Server) applyConfs(routes []*target, confs []*targetConf) {
 // allowed clients.
 func sameConf(a, b *targetConf) bool {
 	as, bs := a.settings, b.settings
-	return a.url == b.url && a.statusURL == b.statusURL && as.Dedup == bs.Dedup && as.DedupWindow == bs.DedupWindow && a.fallbackName == b.fallbackName && a.own == b.own &&
+	return a.url == b.url && a.statusURL == b.statusURL && a.reverseURL == b.reverseURL && a.resolve == b.resolve &&
+		as.ResolveAfter == bs.ResolveAfter && as.ResolveMaxInterval == bs.ResolveMaxInterval && as.ResolveExpire == bs.ResolveExpire && as.LateGrace() == bs.LateGrace() && as.Dedup == bs.Dedup && as.DedupWindow == bs.DedupWindow && a.fallbackName == b.fallbackName && a.own == b.own &&
 		slices.Equal(a.failureCodes, b.failureCodes) && slices.Equal(a.clients, b.clients) && sameTargetTLS(a.tls, b.tls) &&
 		as.ProbePayload == bs.ProbePayload && slices.Equal(a.probeExpect, b.probeExpect) &&
 		as.MaxInflight == bs.MaxInflight && as.TargetTimeout == bs.TargetTimeout &&

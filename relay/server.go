@@ -58,6 +58,7 @@ type Server struct {
 	obs     observability  // logs, metrics and the access log
 	shield  shieldState    // the duplicate-TXID shield's memory and the fleet's store
 	inDoubt inDoubtJournal // the calls in doubt: journal and recent ones
+	resolve resolveState   // the resolver that settles them
 
 	clock        breaker.Clock
 	rand         func() float64
@@ -177,6 +178,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.table.conns = targethttp.NewConns(cfg.DialTarget)
+	s.initResolve()
 	routes, err := s.newTargets(cfg)
 	if err != nil {
 		return nil, err
@@ -186,6 +188,8 @@ func New(cfg Config) (*Server, error) {
 		s.obs.accessWriter.Go(s.writeAccessLog)
 	}
 	s.startProbers(routes)
+	s.takeUpJournal()
+	s.goCatching(taskResolver, s.resolveLoop)
 	return s, nil
 }
 
@@ -218,6 +222,7 @@ func (s *Server) newTargets(cfg Config) ([]*target, error) {
 	s.linkConfs(routes, confs)
 	for i, rt := range routes {
 		rt.conf.Store(confs[i])
+		s.configureResolver(rt, confs[i])
 	}
 	s.table.list.Store(&routes)
 	return routes, nil
@@ -397,6 +402,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	lnErr := s.serving.closeListeners()
 	s.serving.inShutdown.Store(true)
 	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
+	s.resolve.cancel()
 
 	err := poll(ctx, func() bool { return s.serving.activeCalls.Load() == 0 })
 	if err == nil {
@@ -414,6 +420,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
 	s.serving.clientWork.Wait()
+	s.stopLateReads()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	if err != nil {
@@ -430,10 +437,12 @@ func (s *Server) Close() error {
 	err := s.serving.closeListeners()
 	s.serving.inShutdown.Store(true)
 	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
+	s.resolve.cancel()
 	s.abortCalls()
 	s.closeConns()
 	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
 	s.serving.clientWork.Wait()
+	s.stopLateReads()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
 	return err
@@ -485,6 +494,14 @@ func (s *Server) closeConns() {
 // E901 "no answer before shutdown".
 func (s *Server) abortCalls() {
 	s.table.conns.Abort()
+}
+
+// stopLateReads closes the target connections still read on for a late
+// answer and waits for their readers, so that none settles an entry once
+// the Server has stopped. The calls are over by then.
+func (s *Server) stopLateReads() {
+	s.table.conns.Abort()
+	s.table.conns.WaitLate()
 }
 
 // closeIdleHTTP drops the idle pooled target connections.

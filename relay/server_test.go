@@ -566,8 +566,8 @@ func TestTargets(t *testing.T) {
 	probeTimeout := DefaultTargetTimeout + time.Second
 	closed := breaker.Snapshot{State: breaker.Closed}
 	assert.Equal(t, []TargetSnapshot{
-		{Name: "CORE", URL: "http://127.0.0.1:9201", Snapshot: closed, MaxInFlight: 7, Limit: 7, ProbeTimeout: probeTimeout, Settings: settings},
-		{Name: "CLAIM", URL: "https://claims.example:8443/api/", Snapshot: closed, MaxInFlight: 7, Limit: 7, ProbeTimeout: probeTimeout, Settings: settings},
+		{Name: "CORE", URL: "http://127.0.0.1:9201", Snapshot: closed, MaxInFlight: 7, Limit: 7, ProbeTimeout: probeTimeout, Settings: settings, Resolve: "manual"},
+		{Name: "CLAIM", URL: "https://claims.example:8443/api/", Snapshot: closed, MaxInFlight: 7, Limit: 7, ProbeTimeout: probeTimeout, Settings: settings, Resolve: "manual"},
 	}, srv.Targets())
 	claim, ok := srv.Target("claim")
 	require.True(t, ok)

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/relay/dedup"
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
+	"github.com/relayhub/relayhub/relay/resolver"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -85,12 +87,16 @@ func (a *admitter) shieldScope(conf *targetConf) dedup.Scope {
 // startResolver starts the look-up of the outcome of req, a resend of a
 // transaction in doubt to rt whose first call was answered doubt, on a
 // goroutine of its own, which leads f and holds the transaction (see
-// resolve). When the target that made that call has no status URL, or is
-// no longer configured, it answers at once instead (unresolved). It
+// resolve). When the target that made that call has no status URL, has
+// its transactions in doubt reversed, or is no longer configured, it
+// answers at once instead (unresolved). It
 // reports whether the look-up started.
 func (a *admitter) startResolver(rt *target, f *dedup.Flight, req protocol.Request, doubt string) bool {
 	called := a.srv.calledTarget(rt, doubt)
-	if called == nil || called.conf.Load().statusURL == "" {
+	// A target whose transactions in doubt are reversed is not asked: a
+	// look-up during a reversal would read "not applied" and send the
+	// transaction afresh. The resolver's reversal settles it.
+	if called == nil || called.conf.Load().statusURL == "" || called.conf.Load().resolve == resolver.PolicyReverse {
 		a.unresolved(rt, f, req)
 		return false
 	}
@@ -208,6 +214,7 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 		}
 		ad.flight = nil
 		ws := s.shield.mem.Settle(f, dedup.Answered, code, msg, conf.settings.shieldWindow())
+		s.resolve.r.Forget(called.name, string(req.TxID))
 		s.journalResolved(called, cconf, req, code)
 		s.storeResolved(rt, conf, req, f, code, msg)
 		a.recordHubAnswer(rt, nil, req, code, answerCodeLabel(code), breakerNote{})
@@ -215,6 +222,11 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 		answerAll(ws, code, msg)
 	case targethttp.NotApplied:
 		rt.countShielded(shieldResolvedNotApplied)
+		if s.resolve.r.Forget(called.name, string(req.TxID)) {
+			s.inDoubt.countResolved(called, resolver.NotApplied, indoubt.ViaResend)
+			s.journalSettled(called, called.name, &doubtRef{url: cconf.url, sum: payloadSum(req.Payload)}, string(req.TxID),
+				indoubt.StageResolvedNotApplied, indoubt.ViaResend, "")
+		}
 		// admit's steps 3 to 5 with the flight held, so that copies
 		// still join this call.
 		ad.inDoubt, ad.resolved = false, true

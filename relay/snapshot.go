@@ -47,6 +47,15 @@ type TargetSnapshot struct {
 	// hub started: the request may have reached the target, the outcome
 	// is unknown.
 	InDoubt int64
+	// InDoubtOpen is how many of its transactions in doubt the hub has
+	// not settled yet; InDoubtOldest when the oldest of them went in
+	// doubt (zero: none), and NextResolve when the next attempt to settle
+	// one is due (zero: none scheduled), on the Server's clock.
+	InDoubtOpen   int
+	InDoubtOldest time.Time
+	NextResolve   time.Time
+	// Resolve is how they are settled: lookup, reverse or manual.
+	Resolve string
 	// LastProbe is the target's latest synthetic probe; its At is zero
 	// when the hub has sent none.
 	LastProbe ProbeResult
@@ -142,21 +151,26 @@ func (s *Server) snapshot(r *target) TargetSnapshot {
 		settings.ProbePayload = string(rc.probePayload)
 		settings.ProbeExpect = slices.Clone(rc.probeExpect)
 	}
+	rs := s.resolve.r.Stats(r.name)
 	return TargetSnapshot{
-		Name:         r.name,
-		URL:          rc.url,
-		Fallback:     rc.fallbackName,
-		Snapshot:     r.breaker.Snapshot(),
-		InFlight:     r.bulkhead.InFlight(),
-		MaxInFlight:  rc.settings.MaxInflight,
-		Limit:        r.limit(),
-		LimitMode:    rc.settings.AdaptiveLimit,
-		ProbeTimeout: bs.ProbeTimeout,
-		Settings:     settings,
-		LastFailure:  r.lastFailure.load(),
-		InDoubt:      r.inDoubt.Load(),
-		LastProbe:    r.lastProbe(),
-		StatusURL:    rc.statusURL,
+		InDoubtOpen:   rs.Open,
+		InDoubtOldest: rs.Oldest,
+		NextResolve:   rs.Next,
+		Resolve:       string(rc.resolve),
+		Name:          r.name,
+		URL:           rc.url,
+		Fallback:      rc.fallbackName,
+		Snapshot:      r.breaker.Snapshot(),
+		InFlight:      r.bulkhead.InFlight(),
+		MaxInFlight:   rc.settings.MaxInflight,
+		Limit:         r.limit(),
+		LimitMode:     rc.settings.AdaptiveLimit,
+		ProbeTimeout:  bs.ProbeTimeout,
+		Settings:      settings,
+		LastFailure:   r.lastFailure.load(),
+		InDoubt:       r.inDoubt.Load(),
+		LastProbe:     r.lastProbe(),
+		StatusURL:     rc.statusURL,
 		Dedup: DedupCounts{
 			Joined:             r.shielded[shieldJoined].Load(),
 			Replayed:           r.shielded[shieldReplayed].Load(),

@@ -395,11 +395,12 @@ func (cl *call) run() {
 	}
 	var copies []dedup.Waiter
 	var (
-		hash  dedup.Hash
-		scope dedup.Scope
+		hash     dedup.Hash
+		scope    dedup.Scope
+		shielded bool
 	)
 	if f := cl.flight; f != nil {
-		cl.flight, hash, scope = nil, f.Hash(), f.Scope()
+		cl.flight, hash, scope, shielded = nil, f.Hash(), f.Scope(), true
 		copies = s.settleFlight(f, res, code, msg, cl.named().conf.Load().settings.shieldWindow())
 	}
 	a.sink.answer(txid, code, msg, true)
@@ -407,6 +408,11 @@ func (cl *call) run() {
 	answerAll(copies, code, msg)
 	if shared {
 		cl.settleShared(scope, hash, res, code, msg)
+	}
+	if res.Stage.InDoubt() {
+		// Journalled before the answer (record); the resolver takes it
+		// now, after the shield and the store remember it in doubt.
+		s.addInDoubt(rt, cl.conf, cl.named(), shielded, scope, hash, txid, cl.line[cl.txidN:], code, msg)
 	}
 	cl.logDone(txid, code, msg, failed, took)
 }

@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,8 +36,15 @@ func startCapacityCut(t *testing.T, extra ...string) *capacityCut {
 	t.Helper()
 	core := proctest.StartFixture(t, "CORE", "core")
 	core.Ctl(t, `{"capacity":16,"service_ms":40}`)
+	// No late reading: the fixture drops a queued call whose caller hung
+	// up, which late reading would keep queued, so that its capacity goes
+	// to the calls the hub still waits for, as the limits under test
+	// assume.
+	conf := filepath.Join(t.TempDir(), "relay.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[CORE]\nlate_answer_grace = 0\n"), 0o600))
 	args := append([]string{
 		"--target", "CORE=" + core.URL,
+		"--config", conf,
 		"--max-inflight", "16",
 		"--target-timeout", "100ms",
 		"--fail-threshold", "1000000",

@@ -55,7 +55,11 @@ func TestFullDiskLosesNoJournalledTransactionAndTearsNoLine(t *testing.T) {
 	require.NoError(t, os.WriteFile(blog, []byte(earlier), 0o644))
 	core := proctest.StartFixture(t, "CORE", "core")
 	core.Ctl(t, `{"mode":"late","delay_ms":400}`)
-	r := startPolicyRelay(t, nil, "--breaker-log", blog, "--in-doubt-log", journal,
+	// No late reading: CORE's late answers would settle the calls, and
+	// their resolution lines name the calls the full disk kept out.
+	conf := filepath.Join(t.TempDir(), "relay.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[CORE]\nlate_answer_grace = 0\n"), 0o600))
+	r := startPolicyRelay(t, nil, "--config", conf, "--breaker-log", blog, "--in-doubt-log", journal,
 		"--target", "CORE="+core.URL, "--target", "CLAIM="+closedPortURL(t),
 		"--target-timeout", "100ms", "--fail-threshold", "100000", "--max-inflight", "64")
 	c := hubtest.Dial(t, r.Addr())

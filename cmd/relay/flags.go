@@ -63,6 +63,9 @@ type cli struct {
 	Dedup           bool     `help:"Duplicate-TXID shield for every target (a settings file's dedup sets it per target): a resend of a TXID in flight joins its call, one answered within --dedup-window gets the same answer without a call, one reused with another payload gets E909, one in doubt is looked up at the target's status_url (docs/PROTOCOL.md, \"Resending a transaction\")." env:"RELAY_DEDUP"`
 	DedupWindow     duration `help:"How long the shield remembers an answered or in-doubt TXID; 0 means 10m." default:"0" env:"RELAY_DEDUP_WINDOW"`
 	DedupScope      string   `help:"Whose TXIDs the shield keeps apart (a settings file's dedup_scope sets it per target): identity gives each client certificate's identity its own, so that no client gets another's answers or learns its TXIDs; target shares them among all the target's clients. Clients without a certificate always share them." enum:"identity,target" default:"identity" env:"RELAY_DEDUP_SCOPE"`
+	ResolveAfter    duration `help:"First try to settle a call in doubt this long after it, and the base of the backoff between tries." default:"5s" env:"RELAY_RESOLVE_AFTER"`
+	ResolveMax      duration `name:"resolve-max-interval" help:"Longest wait between two tries to settle a call in doubt." default:"1m" env:"RELAY_RESOLVE_MAX_INTERVAL"`
+	ResolveExpire   duration `help:"Give up settling a call in doubt this long after it (unresolved_expired)." default:"24h" env:"RELAY_RESOLVE_EXPIRE"`
 	DedupMaxEntries int      `help:"Most TXIDs the shield remembers, over all targets (about 145 bytes each); past it answered ones are forgotten first, and counted in relay_dedup_evictions_total; one in flight or in doubt never is, and while nothing else is left a new TXID gets E906." default:"1000000" env:"RELAY_DEDUP_MAX_ENTRIES"`
 	AdminToken      string   `help:"Bearer token every admin POST (POST /breakers/NAME, POST /reload) must carry, and every read but /healthz and /readyz from beyond loopback; this or --admin-token-file is required when --admin-listen is beyond loopback. Prefer --admin-token-file or the environment variable: a flag shows in the process list. Empty means no check." env:"RELAY_ADMIN_TOKEN"`
 	AdminTokenFile  string   `help:"File holding the bearer token of --admin-token, instead of that flag: read at start and again on SIGHUP, so the token can be rotated without a restart. The whole file is the token, one line, a trailing newline dropped. A file that is empty, or that group or others have any access to (chmod 600 it), stops the relay at start; on SIGHUP it is refused and logged, and the token in force stays. Empty means none." placeholder:"FILE" env:"RELAY_ADMIN_TOKEN_FILE"`
@@ -223,6 +226,9 @@ func (c *cli) Validate() error {
 		{"--idle-timeout", c.IdleTimeout},
 		{"--drain-timeout", c.DrainTimeout},
 		{"--write-timeout", c.WriteTimeout},
+		{"--resolve-after", c.ResolveAfter},
+		{"--resolve-max-interval", c.ResolveMax},
+		{"--resolve-expire", c.ResolveExpire},
 	} {
 		if f.value <= 0 {
 			return fmt.Errorf("%s: must be more than zero, got %s", f.flag, time.Duration(f.value))
@@ -392,17 +398,20 @@ func (c *cli) validateFleet() error {
 // --failure-codes.
 func (c *cli) targetDefaults(codes []string) relay.TargetSettings {
 	return relay.TargetSettings{
-		MaxInflight:       c.MaxInflight,
-		AdaptiveLimit:     mustLimitMode(c.AdaptiveLimit),
-		MinInflight:       c.MinInflight,
-		TargetTimeout:     time.Duration(c.TargetTimeout),
-		TargetIdleTimeout: time.Duration(c.TargetIdleTimeout),
-		FailureCodes:      codes,
-		ProbePayload:      c.ProbePayload,
-		ProbeExpect:       c.probeExpect(),
-		Dedup:             c.Dedup,
-		DedupWindow:       time.Duration(c.DedupWindow),
-		DedupScope:        c.dedupScope(),
+		MaxInflight:        c.MaxInflight,
+		AdaptiveLimit:      mustLimitMode(c.AdaptiveLimit),
+		MinInflight:        c.MinInflight,
+		TargetTimeout:      time.Duration(c.TargetTimeout),
+		TargetIdleTimeout:  time.Duration(c.TargetIdleTimeout),
+		FailureCodes:       codes,
+		ProbePayload:       c.ProbePayload,
+		ProbeExpect:        c.probeExpect(),
+		Dedup:              c.Dedup,
+		DedupWindow:        time.Duration(c.DedupWindow),
+		DedupScope:         c.dedupScope(),
+		ResolveAfter:       time.Duration(c.ResolveAfter),
+		ResolveMaxInterval: time.Duration(c.ResolveMax),
+		ResolveExpire:      time.Duration(c.ResolveExpire),
 		Policy: breaker.Policy{
 			FailThreshold:   c.FailThreshold,
 			ResetTimeout:    time.Duration(c.ResetTimeout),

@@ -57,7 +57,23 @@ func TestPolicyFlagsFromTheEnvironment(t *testing.T) {
 			ProbeSuccesses:  1,
 		}, TargetTimeout: 3 * time.Second, TargetIdleTimeout: 4 * time.Second,
 		FailureCodes: []string{"E500"}, ProbeExpect: []string{"0000"},
+		ResolveAfter: 5 * time.Second, ResolveMaxInterval: time.Minute, ResolveExpire: 24 * time.Hour,
 	}, c.targetDefaults([]string{"E500"}))
+}
+
+func TestResolveFlags(t *testing.T) {
+	c, err := parse(t, []string{"RELAY_RESOLVE_AFTER=2s", "RELAY_RESOLVE_MAX_INTERVAL=30s", "RELAY_RESOLVE_EXPIRE=1h"})
+	require.NoError(t, err)
+	ts := c.targetDefaults([]string{"E500"})
+	assert.Equal(t, 2*time.Second, ts.ResolveAfter)
+	assert.Equal(t, 30*time.Second, ts.ResolveMaxInterval)
+	assert.Equal(t, time.Hour, ts.ResolveExpire)
+
+	assertBadFlags(t, []badFlagCase{
+		{name: "zero resolve after", args: []string{"--resolve-after", "0"}, want: "--resolve-after: must be more than zero, got 0s"},
+		{name: "negative max interval", args: []string{"--resolve-max-interval=-1m"}, want: "--resolve-max-interval: must be more than zero"},
+		{name: "bad expire", args: []string{"--resolve-expire", "a day"}, want: "--resolve-expire"},
+	})
 }
 
 func TestBadPolicyValuesNameTheirFlag(t *testing.T) {

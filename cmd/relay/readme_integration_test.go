@@ -328,6 +328,18 @@ func startTour(t *testing.T, dir string, run tourRun) *tourTerminal {
 	}
 }
 
+// adminAddr is the hub's admin address, from its start-up line.
+func (term *tourTerminal) adminAddr(t *testing.T) string {
+	t.Helper()
+	for _, l := range term.hub.LogLines() {
+		if a, ok := l["admin_addr"].(string); ok && a != "" {
+			return a
+		}
+	}
+	t.Fatalf("no admin_addr in the relay's log:\n%s", term.hub.Stderr())
+	return ""
+}
+
 // runAll runs each step in turn and checks that it prints what the README
 // shows.
 func (term *tourTerminal) runAll(steps []tourStep) {
@@ -362,8 +374,11 @@ func (term *tourTerminal) run(cmd string) string {
 	case "curl":
 		return term.curl(words[1:])
 	case "bin/relayctl":
-		require.Equal(t, "send", words[1], "only relayctl send is run: %q", cmd)
+		require.Contains(t, []string{"send", "in-doubt"}, words[1], "only relayctl send and in-doubt are run: %q", cmd)
 		args := append([]string{"send", "--addr", term.hub.Addr()}, words[2:]...)
+		if words[1] == "in-doubt" {
+			args = append([]string{"in-doubt", "--admin", term.adminAddr(t)}, words[2:]...)
+		}
 		res := proctest.Run(t, "./cmd/relayctl", args...)
 		return res.Stdout + res.Stderr
 	case "cat":
@@ -527,8 +542,9 @@ func TestReadmeTourResendIsResolved(t *testing.T) {
 	run := tourRuns(t)[1]
 	term := startTour(t, t.TempDir(), run)
 
-	// when each command of the console block that follows runs in turn,
-	// then each prints what the README shows: the resend is answered with
-	// CORE's own answer, and CORE got the withdrawal once.
+	// when each command of the console blocks that follow runs in turn,
+	// then each prints what the README shows: the hub settles the
+	// withdrawal in doubt on its own, a resend is answered with CORE's own
+	// answer, and CORE got the withdrawal once.
 	term.runAll(run.steps)
 }

@@ -327,10 +327,12 @@ fetch(%q, {method: "POST", mode: "no-cors", body: '{"action":"open"}'}).then(() 
 }
 
 func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
-	// Given CORE slower than the relay's target timeout, so that a transfer
-	// ends in doubt, and the page open in a browser, live,
+	// Given CORE slower than the relay's target timeout, and than its
+	// late reading too, so that a transfer ends in doubt and stays open
+	// (CORE has no status_url: an operator settles it), and the page open
+	// in a browser, live,
 	core := proctest.StartFixture(t, "CORE", "core")
-	core.Ctl(t, `{"mode":"slow","delay_ms":5000}`)
+	core.Ctl(t, `{"mode":"slow","delay_ms":60000}`)
 	h := startAdminRelay(t, "--target", "CORE="+core.URL, "--target", "CLAIM="+closedPortURL(t),
 		"--target-timeout", "200ms", "--fail-threshold", "100")
 	tab := newTab(t, newBrowser(t))
@@ -358,10 +360,29 @@ func TestStatusPageShowsCallsInDoubtLive(t *testing.T) {
 	waitFor(t, tab, 2*time.Second, "the header shows the hub's total", text("#hub")+`.includes("2 in doubt")`)
 	assert.Equal(t, "0", eval[string](t, tab, text("#t-CLAIM-indoubt")))
 
-	// and the total links to the list of them.
+	// CORE's cell is amber, with how many are open;
+	assert.True(t, eval[bool](t, tab, `document.getElementById("t-CORE-indoubt").classList.contains("doubt")`))
+	assert.Contains(t, eval[string](t, tab, text("#t-CORE-indoubt")), "2 open · oldest ")
+
+	// the total links to the list of them;
 	do(t, tab, chromedp.Click(chromedp.CSS(`#hub a.indoubt`)))
 	waitFor(t, tab, 5*time.Second, "the link opens /in-doubt with both transfers",
 		`location.pathname === "/in-doubt" && document.body.textContent.includes('"txid":"XF-1"') && document.body.textContent.includes('"txid":"XF-2"')`)
+
+	// and once an operator has settled both, the page, live, takes the
+	// amber off and still counts them since start.
+	do(t, tab, chromedp.Navigate(h.admin+"/"))
+	waitFor(t, tab, 5*time.Second, "the page's stream connects", `document.getElementById("live").className.includes("on")`)
+	for _, s := range []struct{ txid, body string }{
+		{"XF-1", `{"target":"CORE","applied":true,"code":"0000"}`},
+		{"XF-2", `{"target":"CORE","not_applied":true}`},
+	} {
+		code, answer := adminPost(t, h, "/in-doubt/"+s.txid+"/resolve", s.body, "")
+		require.Equal(t, http.StatusOK, code, answer)
+	}
+	waitFor(t, tab, 2*time.Second, "CORE's cell is no longer amber",
+		`!document.getElementById("t-CORE-indoubt").classList.contains("doubt") && `+text("#t-CORE-indoubt")+`.startsWith("2all settled")`)
+	assert.Contains(t, eval[string](t, tab, text("#hub")), "none in doubt (2 settled)")
 }
 
 func TestStatusPageShowsTheShieldLive(t *testing.T) {

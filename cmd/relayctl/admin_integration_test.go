@@ -226,21 +226,37 @@ func TestReloadCommandAgainstARealHub(t *testing.T) {
 }
 
 func TestInDoubtCommandAgainstARealHub(t *testing.T) {
-	// Given a CORE that books at once and answers after 1 s, and a hub
-	// that waits 200 ms,
+	// Given a CORE that books at once and answers after a minute (past
+	// the hub's late reading, whose settlement would be listed too), and
+	// a hub that waits 200 ms,
 	core := proctest.StartFixture(t, "CORE", "core")
-	core.Ctl(t, `{"mode":"late","delay_ms":1000}`)
+	core.Ctl(t, `{"mode":"late","delay_ms":60000}`)
 	h := startAdminHub(t, "--target", "CORE="+core.URL, "--target-timeout", "200ms", "--hub-id", "hub-it")
 	c := hubtest.Dial(t, h.Addr())
-	assert.Equal(t, "0 calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt")))
+	assert.Equal(t, "0 open calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt")))
+	assert.Equal(t, "0 calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt", "--recent")))
 
 	// when a withdrawal times out after CORE took it,
 	a := c.Exchange("LATE-1|CORE|WD 1001 100")
 	require.Equal(t, "LATE-1|E901|no answer within target timeout; outcome unknown", a.String())
 
-	// then in-doubt lists it, as a table and as the hub's JSON,
-	out := h.mustCtl(t, "in-doubt")
+	// then in-doubt lists it open, waiting for an operator (CORE has no
+	// status_url), once the hub has taken it up after its answer,
+	var out string
+	proctest.Eventually(t, 5*time.Second, "in-doubt lists LATE-1 open", func() bool {
+		out = h.mustCtl(t, "in-doubt")
+		return strings.Contains(out, " LATE-1 ")
+	})
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 3, out)
+	assert.Regexp(t, `^SINCE +AGE +TXID +TARGET +RESOLVE +ATTEMPTS +NEXT$`, lines[0])
+	assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z +\d+s +LATE-1 +CORE +manual +0 +operator \(relayctl in-doubt resolve\)$`, lines[1])
+	assert.Equal(t, "1 open call in doubt", lines[2])
+
+	// --recent lists it among the recent calls in doubt, as a table and
+	// as the hub's JSON,
+	out = h.mustCtl(t, "in-doubt", "--recent")
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	require.Len(t, lines, 3, out)
 	assert.Regexp(t, `^TIME +TXID +TARGET +CODE +STAGE +BYTES-SENT +URL$`, lines[0])
 	assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z +LATE-1 +CORE +E901 +request_sent +\d+ +`+regexp.QuoteMeta(core.URL)+`$`, lines[1])
@@ -248,7 +264,7 @@ func TestInDoubtCommandAgainstARealHub(t *testing.T) {
 	var list struct {
 		InDoubt []map[string]any `json:"in_doubt"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(h.mustCtl(t, "in-doubt", "--json")), &list))
+	require.NoError(t, json.Unmarshal([]byte(h.mustCtl(t, "in-doubt", "--recent", "--json")), &list))
 	require.Len(t, list.InDoubt, 1)
 	assert.Subset(t, list.InDoubt[0], map[string]any{"txid": "LATE-1", "target": "CORE", "hub": "hub-it", "code": "E901", "stage": "request_sent"})
 
@@ -262,6 +278,15 @@ func TestInDoubtCommandAgainstARealHub(t *testing.T) {
 	res := h.ctl(t, "in-doubt", "--since", "yesterday")
 	assert.Equal(t, 2, res.ExitCode)
 	assert.Contains(t, res.Stderr, `--since "yesterday": want an RFC 3339 time`)
+
+	// And when an operator settles it, the running hub does, and it is
+	// open no more.
+	out = h.mustCtl(t, "in-doubt", "resolve", "LATE-1", "--applied", "0000")
+	assert.Equal(t, "LATE-1 at CORE: resolved_applied via operator (settled by the hub at http://"+h.admin+")\n", out)
+	assert.Equal(t, "0 open calls in doubt\n", lastLine(h.mustCtl(t, "in-doubt")))
+	res = h.ctl(t, "in-doubt", "resolve", "LATE-1", "--applied", "0000")
+	assert.Equal(t, 1, res.ExitCode, res.Stderr)
+	assert.Contains(t, res.Stderr, "LATE-1: not open in doubt at the hub")
 }
 
 // lastLine returns the last line of out, with its newline.

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,7 +128,7 @@ func TestInDoubtCommand(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	run := func(since string) (string, int, error) {
-		c := &inDoubtCmd{Since: since, AdminFlags: AdminFlags{Admin: hs.URL, Timeout: 5 * time.Second}}
+		c := &inDoubtCmd{Recent: true, Since: since, AdminFlags: AdminFlags{Admin: hs.URL, Timeout: 5 * time.Second}}
 		return runAdminCmd(t, c, func(s *streams) error { return c.Run(t.Context(), s) })
 	}
 
@@ -149,7 +152,7 @@ func TestInDoubtCommand(t *testing.T) {
 	assert.EqualError(t, c.Validate(), `--since "1h": want an RFC 3339 time such as 2026-12-01T17:30:00Z`)
 
 	// A hub that has no such list is told apart from an empty one.
-	c = &inDoubtCmd{AdminFlags: AdminFlags{Admin: hs.URL + "/elsewhere", Timeout: time.Second}}
+	c = &inDoubtCmd{Recent: true, AdminFlags: AdminFlags{Admin: hs.URL + "/elsewhere", Timeout: time.Second}}
 	_, code, err = runAdminCmd(t, c, func(s *streams) error { return c.Run(t.Context(), s) })
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "404 Not Found")
@@ -181,4 +184,96 @@ func TestAdminFlags(t *testing.T) {
 	_, err = c.Status.client()
 	assert.Equal(t, 2, cmdline.Code(err), "the hub cannot be asked")
 	assert.EqualError(t, err, "--admin-token-file: "+path+": empty file: it must hold the token")
+}
+
+// openHub is a hub's admin port as relayctl's in-doubt commands see it:
+// GET /in-doubt?open=1 answers open, POST /in-doubt/{txid}/resolve
+// answers status and records its path and body. Safe for one request at
+// a time.
+type openHub struct {
+	open     string
+	status   int
+	resolved []string // "path body" of each POST
+}
+
+func (h *openHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/in-doubt" && r.URL.RawQuery == "open=1":
+		_, _ = w.Write([]byte(h.open))
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/in-doubt/"):
+		b, _ := io.ReadAll(r.Body)
+		h.resolved = append(h.resolved, r.URL.Path+" "+string(b))
+		w.WriteHeader(h.status)
+		if h.status != http.StatusOK {
+			_, _ = w.Write([]byte(`{"error":"W9 is not open in doubt at CORE"}`))
+			return
+		}
+		var req resolveBody
+		_ = json.Unmarshal(b, &req)
+		_, _ = fmt.Fprintf(w, `{"target":%q}`, strings.ToUpper(req.Target))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// startOpenHub serves h on an httptest server and returns its admin flags.
+func startOpenHub(t *testing.T, h *openHub) AdminFlags {
+	t.Helper()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return AdminFlags{Admin: hs.URL, Timeout: 5 * time.Second}
+}
+
+// twoOpen is a hub's answer with two open entries: a look-up with its
+// next attempt, and a manual one.
+const twoOpen = `{"open":[` +
+	`{"txid":"W1","target":"CORE","since":"2026-12-01T17:30:00.123Z","policy":"lookup","attempts":3,"next_attempt":"2026-12-01T17:31:10Z","in_flight":false},` +
+	`{"txid":"CL-22","target":"CLAIM","since":"2026-12-01T17:30:40Z","policy":"manual","attempts":0,"future":1}]}`
+
+func TestInDoubtListsTheOpenEntriesByDefault(t *testing.T) {
+	// Given a hub with two open entries,
+	flags := startOpenHub(t, &openHub{open: twoOpen})
+
+	// when in-doubt is run with no flag, it asks for the open ones,
+	c := &inDoubtCmd{AdminFlags: flags}
+	out, code, err := runAdminCmd(t, c, func(s *streams) error { return c.Run(t.Context(), s) })
+	require.NoError(t, err)
+	assert.Zero(t, code)
+	assert.Contains(t, out, "W1")
+	assert.Contains(t, out, "2 open calls in doubt\n")
+
+	// and prints each with its attempts and its next one.
+	var list openList
+	require.NoError(t, json.Unmarshal([]byte(twoOpen), &list))
+	now := time.Date(2026, 12, 1, 17, 31, 0, 0, time.UTC)
+	var b bytes.Buffer
+	require.NoError(t, writeOpen(&b, list.Open, now))
+	assert.Equal(t, ""+
+		"SINCE                     AGE   TXID   TARGET  RESOLVE  ATTEMPTS  NEXT\n"+
+		"2026-12-01T17:30:00.123Z  1m0s  W1     CORE    lookup   3         in 10s\n"+
+		"2026-12-01T17:30:40.000Z  20s   CL-22  CLAIM   manual   0         operator (relayctl in-doubt resolve)\n"+
+		"2 open calls in doubt\n", b.String())
+
+	// --json prints the hub's answer as it is.
+	c = &inDoubtCmd{JSON: true, AdminFlags: flags}
+	out, _, err = runAdminCmd(t, c, func(s *streams) error { return c.Run(t.Context(), s) })
+	require.NoError(t, err)
+	assert.Equal(t, twoOpen+"\n", out)
+}
+
+func TestNextText(t *testing.T) {
+	now := time.Date(2026, 12, 1, 17, 31, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := now.Add(d); return &x }
+	for _, tt := range []struct {
+		name string
+		e    openEntry
+		want string
+	}{
+		{name: "manual", e: openEntry{Policy: "manual"}, want: "operator (relayctl in-doubt resolve)"},
+		{name: "to come", e: openEntry{Next: at(2340 * time.Millisecond)}, want: "in 2.3s"},
+		{name: "due", e: openEntry{Next: at(-time.Second)}, want: "due"},
+		{name: "under way", e: openEntry{Next: at(time.Second), InFlight: true}, want: "under way"},
+	} {
+		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, nextText(tt.e, now)) })
+	}
 }

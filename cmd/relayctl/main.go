@@ -16,7 +16,9 @@
 //	relayctl breaker open CORE --admin-token-file ~/.relayhub/admin-token
 //	relayctl breaker close CORE
 //	relayctl reload
-//	relayctl in-doubt --since 2026-12-01T17:00:00Z
+//	relayctl in-doubt
+//	relayctl in-doubt --recent --since 2026-12-01T17:00:00Z
+//	relayctl in-doubt resolve W1 --applied 0000
 //	relayctl replay --access-log access.log --config relay.toml --compare fail_threshold=3
 //	relayctl reconcile --in-doubt-log in-doubt.log --json
 //
@@ -29,8 +31,9 @@
 // /breakers/{target}: open holds the breaker open until close or enable,
 // and hold is another name for it; close, disable (pass-through) and
 // enable. Each prints the target as status does, reload what the hub
-// added, removed and changed, in-doubt a table of the calls; --json prints
-// the hub's own answer.
+// added, removed and changed, in-doubt a table of the open calls in doubt
+// with their attempts and next attempt (--recent: the recent calls in
+// doubt, settled or not); --json prints the hub's own answer.
 //
 // send exits 0 for 0000 or Bnnn, 1 for any other code, 2 when the hub
 // cannot be reached or does not answer in time. With --resend-on it sends
@@ -47,7 +50,11 @@
 // lines are reported, not fatal. reconcile exits 0 when every in-doubt
 // transaction is known, applied or not, 1 when any is unknown or a journal
 // line could not be read, 2 when it could not check at all (a bad flag, a
-// journal it cannot open).
+// journal it cannot open). in-doubt resolve has the running hub settle
+// the TXID (POST /in-doubt/{txid}/resolve), or, given the journal of a
+// hub that is stopped (--in-doubt-log, unlocked), appends the settlement
+// to it; it exits 1 when the TXID is not open, 2 when the hub cannot be
+// asked or the journal cannot be read or written.
 //
 // load sends request lines TXID|TARGET|PAYLOAD and matches the answers by
 // TXID, since the hub may answer out of order. By default it runs a closed
@@ -84,7 +91,7 @@ type cli struct {
 	Status    statusCmd        `cmd:"" help:"Show every target's breaker state and bulkhead from the admin endpoint."`
 	Breaker   breakerCmd       `cmd:"" help:"Hold a target's breaker open, close it, disable it (pass-through) or enable it again, through the admin endpoint."`
 	Reload    reloadCmd        `cmd:"" help:"Make the hub re-read its settings file (--config) and show what it added, removed and changed; exit 1 when the hub refuses the file."`
-	InDoubt   inDoubtCmd       `cmd:"" name:"in-doubt" help:"List the hub's recent calls in doubt, which may have reached their target without an answer."`
+	InDoubt   inDoubtGroup     `cmd:"" name:"in-doubt" help:"List the hub's open calls in doubt, which may have reached their target without an answer, with their attempts; or settle one by hand (resolve)."`
 	Replay    replayCmd        `cmd:"" help:"Replay access logs through the breakers, with the hub's settings or others, and show what they did or would have done."`
 	Reconcile reconcileCmd     `cmd:"" help:"Ask each target whether it applied each transaction of the hub's in-doubt journal."`
 }

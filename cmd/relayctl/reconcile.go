@@ -151,11 +151,14 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 			if rv.File != res.File || rv.Line != res.Line {
 				line += "," + place(rv.File, rv.Line)
 			}
-			if res.Stage == reconcile.StageResolvedApplied {
+			if indoubt.IsResolution(res.Stage) {
 				// No in-doubt line in the journal: what the client got
 				// then is not known, and the code is in DETAIL.
 				code = ""
 			}
+		}
+		if ex := res.Expired; ex != nil && (ex.File != res.File || ex.Line != res.Line) {
+			line += "," + place(ex.File, ex.Line)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", outcomeWord(res.Outcome), res.TxID, res.Target,
 			orDash(code), line, reconcileDetail(res))
@@ -178,12 +181,18 @@ func writeReconcile(w io.Writer, r reconcileReport) error {
 	if sum.Fragments > 0 {
 		bad += fmt.Sprintf("; %d torn %s skipped", sum.Fragments, plural(sum.Fragments, "fragment", "fragments"))
 	}
-	resolved := ""
+	resolved, reversed := "", ""
 	if sum.Resolved > 0 {
-		resolved = fmt.Sprintf(" (%d resolved on resend)", sum.Resolved)
+		resolved = fmt.Sprintf(" (%d resolved in the journal)", sum.Resolved)
 	}
-	_, err := fmt.Fprintf(w, "%d in doubt: %d applied%s, %d not applied, %d unknown%s\n",
-		sum.InDoubt, sum.Applied, resolved, sum.NotApplied, sum.Unknown, bad)
+	if sum.Reversed > 0 {
+		reversed = fmt.Sprintf(", %d reversed", sum.Reversed)
+	}
+	if sum.Expired > 0 {
+		bad = fmt.Sprintf("; %d given up by the hub", sum.Expired) + bad
+	}
+	_, err := fmt.Fprintf(w, "%d in doubt: %d applied%s, %d not applied%s, %d unknown%s\n",
+		sum.InDoubt, sum.Applied, resolved, sum.NotApplied, reversed, sum.Unknown, bad)
 	return err
 }
 
@@ -206,14 +215,39 @@ func outcomeWord(o reconcile.Outcome) string {
 func reconcileDetail(r reconcile.Result) string {
 	switch {
 	case r.Resolved != nil:
-		return fmt.Sprintf("%s, resolved on resend by %s at %s", orDash(r.Answer.Code),
+		code := "-"
+		if r.Answer != nil {
+			code = orDash(r.Answer.Code)
+		}
+		return fmt.Sprintf("%s, resolved %s by %s at %s", code, viaWords(r.Resolved.Via),
 			orDash(r.Resolved.Hub), r.Resolved.Time.UTC().Format(indoubt.TimeFormat))
+	case r.Expired != nil && r.Answer != nil:
+		return strings.TrimSpace(r.Answer.Code+" "+r.Answer.Message) + "; the hub gave up at " + r.Expired.Time.UTC().Format(indoubt.TimeFormat)
+	case r.Expired != nil:
+		return strings.TrimSpace(r.Reason + "; the hub gave up at " + r.Expired.Time.UTC().Format(indoubt.TimeFormat))
 	case r.Answer != nil:
 		return strings.TrimSpace(r.Answer.Code + " " + r.Answer.Message)
 	case r.Reason != "":
 		return r.Reason
 	}
 	return "-"
+}
+
+// viaWords says how a resolution was learnt, for the DETAIL column.
+func viaWords(via string) string {
+	switch via {
+	case indoubt.ViaResend, "":
+		return "on resend"
+	case indoubt.ViaLookup:
+		return "by look-up"
+	case indoubt.ViaLateAnswer:
+		return "by a late answer"
+	case indoubt.ViaReversal:
+		return "by reversal"
+	case indoubt.ViaOperator:
+		return "by an operator"
+	}
+	return "via " + via
 }
 
 func plural(n int, one, many string) string {

@@ -277,7 +277,7 @@ func TestReconcileResolvedOnResend(t *testing.T) {
 	assert.Regexp(t, `^applied +TX-before +CORE +E500 +5,2 +B201, resolved on resend by hub-b:9200 at 2026-12-01T17:31:05.250Z$`, lines[2])
 	assert.Regexp(t, `^applied +TX-plain +CORE +E902 +3 +0000 balance=100010$`, lines[3])
 	assert.Regexp(t, `^applied +TX-alone +CORE +- +6 +0000, resolved on resend by hub-b:9200 at 2026-12-01T17:31:05.250Z$`, lines[4])
-	assert.Equal(t, "4 in doubt: 4 applied (3 resolved on resend), 0 not applied, 0 unknown", lines[5])
+	assert.Equal(t, "4 in doubt: 4 applied (3 resolved in the journal), 0 not applied, 0 unknown", lines[5])
 
 	res = proctest.Run(t, "./cmd/relayctl", "reconcile", "--in-doubt-log", journal, "--json")
 	assert.Equal(t, 0, res.ExitCode, res.Stderr)

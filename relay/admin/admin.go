@@ -140,6 +140,11 @@ type Config struct {
 //     Hub.ControlBreaker, answered 200 with the target's entry of
 //     /status; 404 for an unknown target, 400 for a bad body or action,
 //     405 for another method, each with a JSON {"error":...} body.
+//   - GET /in-doubt: the recent calls in doubt (?since=RFC3339); with
+//     ?open=1 the transactions in doubt still open;
+//   - POST /in-doubt/{txid}/resolve with {"target":...,"applied":true,"code":...}
+//     or {"target":...,"not_applied":true}: Hub.SettleInDoubt, answered
+//     200, 400 for a bad body or code, 404 when it is not open;
 //   - POST /reload, when Config.Reload is set: the hub re-reads its
 //     settings, answered 200 with the targets added, removed and changed,
 //     409 when there is nothing to reload, 422 with the reason when the
@@ -203,6 +208,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if ih, ok := cfg.Hub.(InDoubtHub); ok {
 		a.mux.HandleFunc("GET /in-doubt", func(w http.ResponseWriter, r *http.Request) { serveInDoubt(ih, w, r) })
+	}
+	if rh, ok := cfg.Hub.(ResolverHub); ok {
+		a.mux.HandleFunc("POST /in-doubt/{txid}/resolve", func(w http.ResponseWriter, r *http.Request) { a.serveSettle(rh, w, r) })
 	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
@@ -355,7 +363,7 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 const adminIndex = "relayhub admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while draining)\n/status   JSON status of every target (?pretty for indented JSON)\nPOST /breakers/{target}  manual breaker control: {\"action\":\"open|close|disable|enable\"}\n"
 
 // inDoubtIndex is the line the index adds when GET /in-doubt is served.
-const inDoubtIndex = "/in-doubt?since=RFC3339  JSON list of the recent calls in doubt (the last 1000)\n"
+const inDoubtIndex = "/in-doubt?since=RFC3339  JSON list of the recent calls in doubt (the last 1000)\n/in-doubt?open=1  JSON list of the transactions in doubt still open, with attempts and next attempt\nPOST /in-doubt/{txid}/resolve  settle one: {\"target\":\"NAME\",\"applied\":true,\"code\":\"0000\"} or {\"target\":\"NAME\",\"not_applied\":true}\n"
 
 // reloadIndex is the line the index adds when POST /reload is served.
 const reloadIndex = "POST /reload  re-read the settings file and apply it without a restart\n"
@@ -446,8 +454,13 @@ func (a *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 // serveInDoubt is GET /in-doubt: {"in_doubt":[...]}, the recent calls in
 // doubt of hub, oldest first, each in the in-doubt journal's form; with
 // ?since=RFC3339 only those that ended at or after it. A since that does
-// not parse is answered 400.
+// not parse is answered 400. With ?open (a ResolverHub), the transactions
+// in doubt still open instead (serveOpenInDoubt).
 func serveInDoubt(hub InDoubtHub, w http.ResponseWriter, r *http.Request) {
+	if rh, ok := hub.(ResolverHub); ok && r.URL.Query().Has("open") {
+		serveOpenInDoubt(rh, w)
+		return
+	}
 	var since time.Time
 	if v := r.URL.Query().Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)

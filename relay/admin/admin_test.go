@@ -168,13 +168,13 @@ func TestAdminStatusFollowsTheBreaker(t *testing.T) {
 	assert.Greater(t, st["goroutines"], 1.0)
 	tg := statusTarget(t, st, "CORE")
 	assert.Equal(t, []string{
-		"consecutive_failures", "disabled", "held", "in_doubt", "inflight", "limit", "limit_mode", "max_inflight", "name",
-		"retry_after_seconds", "settings", "state", "url",
+		"consecutive_failures", "disabled", "held", "in_doubt", "in_doubt_oldest_age_seconds", "in_doubt_open", "inflight", "limit", "limit_mode", "max_inflight", "name",
+		"resolve", "retry_after_seconds", "settings", "state", "url",
 	}, keys(tg))
 	assert.Equal(t, map[string]any{
 		"name": "CORE", "url": core.URL, "state": "OPEN", "consecutive_failures": 2.0,
 		"inflight": 0.0, "max_inflight": 10.0, "limit": 10.0, "limit_mode": "static", "retry_after_seconds": 7.0,
-		"held": false, "disabled": false, "in_doubt": 0.0,
+		"held": false, "disabled": false, "in_doubt": 0.0, "in_doubt_open": 0.0, "in_doubt_oldest_age_seconds": 0.0, "resolve": "manual",
 		"settings": map[string]any{
 			"fail_threshold": 2.0, "reset_timeout_seconds": 7.0, "target_timeout_seconds": 3.0,
 			"target_idle_timeout_seconds": 4.0, "probe_timeout_seconds": 4.0,

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"runtime"
+	"time"
 
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/dedup"
@@ -130,8 +131,17 @@ type Target struct {
 	Disabled          bool    `json:"disabled"`
 	// InDoubt is how many of the target's calls ended in doubt since the
 	// hub started (GET /in-doubt lists the recent ones).
-	InDoubt  int64    `json:"in_doubt"`
-	Settings Settings `json:"settings"`
+	InDoubt int64 `json:"in_doubt"`
+	// InDoubtOpen is how many of them the hub has not settled yet, and
+	// InDoubtOldestAgeSeconds how long ago the oldest of those went in
+	// doubt (0 when none); NextResolve is when the next attempt to settle
+	// one is due, absent when none is scheduled; Resolve is how they are
+	// settled: lookup, reverse or manual (GET /in-doubt?open=1 lists them).
+	InDoubtOpen             int        `json:"in_doubt_open"`
+	InDoubtOldestAgeSeconds float64    `json:"in_doubt_oldest_age_seconds"`
+	NextResolve             *time.Time `json:"next_resolve,omitempty"`
+	Resolve                 string     `json:"resolve"`
+	Settings                Settings   `json:"settings"`
 	// ProbeSuccesses is how many healthy probes in a row the half-open
 	// breaker has had, when it needs several (probe_successes); absent
 	// otherwise.
@@ -157,6 +167,23 @@ type Probe struct {
 	// the call failed).
 	Code            string  `json:"code"`
 	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// ageSeconds is how long ago t was, in seconds; 0 for a zero t.
+func ageSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Since(t).Seconds(), 0)
+}
+
+// timeOrNil returns t in UTC, or nil for a zero t.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // ProbeOf returns p as /status shows it; nil when there was none.
@@ -255,22 +282,26 @@ func TargetOf(t relay.TargetSnapshot) Target {
 			ResolvedApplied: d.ResolvedApplied, ResolvedNotApplied: d.ResolvedNotApplied, Unresolved: d.Unresolved}
 	}
 	return Target{
-		Dedup:               shield,
-		Name:                t.Name,
-		URL:                 t.URL,
-		Fallback:            t.Fallback,
-		State:               t.State.String(),
-		ConsecutiveFailures: t.ConsecutiveFailures,
-		Inflight:            t.InFlight,
-		MaxInflight:         t.MaxInFlight,
-		Limit:               t.Limit,
-		LimitMode:           t.LimitMode.String(),
-		RetryAfterSeconds:   relay.RetryAfterSeconds(t.RetryAfter),
-		Held:                t.Held,
-		Disabled:            t.Disabled,
-		InDoubt:             t.InDoubt,
-		ProbeSuccesses:      t.Snapshot.ProbeSuccesses,
-		LastProbe:           ProbeOf(t.LastProbe),
+		Dedup:                   shield,
+		Name:                    t.Name,
+		URL:                     t.URL,
+		Fallback:                t.Fallback,
+		State:                   t.State.String(),
+		ConsecutiveFailures:     t.ConsecutiveFailures,
+		Inflight:                t.InFlight,
+		MaxInflight:             t.MaxInFlight,
+		Limit:                   t.Limit,
+		LimitMode:               t.LimitMode.String(),
+		RetryAfterSeconds:       relay.RetryAfterSeconds(t.RetryAfter),
+		Held:                    t.Held,
+		Disabled:                t.Disabled,
+		InDoubt:                 t.InDoubt,
+		InDoubtOpen:             t.InDoubtOpen,
+		InDoubtOldestAgeSeconds: ageSeconds(t.InDoubtOldest),
+		NextResolve:             timeOrNil(t.NextResolve),
+		Resolve:                 t.Resolve,
+		ProbeSuccesses:          t.Snapshot.ProbeSuccesses,
+		LastProbe:               ProbeOf(t.LastProbe),
 		Settings: Settings{
 			MaxInflight:              ts.MaxInflight,
 			FailThreshold:            ts.FailThreshold,

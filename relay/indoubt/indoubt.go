@@ -51,15 +51,51 @@ import (
 // milliseconds, as the hub's other logs write it.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// StageResolvedApplied is the Stage of an entry that settles a
-// transaction in doubt rather than records one: the client resent its
-// TXID, the hub asked the target, and the target said it had applied it.
-// The journal keeps the resolution so that reconciliation need not ask
-// again.
-const StageResolvedApplied = "resolved_applied"
+// Stages of a resolution: an entry that settles a transaction in doubt
+// rather than records one. The journal keeps the resolution so that
+// neither reconciliation nor a restarted hub need ask again.
+const (
+	// StageResolvedApplied: the target said it had applied the
+	// transaction; Code is the code it recorded.
+	StageResolvedApplied = "resolved_applied"
+	// StageResolvedNotApplied: the target said it never applied it; a
+	// resend is a fresh call.
+	StageResolvedNotApplied = "resolved_not_applied"
+	// StageResolvedReversed: the target undid it (or had nothing to undo)
+	// on a reversal; a resend must use a new TXID.
+	StageResolvedReversed = "resolved_reversed"
+	// StageUnresolvedExpired: the hub gave up asking; an operator must
+	// settle it.
+	StageUnresolvedExpired = "unresolved_expired"
+)
 
-// Entry is one call in doubt, or, with Stage StageResolvedApplied, the
-// resolution of one. It is a plain value.
+// Ways a resolution was learnt, the Via of a resolution entry.
+const (
+	// ViaResend: the client resent the TXID and the hub asked the target.
+	ViaResend = "resend"
+	// ViaLookup: the hub's resolver asked the target's status_url.
+	ViaLookup = "lookup"
+	// ViaLateAnswer: the target's answer arrived after the target timeout.
+	ViaLateAnswer = "late_answer"
+	// ViaReversal: the hub's resolver reversed the transaction, or gave up
+	// reversing it.
+	ViaReversal = "reversal"
+	// ViaOperator: an operator settled it (relayctl in-doubt resolve).
+	ViaOperator = "operator"
+)
+
+// IsResolution reports whether stage is that of a resolution line rather
+// than of a call in doubt.
+func IsResolution(stage string) bool {
+	switch stage {
+	case StageResolvedApplied, StageResolvedNotApplied, StageResolvedReversed, StageUnresolvedExpired:
+		return true
+	}
+	return false
+}
+
+// Entry is one call in doubt, or, with a resolution Stage (IsResolution),
+// the resolution of one. It is a plain value.
 type Entry struct {
 	// Time is when the outcome became unknown: when the call ended. For a
 	// resolution, when the hub learnt the target had applied it.
@@ -77,8 +113,12 @@ type Entry struct {
 	// Bnnn, ...), which the client was answered on its resend.
 	Code string
 	// Stage says how far the call got: "request_partly_sent",
-	// "request_sent" or "answer_partly_read"; or StageResolvedApplied.
+	// "request_sent" or "answer_partly_read"; or a resolution stage.
 	Stage string
+	// Via says how a resolution was learnt, one of the Via constants;
+	// written on resolution lines only. Empty on a StageResolvedApplied
+	// line means ViaResend, the only way such lines were once written.
+	Via string
 	// BytesSent is how many request bytes were written to the target's
 	// connection; 0 for a resolution, which sends no request.
 	BytesSent int
@@ -108,7 +148,16 @@ func (e *Entry) AppendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(e.BytesSent), 10)
 	dst = append(dst, `,"payload_sha256":"`...)
 	dst = hex.AppendEncode(dst, e.PayloadSHA256[:])
-	return append(dst, `"}`...)
+	if !IsResolution(e.Stage) {
+		return append(dst, `"}`...)
+	}
+	via := e.Via
+	if via == "" && e.Stage == StageResolvedApplied {
+		via = ViaResend
+	}
+	dst = append(dst, `","via":`...)
+	dst = appendString(dst, via)
+	return append(dst, '}')
 }
 
 // appendString appends s as a JSON string: quotes, backslashes and control

@@ -77,7 +77,7 @@ func TestResolvedEntryRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(inDoubt.AppendJSON(nil))+"\n"+
 		`{"time":"2026-12-01T17:31:05.250Z","hub":"hub-b:9200","txid":"T1","target":"CORE","url":"http://127.0.0.1:9201",`+
-		`"code":"0000","stage":"resolved_applied","bytes_sent":0,"payload_sha256":"`+fmt.Sprintf("%x", resolved.PayloadSHA256)+`"}`+"\n",
+		`"code":"0000","stage":"resolved_applied","bytes_sent":0,"payload_sha256":"`+fmt.Sprintf("%x", resolved.PayloadSHA256)+`","via":"resend"}`+"\n",
 		string(raw))
 	lines := logtest.FileLines(t, j.Path())
 	require.Len(t, lines, 2)
@@ -437,5 +437,34 @@ func TestReopen(t *testing.T) {
 		again, err := Open(Config{Path: j.Path()})
 		require.NoError(t, err, "a closed journal's Reopen holds no file")
 		require.NoError(t, again.Close())
+	})
+}
+
+func TestResolutionLinesSayVia(t *testing.T) {
+	tests := []struct {
+		name, stage, via, want string
+	}{
+		{"applied on resend, written before via existed", StageResolvedApplied, "", `"via":"resend"`},
+		{"applied by a look-up", StageResolvedApplied, ViaLookup, `"via":"lookup"`},
+		{"not applied", StageResolvedNotApplied, ViaLookup, `"via":"lookup"`},
+		{"reversed", StageResolvedReversed, ViaReversal, `"via":"reversal"`},
+		{"expired", StageUnresolvedExpired, ViaLookup, `"via":"lookup"`},
+		{"settled by an operator", StageResolvedNotApplied, ViaOperator, `"via":"operator"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := resolvedEntry("T1", "0000")
+			e.Stage, e.Via = tt.stage, tt.via
+			line := e.AppendJSON(nil)
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(line, &got))
+			assert.Contains(t, string(line), tt.want)
+			assert.Equal(t, tt.stage, got["stage"])
+		})
+	}
+	t.Run("an in-doubt line has no via", func(t *testing.T) {
+		e := testEntry("T1")
+		e.Via = ViaLookup
+		assert.NotContains(t, string(e.AppendJSON(nil)), "via")
 	})
 }

@@ -42,6 +42,7 @@ const (
 	CodeInternal       = "E907" // a bug caught at run time
 	CodeNotAllowed     = "E908" // the client's certificate does not allow it this target
 	CodeTxIDReused     = "E909" // the TXID is remembered with another payload (the duplicate-TXID shield)
+	CodeReversed       = "E910" // the transaction in doubt was reversed at the target (the duplicate-TXID shield)
 	NoTxID             = "-"    // the TXID of an answer to a line whose TXID could not be read
 	MaxTxIDLen         = 64     // the longest TXID
 	responseSeparator  = '|'
@@ -108,7 +109,10 @@ const (
 	// MsgShieldFull answers, with E906, a new TXID to a shielded target
 	// while the shield is full of calls it may not forget; no call was
 	// made.
-	MsgShieldFull      = "shield full of calls in doubt; not sent"
+	MsgShieldFull = "shield full of calls in doubt; not sent"
+	// MsgReversed answers, with E910, a resend of a transaction in doubt
+	// that the hub reversed at the target; no call was made.
+	MsgReversed        = "transaction reversed; resend under a new TXID"
 	msgCircuitOpenHead = "circuit open; retry after "
 )
 

@@ -470,3 +470,13 @@ func TestMatchesTarget(t *testing.T) {
 	assert.Equal(t, "\u017fK", CanonicalTarget("\u017fk"), "only ASCII letters change case")
 	assert.Equal(t, "CORE.2:A_B-C", CanonicalTarget("core.2:a_b-c"))
 }
+
+// TestReversedAnswer: a resend of a reversed transaction is answered
+// E910 in exactly the documented form, and E910, the hub's own code, is no
+// failure code.
+func TestReversedAnswer(t *testing.T) {
+	assert.Equal(t, "W2|E910|transaction reversed; resend under a new TXID\n",
+		string(AppendResponse(nil, "W2", CodeReversed, MsgReversed)))
+	_, err := ParseFailureCode(CodeReversed)
+	assert.Error(t, err)
+}

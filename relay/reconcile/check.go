@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/targethttp"
 )
 
@@ -33,6 +34,10 @@ const (
 	// Unknown: the target could not be asked, or answered something that
 	// is not a look-up answer for this transaction; Reason says which.
 	Unknown = targethttp.Unknown
+	// Reversed: a hub reversed the transaction (resolved_reversed); a
+	// resend must use a new TXID. Only the journal says so: a look-up
+	// cannot tell a reversed transaction from one never applied.
+	Reversed Outcome = "reversed"
 )
 
 // Answer is a target's recorded answer to a transaction. A plain value.
@@ -53,10 +58,14 @@ type Result struct {
 	Answer *Answer `json:"answer,omitempty"`
 	// Reason says why the outcome is Unknown.
 	Reason string `json:"reason,omitempty"`
-	// Resolved is set when the journal has a resolved_applied line for
-	// the transaction: a hub settled it on a resend, so it was not looked
-	// up.
+	// Resolved is set when the journal has a resolution line for the
+	// transaction (resolved_applied, resolved_not_applied or
+	// resolved_reversed): a hub or an operator settled it, so it was not
+	// looked up.
 	Resolved *Resolution `json:"resolved,omitempty"`
+	// Expired is set when the journal has an unresolved_expired line for
+	// the transaction: a hub gave up on it, and it was looked up.
+	Expired *Resolution `json:"expired,omitempty"`
 	// Duplicates lists the transaction's other journal lines, in-doubt
 	// lines and further resolutions, which were settled once with this
 	// one.
@@ -66,17 +75,20 @@ type Result struct {
 	DuplicateFiles []string `json:"duplicate_files,omitempty"`
 }
 
-// Resolution is where and by whom a transaction in doubt was resolved: a
-// client resent it, the hub asked the target, and the target said it had
-// applied it. The code it recorded is the Result's Answer. A plain value.
+// Resolution is where, how and by whom a transaction in doubt was
+// resolved, or given up on. The code the target recorded, if any, is the
+// Result's Answer. A plain value.
 type Resolution struct {
-	// File and Line are the resolved_applied line's place in the journal,
-	// as Entry's.
+	// File and Line are the resolution line's place in the journal, as
+	// Entry's.
 	File string `json:"file,omitempty"`
 	Line int    `json:"line"`
 	// Time is when the hub resolved it, and Hub which hub did.
 	Time time.Time `json:"time"`
 	Hub  string    `json:"hub"`
+	// Via is how it was learnt: resend, lookup, late_answer, reversal or
+	// operator.
+	Via string `json:"via,omitempty"`
 }
 
 // Config configures a Checker. The zero value is usable.
@@ -114,44 +126,60 @@ func New(cfg Config) *Checker {
 // order (of each transaction's first line); another line for the same
 // transaction is listed in its result's Duplicates (and its file in
 // DuplicateFiles, when entries have a File), whatever the file it is in.
-// A transaction with a resolved_applied line, before or after its in-doubt
-// lines or without any, is Applied with that line's code, and its target
-// is not asked; the first such line is its Resolved. Every other
-// transaction is looked up, Concurrency at a time; when ctx ends, those
-// not done are Unknown.
+// A transaction with a resolution line (resolved_applied,
+// resolved_not_applied or resolved_reversed), before or after its
+// in-doubt lines or without any, is settled by the first such line, its
+// Resolved, and its target is not asked. Every other transaction is
+// looked up, Concurrency at a time, an expired one (unresolved_expired,
+// kept in Expired) too; when ctx ends, those not done are Unknown.
 func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 	type key struct{ url, txid string }
 	index := make(map[key]int, len(entries))
 	var results []Result
 	for _, e := range entries {
-		resolution := e.Stage == StageResolvedApplied
 		k := key{strings.TrimRight(e.URL, "/"), e.TxID}
 		i, seen := index[k]
 		if !seen {
-			index[k] = len(results)
+			i = len(results)
+			index[k] = i
 			results = append(results, Result{Entry: e})
-			if resolution {
-				results[len(results)-1].resolve(e)
-			}
-			continue
 		}
-		r := &results[i]
-		switch {
-		case resolution && r.Resolved == nil:
-			r.resolve(e)
-		case !resolution && r.Stage == StageResolvedApplied:
-			// The resolution came first (files given out of order, or
-			// another hub's journal first): the result is about the call
-			// in doubt, and the resolution stays in Resolved.
-			r.Entry = e
-		default:
-			r.Duplicates = append(r.Duplicates, e.Line)
-			if e.File != "" {
-				r.DuplicateFiles = append(r.DuplicateFiles, e.File)
-			}
+		results[i].add(e, !seen)
+	}
+	c.lookupAll(ctx, results)
+	return results
+}
+
+// add takes e, a line of r's transaction, into r; first says it is the
+// line r was made from.
+func (r *Result) add(e Entry, first bool) {
+	switch {
+	case settles(e.Stage) && r.Resolved == nil:
+		r.resolve(e)
+	case e.Stage == StageUnresolvedExpired && r.Expired == nil:
+		r.Expired = resolution(e)
+	case first:
+	case !indoubt.IsResolution(e.Stage) && indoubt.IsResolution(r.Stage):
+		// The resolution came first (files given out of order, or
+		// another hub's journal first): the result is about the call
+		// in doubt, and the resolution stays in Resolved or Expired.
+		r.Entry = e
+	default:
+		r.Duplicates = append(r.Duplicates, e.Line)
+		if e.File != "" {
+			r.DuplicateFiles = append(r.DuplicateFiles, e.File)
 		}
 	}
+}
 
+// settles reports whether a line of stage settles its transaction.
+func settles(stage string) bool {
+	return stage == StageResolvedApplied || stage == StageResolvedNotApplied || stage == StageResolvedReversed
+}
+
+// lookupAll looks up every result the journal does not settle,
+// Concurrency at a time.
+func (c *Checker) lookupAll(ctx context.Context, results []Result) {
 	var lookups []int
 	for i := range results {
 		if results[i].Resolved == nil {
@@ -173,14 +201,28 @@ func (c *Checker) Check(ctx context.Context, entries []Entry) []Result {
 	}
 	close(work)
 	wg.Wait()
-	return results
 }
 
-// resolve settles r from e, its transaction's resolved_applied line.
+// resolve settles r from e, its transaction's resolution line.
 func (r *Result) resolve(e Entry) {
-	r.Outcome = Applied
-	r.Answer = &Answer{Code: e.Code}
-	r.Resolved = &Resolution{File: e.File, Line: e.Line, Time: e.Time, Hub: e.Hub}
+	switch e.Stage {
+	case StageResolvedApplied:
+		r.Outcome = Applied
+		r.Answer = &Answer{Code: e.Code}
+	case StageResolvedNotApplied:
+		r.Outcome = NotApplied
+	default:
+		r.Outcome = Reversed
+		if e.Code != "" {
+			r.Answer = &Answer{Code: e.Code}
+		}
+	}
+	r.Resolved = resolution(e)
+}
+
+// resolution is where e, a resolution line, is and what it says.
+func resolution(e Entry) *Resolution {
+	return &Resolution{File: e.File, Line: e.Line, Time: e.Time, Hub: e.Hub, Via: e.Via}
 }
 
 // lookup asks e's target about e's transaction, at its base URL's
@@ -196,10 +238,13 @@ type Summary struct {
 	InDoubt    int `json:"in_doubt"`
 	Applied    int `json:"applied"`
 	NotApplied int `json:"not_applied"`
+	Reversed   int `json:"reversed"`
 	Unknown    int `json:"unknown"`
-	// Resolved is how many of Applied the journal settled, resolved on a
-	// resend, without a look-up.
+	// Resolved is how many transactions the journal settled, without a
+	// look-up.
 	Resolved int `json:"resolved"`
+	// Expired is how many a hub gave up on (looked up all the same).
+	Expired int `json:"expired"`
 	// BadLines is the number of journal lines that could not be read,
 	// fragments not counted.
 	BadLines int `json:"bad_lines"`
@@ -225,14 +270,19 @@ func Summarize(results []Result, bad []BadLine) Summary {
 		}
 	}
 	for _, r := range results {
+		if r.Resolved != nil {
+			s.Resolved++
+		}
+		if r.Expired != nil {
+			s.Expired++
+		}
 		switch r.Outcome {
 		case Applied:
 			s.Applied++
-			if r.Resolved != nil {
-				s.Resolved++
-			}
 		case NotApplied:
 			s.NotApplied++
+		case Reversed:
+			s.Reversed++
 		default:
 			s.Unknown++
 		}

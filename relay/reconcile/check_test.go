@@ -289,3 +289,46 @@ func TestCheckResolvedAmongOthers(t *testing.T) {
 	assert.Empty(t, results[0].Duplicates, "the resolution is in Resolved, not a duplicate")
 	assert.Equal(t, reconcile.Summary{InDoubt: 4, Applied: 3, NotApplied: 1, Resolved: 2}, reconcile.Summarize(results, nil))
 }
+
+// TestCheckSettlesEveryResolutionStage: each resolution stage settles its
+// transaction from the journal, whatever its via; an expired one is looked
+// up all the same.
+func TestCheckSettlesEveryResolutionStage(t *testing.T) {
+	var calls atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path != "/tx/X" {
+			t.Errorf("target asked %s %s, though the journal settles it", r.Method, r.URL.Path)
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(ts.Close)
+	url := ts.URL
+	at := time.Date(2026, 12, 1, 17, 31, 5, 0, time.UTC)
+	entries := []reconcile.Entry{
+		{Line: 1, TxID: "A", Target: "CORE", URL: url, Code: "E901", Stage: reconcile.StageRequestSent},
+		{Line: 2, TxID: "A", Target: "CORE", URL: url, Code: "B201", Stage: reconcile.StageResolvedApplied, Via: "lookup", Hub: "h", Time: at},
+		{Line: 3, TxID: "N", Target: "CORE", URL: url, Code: "E901", Stage: reconcile.StageRequestSent},
+		{Line: 4, TxID: "N", Target: "CORE", URL: url, Stage: reconcile.StageResolvedNotApplied, Via: "operator", Hub: "h", Time: at},
+		{Line: 5, TxID: "R", Target: "CORE", URL: url, Code: "E901", Stage: reconcile.StageRequestSent},
+		{Line: 6, TxID: "R", Target: "CORE", URL: url, Code: "0000", Stage: reconcile.StageResolvedReversed, Via: "reversal", Hub: "h", Time: at},
+		{Line: 7, TxID: "X", Target: "CORE", URL: url, Code: "E901", Stage: reconcile.StageRequestSent},
+		{Line: 8, TxID: "X", Target: "CORE", URL: url, Stage: reconcile.StageUnresolvedExpired, Via: "lookup", Hub: "h", Time: at},
+	}
+	results := reconcile.New(reconcile.Config{Timeout: time.Second}).Check(context.Background(), entries)
+	require.Len(t, results, 4)
+	assert.Equal(t, reconcile.Applied, results[0].Outcome)
+	assert.Equal(t, &reconcile.Answer{Code: "B201"}, results[0].Answer)
+	assert.Equal(t, &reconcile.Resolution{Line: 2, Time: at, Hub: "h", Via: "lookup"}, results[0].Resolved)
+	assert.Equal(t, reconcile.NotApplied, results[1].Outcome)
+	assert.Equal(t, "operator", results[1].Resolved.Via)
+	assert.Equal(t, reconcile.Reversed, results[2].Outcome)
+	assert.Equal(t, 7, results[3].Line)
+	require.NotNil(t, results[3].Expired)
+	assert.Equal(t, 8, results[3].Expired.Line)
+	assert.Nil(t, results[3].Resolved)
+	assert.Equal(t, reconcile.Unknown, results[3].Outcome, "looked up, and the target refused")
+	assert.Equal(t, int64(1), calls.Load(), "only the expired one was looked up")
+	assert.Equal(t, reconcile.Summary{InDoubt: 4, Applied: 1, NotApplied: 1, Reversed: 1, Unknown: 1, Resolved: 3, Expired: 1},
+		reconcile.Summarize(results, nil))
+}

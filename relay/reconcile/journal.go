@@ -44,20 +44,23 @@ import (
 const MaxLineBytes = 64 << 10
 
 // Stages of a call in the journal: how far it got before its outcome
-// became unknown; or, for StageResolvedApplied (the writer's constant,
-// indoubt.StageResolvedApplied), that a hub found the target had applied
-// it when the client resent it.
+// became unknown; or, for the resolution stages (the writer's constants,
+// package indoubt), how a hub or an operator settled it, or that a hub
+// gave up (StageUnresolvedExpired).
 const (
-	StageRequestPartlySent = "request_partly_sent"
-	StageRequestSent       = "request_sent"
-	StageAnswerPartlyRead  = "answer_partly_read"
-	StageResolvedApplied   = indoubt.StageResolvedApplied
+	StageRequestPartlySent  = "request_partly_sent"
+	StageRequestSent        = "request_sent"
+	StageAnswerPartlyRead   = "answer_partly_read"
+	StageResolvedApplied    = indoubt.StageResolvedApplied
+	StageResolvedNotApplied = indoubt.StageResolvedNotApplied
+	StageResolvedReversed   = indoubt.StageResolvedReversed
+	StageUnresolvedExpired  = indoubt.StageUnresolvedExpired
 )
 
 // Entry is one line of the in-doubt journal: one call whose request may
-// have reached the target and whose answer never came, or, with Stage
-// StageResolvedApplied, a hub's record that the target applied it. Fields
-// the journal may gain later are ignored. A plain value.
+// have reached the target and whose answer never came, or, with a
+// resolution stage (indoubt.IsResolution), its settlement or expiry.
+// Fields the journal may gain later are ignored. A plain value.
 type Entry struct {
 	// File is the journal file the entry was read from, when the journal
 	// was read from more than one file (rotated journals); empty otherwise.
@@ -83,6 +86,10 @@ type Entry struct {
 	BytesSent int64 `json:"bytes_sent"`
 	// PayloadSHA256 is the hex SHA-256 of the payload.
 	PayloadSHA256 string `json:"payload_sha256"`
+	// Via is how a resolution was learnt (indoubt.ViaResend, ...). A
+	// resolved_applied line written before the field existed reads as
+	// indoubt.ViaResend; empty on in-doubt lines.
+	Via string `json:"via,omitempty"`
 }
 
 // BadLine is a journal line that could not be read as an entry. A plain
@@ -117,51 +124,62 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // on from: that entry is read all the same. The hub counted the failed
 // write. A last line without a newline that is a whole entry is an entry.
 func ReadJournal(r io.Reader) (entries []Entry, bad []BadLine, err error) {
+	err = scanJournal(r, func(e Entry) { entries = append(entries, e) }, func(b BadLine) { bad = append(bad, b) })
+	return entries, bad, err
+}
+
+// scanJournal reads the journal from r as ReadJournal does, handing each
+// entry to entry and each bad line to badLine, in journal order, keeping
+// nothing itself.
+func scanJournal(r io.Reader, entry func(Entry), badLine func(BadLine)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, nil, fmt.Errorf("starts as gzip but is not: %w", err)
+			return fmt.Errorf("starts as gzip but is not: %w", err)
 		}
 		defer zr.Close()
 		br = bufio.NewReaderSize(zr, 64<<10)
 	}
+	var buf []byte
+	strs := interner{m: make(map[string]string)}
 	for n := 1; ; n++ {
-		line, tooLong, err := readLine(br)
+		line, tooLong, err := readLine(br, buf[:0])
+		buf = line
 		if err != nil && !errors.Is(err, io.EOF) {
-			return entries, bad, fmt.Errorf("read journal line %d: %w", n, err)
+			return fmt.Errorf("read journal line %d: %w", n, err)
 		}
 		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
-			return entries, bad, nil
+			return nil
 		}
 		switch {
 		case tooLong:
-			bad = append(bad, BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
+			badLine(BadLine{Line: n, Error: fmt.Sprintf("longer than %d bytes", MaxLineBytes)})
 		case len(bytes.TrimSpace(line)) == 0:
 		default:
-			e, found, fragment, perr := parseLine(line)
+			e, found, fragment, perr := parseLine(line, &strs)
 			if fragment {
-				bad = append(bad, BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
+				badLine(BadLine{Line: n, Error: "the start of an entry cut short (a torn write), skipped", Fragment: true})
 			}
 			if perr != nil {
-				bad = append(bad, BadLine{Line: n, Error: perr.Error()})
+				badLine(BadLine{Line: n, Error: perr.Error()})
 			}
 			if found {
 				e.Line = n
-				entries = append(entries, e)
+				entry(e)
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			return entries, bad, nil
+			return nil
 		}
 	}
 }
 
-// readLine reads one line without its newline, keeping at most
-// MaxLineBytes of it; tooLong reports that more was discarded. err is
-// io.EOF at the end of input, with the last line's bytes when it had no
-// newline.
-func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+// readLine reads one line without its newline into line, which it
+// appends to, keeping at most MaxLineBytes of it; tooLong reports that
+// more was discarded. err is io.EOF at the end of input, with the last
+// line's bytes when it had no newline.
+func readLine(br *bufio.Reader, line []byte) (_ []byte, tooLong bool, err error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(line)+len(chunk) > MaxLineBytes+1 { // +1: the newline
@@ -185,8 +203,8 @@ var entryStart = []byte(`{"time":"`)
 
 // parseLine reads one journal line: an entry (found), a fragment, or an
 // entry run on from a fragment (both). err is for a line that is neither.
-func parseLine(line []byte) (e Entry, found, fragment bool, err error) {
-	e, err = parseEntry(line)
+func parseLine(line []byte, strs *interner) (e Entry, found, fragment bool, err error) {
+	e, err = parseEntry(line, strs)
 	if err == nil {
 		return e, true, false, nil
 	}
@@ -194,7 +212,7 @@ func parseLine(line []byte) (e Entry, found, fragment bool, err error) {
 		return Entry{}, false, true, nil
 	}
 	if i := bytes.LastIndex(line, entryStart); i > 0 && cutShort(line[:i]) {
-		if e, err := parseEntry(line[i:]); err == nil {
+		if e, err := parseEntry(line[i:], strs); err == nil {
 			return e, true, true, nil
 		}
 	}
@@ -208,11 +226,15 @@ func cutShort(line []byte) bool {
 	return errors.Is(json.NewDecoder(bytes.NewReader(line)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
-// parseEntry reads one journal line.
-func parseEntry(line []byte) (Entry, error) {
-	var e Entry
-	if err := json.Unmarshal(line, &e); err != nil {
-		return Entry{}, fmt.Errorf("not a journal entry: %w", err)
+// parseEntry reads one journal line; strs keeps the strings that repeat
+// from line to line.
+func parseEntry(line []byte, strs *interner) (Entry, error) {
+	e, ok := fastEntry(line, strs)
+	if !ok {
+		e = Entry{}
+		if err := json.Unmarshal(line, &e); err != nil {
+			return Entry{}, fmt.Errorf("not a journal entry: %w", err)
+		}
 	}
 	switch {
 	case e.TxID == "":
@@ -223,6 +245,9 @@ func parseEntry(line []byte) (Entry, error) {
 		return Entry{}, errors.New("no url")
 	case e.Stage == StageResolvedApplied && e.Code == "":
 		return Entry{}, errors.New("resolved_applied with no code")
+	}
+	if e.Stage == StageResolvedApplied && e.Via == "" {
+		e.Via = indoubt.ViaResend
 	}
 	u, err := url.Parse(e.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

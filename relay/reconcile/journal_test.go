@@ -183,7 +183,7 @@ func TestReadJournalResolved(t *testing.T) {
 	require.Len(t, entries, 2)
 	assert.Equal(t, reconcile.Entry{
 		Line: 2, Time: resolution.Time, Hub: "hub-b:9200", TxID: "T1", Target: "CORE", URL: "http://127.0.0.1:9201",
-		Code: "0000", Stage: reconcile.StageResolvedApplied, PayloadSHA256: hex.EncodeToString(sum[:]),
+		Code: "0000", Stage: reconcile.StageResolvedApplied, PayloadSHA256: hex.EncodeToString(sum[:]), Via: "resend",
 	}, entries[1])
 	assert.Equal(t, entries[0].PayloadSHA256, entries[1].PayloadSHA256)
 }

@@ -60,6 +60,12 @@ const (
 	keyDedupWindow     = "dedup_window"
 	keyDedupScope      = "dedup_scope"
 	keyStatusURL       = "status_url"
+	keyResolve         = "resolve"
+	keyReverseURL      = "reverse_url"
+	keyResolveAfter    = "resolve_after"
+	keyResolveMax      = "resolve_max_interval"
+	keyResolveExpire   = "resolve_expire"
+	keyLateGrace       = "late_answer_grace"
 
 	keyAllowedClients     = "allowed_clients"
 	keyCAFile             = "ca_file"
@@ -77,6 +83,7 @@ var keyNames = []string{
 	keyMaxResetTimeout, keyResetJitter, keyAdaptiveLimit, keyMinInflight, keyFallback,
 	keyProbePayload, keyProbeExpect, keyProbeSuccesses, keyProbeInterval,
 	keyDedup, keyDedupWindow, keyDedupScope, keyStatusURL,
+	keyResolve, keyReverseURL, keyResolveAfter, keyResolveMax, keyResolveExpire, keyLateGrace,
 	keyAllowedClients, keyCAFile, keyClientCert, keyClientKey, keyServerName, keyInsecureSkipVerify,
 }
 
@@ -189,30 +196,36 @@ type fileTarget struct {
 // the keys the table sets are filled (md.IsDefined tells which); each
 // field's type checks its value as it is decoded.
 type table struct {
-	URL             targetURL    `toml:"url"`
-	MaxInflight     count        `toml:"max_inflight"`
-	AdaptiveLimit   limitMode    `toml:"adaptive_limit"`
-	MinInflight     count        `toml:"min_inflight"`
-	FailThreshold   count        `toml:"fail_threshold"`
-	ResetTimeout    duration     `toml:"reset_timeout"`
-	TargetTimeout   duration     `toml:"target_timeout"`
-	TargetIdle      duration     `toml:"target_idle_timeout"`
-	FailureCodes    failureCodes `toml:"failure_codes"`
-	FailureRate     share        `toml:"failure_rate"`
-	Window          duration     `toml:"window"`
-	MinSamples      count        `toml:"min_samples"`
-	SlowCall        offDuration  `toml:"slow_call"`
-	MaxResetTimeout offDuration  `toml:"max_reset_timeout"`
-	ResetJitter     share        `toml:"reset_jitter"`
-	Fallback        targetName   `toml:"fallback"`
-	ProbePayload    probePayload `toml:"probe_payload"`
-	ProbeExpect     probeCodes   `toml:"probe_expect"`
-	ProbeSuccesses  count        `toml:"probe_successes"`
-	ProbeInterval   offDuration  `toml:"probe_interval"`
-	Dedup           flag         `toml:"dedup"`
-	DedupWindow     duration     `toml:"dedup_window"`
-	DedupScope      dedupScope   `toml:"dedup_scope"`
-	StatusURL       statusURL    `toml:"status_url"`
+	URL             targetURL     `toml:"url"`
+	MaxInflight     count         `toml:"max_inflight"`
+	AdaptiveLimit   limitMode     `toml:"adaptive_limit"`
+	MinInflight     count         `toml:"min_inflight"`
+	FailThreshold   count         `toml:"fail_threshold"`
+	ResetTimeout    duration      `toml:"reset_timeout"`
+	TargetTimeout   duration      `toml:"target_timeout"`
+	TargetIdle      duration      `toml:"target_idle_timeout"`
+	FailureCodes    failureCodes  `toml:"failure_codes"`
+	FailureRate     share         `toml:"failure_rate"`
+	Window          duration      `toml:"window"`
+	MinSamples      count         `toml:"min_samples"`
+	SlowCall        offDuration   `toml:"slow_call"`
+	MaxResetTimeout offDuration   `toml:"max_reset_timeout"`
+	ResetJitter     share         `toml:"reset_jitter"`
+	Fallback        targetName    `toml:"fallback"`
+	ProbePayload    probePayload  `toml:"probe_payload"`
+	ProbeExpect     probeCodes    `toml:"probe_expect"`
+	ProbeSuccesses  count         `toml:"probe_successes"`
+	ProbeInterval   offDuration   `toml:"probe_interval"`
+	Dedup           flag          `toml:"dedup"`
+	DedupWindow     duration      `toml:"dedup_window"`
+	DedupScope      dedupScope    `toml:"dedup_scope"`
+	StatusURL       statusURL     `toml:"status_url"`
+	Resolve         resolvePolicy `toml:"resolve"`
+	ReverseURL      reverseURL    `toml:"reverse_url"`
+	ResolveAfter    duration      `toml:"resolve_after"`
+	ResolveMax      duration      `toml:"resolve_max_interval"`
+	ResolveExpire   duration      `toml:"resolve_expire"`
+	LateGrace       offDuration   `toml:"late_answer_grace"`
 
 	AllowedClients     clientPatterns `toml:"allowed_clients"`
 	CAFile             text           `toml:"ca_file"`
@@ -480,6 +493,8 @@ func (ft *fileTarget) apply(t *table, key string) error {
 		s.DedupScope, err = t.DedupScope.get()
 	case keyStatusURL:
 		ft.target.StatusURL, err = t.StatusURL.get()
+	case keyResolve, keyReverseURL, keyResolveAfter, keyResolveMax, keyResolveExpire, keyLateGrace:
+		err = ft.applyResolve(t, key)
 	default:
 		err = ft.applyTLS(t, key)
 	}
@@ -527,6 +542,9 @@ func (ft *fileTarget) finish(md *toml.MetaData, order []*fileTarget, byName map[
 		case other.target.Fallback != "":
 			return &keyError{keyFallback, fmt.Errorf("%s has a fallback of its own (%s): fallbacks go one step, with no chains or cycles", fb, other.target.Fallback)}
 		}
+	}
+	if _, err := ft.target.ResolvePolicy(ft.settings); err != nil {
+		return ft.resolveError(set)
 	}
 	s := ft.settings
 	if s.MaxResetTimeout > 0 && s.MaxResetTimeout <= s.ResetTimeout {

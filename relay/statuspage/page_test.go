@@ -342,6 +342,8 @@ func TestPageShowsTheCallsInDoubt(t *testing.T) {
 	for _, line := range []string{"T1|CORE|x", "T2|CORE|x"} {
 		require.Contains(t, c.Exchange(line).String(), "; outcome unknown")
 	}
+	// The hub takes a call in doubt up once its client has the answer.
+	require.Eventually(t, func() bool { return len(h.srv.OpenInDoubt()) == 2 }, 5*time.Second, time.Millisecond)
 
 	// then the next frame sends CORE's count and the header's total, and
 	// nothing of CLAIM's,
@@ -351,16 +353,34 @@ func TestPageShowsTheCallsInDoubt(t *testing.T) {
 	assert.NotContains(t, delta, `id="t-CLAIM-indoubt"`)
 	assert.Contains(t, delta, "2 in doubt")
 
-	// and the page shows them, each count linking to the list.
+	// and the page shows them open, how old the oldest is, and who
+	// settles them (an operator: CORE has no status_url), linking to the
+	// list of the open ones.
 	body = get(p, http.MethodGet, "/").Body.String()
 	hub, _ = wellFormed(t, body, "hub")
 	assert.Contains(t, hub, "2 in doubt")
 	cell, _ := wellFormed(t, body, "t-CORE-indoubt")
-	assert.Equal(t, "2outcome unknown: list", cell)
+	assert.Regexp(t, `^22 open · oldest \d+ swaits for an operator: list$`, cell)
 	cell, _ = wellFormed(t, body, "t-CLAIM-indoubt")
 	assert.Equal(t, "0", cell)
-	assert.Contains(t, body, `<a class="badge indoubt some" href="in-doubt"`)
-	assert.Contains(t, body, `<a class="sub" href="in-doubt"`)
+	assert.Contains(t, body, `<a class="badge indoubt some" href="in-doubt?open=1"`)
+	assert.Contains(t, body, `<a class="sub" href="in-doubt?open=1"`)
+
+	// When both are settled by an operator,
+	require.NoError(t, h.srv.SettleInDoubt("CORE", "T1", true, "0000"))
+	require.NoError(t, h.srv.SettleInDoubt("CORE", "T2", false, ""))
+
+	// then the next frame takes the amber off CORE's cell, which still
+	// counts them since start, and the header says none is in doubt.
+	p.publish(p.now())
+	delta = p.frame.delta
+	assert.Contains(t, delta, `id="t-CORE-indoubt" class="num"`)
+	body = get(p, http.MethodGet, "/").Body.String()
+	cell, _ = wellFormed(t, body, "t-CORE-indoubt")
+	assert.Equal(t, "2all settled: list", cell)
+	hub, _ = wellFormed(t, body, "hub")
+	assert.Contains(t, hub, "none in doubt (2 settled)")
+	assert.Contains(t, body, `<a class="badge indoubt" href="in-doubt?open=1"`)
 }
 
 // gateway answers what is not the target protocol: the call ends in

@@ -293,6 +293,7 @@ func (p *Page) view(now time.Time) pageView {
 		tv := newTargetView(in)
 		tv.RateWindow = v.RateWindow
 		v.InDoubt += tv.InDoubt
+		v.InDoubtOpen += tv.Open.Count
 		if inFleet {
 			tf, ok := fh.TargetFleet(s.Name)
 			tv.Fleet = fleetText(tf, ok, s, v.Fleet.HubID)

@@ -22,8 +22,10 @@ type pageView struct {
 	Draining    bool
 	Connections int
 	// InDoubt is the hub's calls in doubt since it started, over every
-	// target.
+	// target; InDoubtOpen, those of them not settled yet. Only open ones
+	// make the badge amber: a settled call needs nobody.
 	InDoubt       int64
+	InDoubtOpen   int
 	TokenRequired bool
 	Targets       []targetView
 	// RateWindow is how far back the rates look, as the column headers say it.
@@ -93,6 +95,9 @@ type targetView struct {
 	// InDoubt is how many of the target's calls ended in doubt since the
 	// hub started.
 	InDoubt int64
+	// Open is what of them is not settled yet; its zero value when all
+	// are.
+	Open openView
 	// Shield is what the duplicate-TXID shield did with the target's
 	// requests since the hub started.
 	Shield shieldView
@@ -128,6 +133,35 @@ type shieldView struct {
 	Unresolved       int64  // resends in doubt answered E901 without a call
 	Window           string // how long a TXID is remembered
 	NoStatusURL      bool   // a resend in doubt cannot be looked up
+}
+
+// openView is a target's calls in doubt not settled yet: how many, how
+// long the oldest has waited, and what happens next.
+type openView struct {
+	Count  int
+	Oldest string // how long ago the oldest went in doubt
+	// Next says what settles them: the hub's next attempt, or an operator
+	// for a manual target.
+	Next string
+}
+
+// openText describes s's open calls in doubt at now.
+func openText(s relay.TargetSnapshot, now time.Time) openView {
+	if s.InDoubtOpen == 0 {
+		return openView{}
+	}
+	v := openView{Count: s.InDoubtOpen, Oldest: agoText(now.Sub(s.InDoubtOldest))}
+	switch {
+	case s.Resolve == "" || s.Resolve == "manual":
+		v.Next = "waits for an operator"
+	case s.NextResolve.IsZero():
+		v.Next = s.Resolve + " under way"
+	case !s.NextResolve.After(now):
+		v.Next = s.Resolve + " due now"
+	default:
+		v.Next = s.Resolve + " in " + agoText(s.NextResolve.Sub(now).Round(time.Second))
+	}
+	return v
 }
 
 // stateView is a breaker state as the page shows it: a word, a symbol
@@ -247,6 +281,7 @@ func newTargetView(in targetInput) targetView {
 		Limit:       s.Limit,
 		Adaptive:    s.LimitMode != relay.LimitStatic,
 		InDoubt:     s.InDoubt,
+		Open:        openText(s, in.now),
 		Shield:      shieldText(s),
 	}
 	v.State.Held, v.State.Disabled = s.Held, s.Disabled

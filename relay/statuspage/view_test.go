@@ -343,3 +343,25 @@ func TestAloneTextSaysWhichBreakersDecideAlone(t *testing.T) {
 	assert.Equal(t, "1 of 3 breakers decide alone", aloneText(1, 3), "one Cluster shard down")
 	assert.Equal(t, "change channel lost: changes reach this hub at each resync", aloneText(0, 3))
 }
+
+func TestOpenText(t *testing.T) {
+	now := t0.Add(10 * time.Minute)
+	open := func(policy string, next time.Time) relay.TargetSnapshot {
+		return relay.TargetSnapshot{InDoubt: 5, InDoubtOpen: 2, InDoubtOldest: now.Add(-4*time.Minute - 7*time.Second), Resolve: policy, NextResolve: next}
+	}
+	for _, tt := range []struct {
+		name string
+		snap relay.TargetSnapshot
+		want openView
+	}{
+		{name: "all settled", snap: relay.TargetSnapshot{InDoubt: 5}, want: openView{}},
+		{name: "manual", snap: open("manual", time.Time{}), want: openView{Count: 2, Oldest: "4 min 07 s", Next: "waits for an operator"}},
+		{name: "look-up to come", snap: open("lookup", now.Add(2400*time.Millisecond)), want: openView{Count: 2, Oldest: "4 min 07 s", Next: "lookup in 2 s"}},
+		{name: "reversal due", snap: open("reverse", now), want: openView{Count: 2, Oldest: "4 min 07 s", Next: "reverse due now"}},
+		{name: "attempt in flight", snap: open("lookup", time.Time{}), want: openView{Count: 2, Oldest: "4 min 07 s", Next: "lookup under way"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, openText(tt.snap, now))
+		})
+	}
+}

@@ -87,6 +87,31 @@ type Config struct {
 	// goroutine of the call that needed the connection, so it must be fast:
 	// a counter's increment. Nil means none.
 	OnDial func()
+	// LateAnswerGrace is how long a connection whose call timed out with
+	// the whole request sent and no byte of an answer read is kept and
+	// read on, past the call's timeout, for the answer the target may yet
+	// give (docs/PROTOCOL.md, "Transactions in doubt"). Zero means none:
+	// the connection is closed at the timeout. It needs OnLateAnswer.
+	LateAnswerGrace time.Duration
+	// OnLateAnswer receives the answer of such a call when it arrives in
+	// full within the grace, from the goroutine reading it, after which
+	// the connection is closed; an answer cut short, not HTTP, or not the
+	// target protocol is not delivered. Nil means no late reading.
+	OnLateAnswer func(LateAnswer)
+}
+
+// LateAnswer is a target's answer that arrived after its call's timeout.
+// A plain value.
+type LateAnswer struct {
+	// TxID is the call's transaction.
+	TxID string
+	// Code and Msg are the answer as a call's is classified (Answered):
+	// the target's 0000, Bnnn or Ennn and its message, or E400 or E500
+	// for an HTTP 4xx or 5xx.
+	Code string
+	Msg  []byte
+	// At is when it was read.
+	At time.Time
 }
 
 // Client is the HTTP side of one target: a pool of kept-alive connections
@@ -103,11 +128,14 @@ type Client struct {
 	pool    *pool
 	conns   *Conns
 	onDial  func() // nil: none
+	// Late reading: zero lateGrace or nil onLate means none.
+	lateGrace time.Duration
+	onLate    func(LateAnswer)
 }
 
 // New returns the Client posting to cfg.URL. It fails on a URL that is not
 // http or https with a host, on a missing Conns, Timeout or MaxInflight, and
-// on a negative IdleTimeout.
+// on a negative IdleTimeout or LateAnswerGrace.
 func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -118,6 +146,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.IdleTimeout < 0 {
 		return nil, fmt.Errorf("targethttp: IdleTimeout must not be negative, got %s", cfg.IdleTimeout)
+	}
+	if cfg.LateAnswerGrace < 0 {
+		return nil, fmt.Errorf("targethttp: LateAnswerGrace must not be negative, got %s", cfg.LateAnswerGrace)
 	}
 	idleTimeout := cfg.IdleTimeout
 	if idleTimeout == 0 {
@@ -141,6 +172,9 @@ func New(cfg Config) (*Client, error) {
 		pool:    newPool(idleTimeout, cfg.MaxInflight),
 		conns:   cfg.Conns,
 		onDial:  cfg.OnDial,
+	}
+	if cfg.LateAnswerGrace > 0 && cfg.OnLateAnswer != nil {
+		t.lateGrace, t.onLate = cfg.LateAnswerGrace, cfg.OnLateAnswer
 	}
 	if u.Scheme == "https" {
 		t.tls = &tls.Config{}
@@ -301,18 +335,23 @@ func (t *Client) exchange(c *targetConn, fresh bool, txid, payload []byte, deadl
 		releaseReader(br)
 	}
 	p := c.progress
+	if err != nil {
+		stage := p.stage()
+		if f := t.hubFault(err); f != NoHubFault && stage == NotSent {
+			c.Close()
+			return hubOverloaded(f, err, false)
+		}
+		code, m := classifyCallError(t.conns.abort, p.callError(err))
+		late := code == protocol.CodeTimeout && stage == Sent && t.readLate(c, txid, deadline)
+		if !late {
+			c.Close()
+		}
+		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: p.sent, LateRead: late}
+	}
 	if reuse {
 		t.pool.put(c)
 	} else {
 		c.Close()
-	}
-	if err != nil {
-		stage := p.stage()
-		if f := t.hubFault(err); f != NoHubFault && stage == NotSent {
-			return hubOverloaded(f, err, false)
-		}
-		code, m := classifyCallError(t.conns.abort, p.callError(err))
-		return Result{Code: code, Msg: withSuffix(m, stage), Stage: stage, BytesSent: p.sent}
 	}
 	// decodeAnswer's message never aliases the body, which goes back to
 	// the pool on return.

@@ -22,6 +22,7 @@ type Conns struct {
 	dialContext DialFunc
 	mu          sync.Mutex
 	open        map[*targetConn]struct{} // guarded by mu; nil once aborted
+	late        sync.WaitGroup           // the late readers (readLate); added to under mu
 }
 
 // NewConns returns a Conns that dials with dial: nil means TCP with

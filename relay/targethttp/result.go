@@ -70,6 +70,10 @@ type Result struct {
 	Fault HubFault
 	// Err is the local error behind Fault, for the log; nil otherwise.
 	Err error
+	// LateRead reports that the call timed out and its connection is read
+	// on for the grace (Config.LateAnswerGrace): its answer may yet come
+	// through Config.OnLateAnswer.
+	LateRead bool
 }
 
 // HubFault is the hub's own resource a call could not get, which is no

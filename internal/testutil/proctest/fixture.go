@@ -30,6 +30,10 @@ type FixtureStats struct {
 	InFlight    int64            `json:"inflight"`
 	MaxInFlight int64            `json:"max_inflight"`
 	Codes       map[string]int64 `json:"codes"`
+	// Lookups and Reversals count the GET /tx/{txid} and POST
+	// /tx/{txid}/reverse the fixture received.
+	Lookups   int64 `json:"lookups"`
+	Reversals int64 `json:"reversals"`
 }
 
 // TxAnswer is a target's answer to POST /tx: the HTTP status and the JSON
