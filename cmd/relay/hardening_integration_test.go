@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -576,7 +578,11 @@ func TestNoLeaksAfterHostileClients(t *testing.T) {
 	core := httptest.NewServer(coreSrv)
 	t.Cleanup(core.Close)
 	hang := newRawTarget(t, neverAnswer)
-	h := startRelayWithAdmin(t,
+	// HANG's timed-out connections are read on for a late answer for a
+	// second, then released like the others.
+	conf := filepath.Join(t.TempDir(), "relay.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[HANG]\nlate_answer_grace = \"1s\"\n"), 0o600))
+	h := startRelayWithAdmin(t, "--config", conf,
 		"--target", "CORE="+core.URL, "--target", "HANG="+hang.URL(),
 		"--target-timeout", "300ms", "--fail-threshold", "1000", "--write-timeout", "500ms")
 
