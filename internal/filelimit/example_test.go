@@ -10,5 +10,5 @@ func Example() {
 	// The defaults: --max-conns 10000, two targets with bulkheads of 10,
 	// no fleet.
 	fmt.Println(filelimit.Needed(10000, []int{10, 10}, filelimit.StoreConns(false)))
-	// Output: 11120
+	// Output: 11140
 }

@@ -39,14 +39,14 @@ const (
 
 // Needed is how many files the relay may hold open at once: a connection
 // for each of maxConns clients and for each of the relay.MaxTurningAway
-// connections it may be turning away, two for each call a target's
-// bulkhead admits (the call's, and as many idle kept-alive in the target's
-// pool), storeConns to a fleet's store, and its logs, listeners, admin
+// connections it may be turning away, three for each call a target's
+// bulkhead admits (the call's, as many idle kept-alive in the target's
+// pool, and as many read on for a late answer), storeConns to a fleet's store, and its logs, listeners, admin
 // connections and a reserve.
 func Needed(maxConns int, bulkheads []int, storeConns int) uint64 {
 	n := uint64(maxConns) + relay.MaxTurningAway + uint64(storeConns) + fdLogs + fdListeners + fdAdmin + fdReserve
 	for _, b := range bulkheads {
-		n += 2 * uint64(b)
+		n += 3 * uint64(b)
 	}
 	return n
 }

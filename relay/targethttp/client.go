@@ -33,6 +33,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,9 +129,14 @@ type Client struct {
 	pool    *pool
 	conns   *Conns
 	onDial  func() // nil: none
-	// Late reading: zero lateGrace or nil onLate means none.
-	lateGrace time.Duration
-	onLate    func(LateAnswer)
+	// Late reading: zero lateGrace or nil onLate means none. lateReaders
+	// counts the connections read on, at most lateMax (MaxInflight): each
+	// holds a descriptor for up to the grace, and a target that times out
+	// call after call must not run the hub out of them.
+	lateGrace   time.Duration
+	onLate      func(LateAnswer)
+	lateReaders atomic.Int64
+	lateMax     int64
 }
 
 // New returns the Client posting to cfg.URL. It fails on a URL that is not
@@ -175,6 +181,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.LateAnswerGrace > 0 && cfg.OnLateAnswer != nil {
 		t.lateGrace, t.onLate = cfg.LateAnswerGrace, cfg.OnLateAnswer
+		t.lateMax = int64(cfg.MaxInflight)
 	}
 	if u.Scheme == "https" {
 		t.tls = &tls.Config{}

@@ -9,14 +9,24 @@ import (
 // readLate hands c, the connection of a call that timed out at deadline
 // with its whole request sent and no byte of an answer read, to a
 // goroutine that reads on for the grace, and reports whether it did: not
-// when late reading is off, nor once Conns.Abort has begun. Nothing of the
-// answer was read, so the reading starts clean at its first byte.
+// when late reading is off, when MaxInflight connections of the target are
+// read on already, nor once Conns.Abort has begun. Nothing of the answer
+// was read, so the reading starts clean at its first byte.
 func (t *Client) readLate(c *targetConn, txid []byte, deadline time.Time) bool {
-	if t.onLate == nil || !t.conns.startLate() {
+	if t.onLate == nil {
+		return false
+	}
+	if t.lateReaders.Add(1) > t.lateMax {
+		t.lateReaders.Add(-1)
+		return false
+	}
+	if !t.conns.startLate() {
+		t.lateReaders.Add(-1)
 		return false
 	}
 	until := deadline.Add(t.lateGrace)
 	if err := c.SetDeadline(until); err != nil {
+		t.lateReaders.Add(-1)
 		t.conns.late.Done()
 		return false
 	}
@@ -29,6 +39,7 @@ func (t *Client) readLate(c *targetConn, txid []byte, deadline time.Time) bool {
 // and closes c. Conns.Abort ends it by closing c.
 func (t *Client) lateReader(c *targetConn, txid string) {
 	defer t.conns.late.Done()
+	defer t.lateReaders.Add(-1)
 	defer c.Close()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)

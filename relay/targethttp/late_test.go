@@ -161,3 +161,37 @@ func TestNewRejectsANegativeGrace(t *testing.T) {
 	_, err := New(Config{URL: "http://127.0.0.1:1/tx", Timeout: time.Second, MaxInflight: 1, Conns: NewConns(nil), LateAnswerGrace: -time.Second})
 	assert.ErrorContains(t, err, "LateAnswerGrace must not be negative")
 }
+
+func TestLateReadsAreBoundedByMaxInflight(t *testing.T) {
+	// Given a target that reads every request and never answers, and a
+	// client of bulkhead size 2 that reads on for a long grace
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	tg := testTargetWith(t, Config{URL: "http://" + ln.Addr().String(), Timeout: 50 * time.Millisecond,
+		MaxInflight: 2, LateAnswerGrace: time.Minute, OnLateAnswer: func(LateAnswer) {}})
+	t.Cleanup(func() { tg.conns.Abort(); tg.conns.WaitLate() })
+
+	// When three calls time out one after another
+	var late []bool
+	for _, txid := range []string{"W1", "W2", "W3"} {
+		res := tg.Call([]byte(txid), []byte("BAL 1001"))
+		require.Equal(t, "E901", res.Code)
+		late = append(late, res.LateRead)
+	}
+
+	// Then two connections are read on, and the third is closed at once
+	assert.Equal(t, []bool{true, true, false}, late)
+}
