@@ -91,7 +91,7 @@ type Config struct {
 	// LateAnswerGrace is how long a connection whose call timed out with
 	// the whole request sent and no byte of an answer read is kept and
 	// read on, past the call's timeout, for the answer the target may yet
-	// give (docs/PROTOCOL.md, "Transactions in doubt"). Zero means none:
+	// give (docs/PROTOCOL.md, "In-doubt journal"). Zero means none:
 	// the connection is closed at the timeout. It needs OnLateAnswer.
 	LateAnswerGrace time.Duration
 	// OnLateAnswer receives the answer of such a call when it arrives in
