@@ -20,9 +20,9 @@ func (t Ticket) Probe() bool { return t.probe }
 
 // Allow asks to make one call. It returns ErrOpen when the breaker refuses:
 // it is open and its open period has not passed, it is held open (then the
-// error is ErrHeld, which wraps ErrOpen), it is half-open with its probe
-// out or not yet due, or it takes only synthetic probes
-// (Policy.SyntheticProbes) and is not closed. A refusal also returns how
+// error is ErrHeld, which wraps ErrOpen, and the wait is zero), it is
+// half-open with its probe out or not yet due, or it takes only synthetic
+// probes (Policy.SyntheticProbes) and is not closed. A refusal also returns how
 // long until a probe may be admitted, as RetryAfter would, from the same
 // clock reading, so the caller can say when to retry without asking again.
 // Otherwise the returned ticket must be given back to Done or Cancel.

@@ -249,7 +249,9 @@ func (a *admitter) answerPanic(ad *admission, req protocol.Request, p any) {
 // that the hot path formats it on the stack.
 func (a *admitter) refuseOpen(t *target, req protocol.Request, retryAfter time.Duration, err error, asked time.Time, f *dedup.Flight, flush bool) {
 	a.recordHubAnswer(t, nil, req, protocol.CodeCircuitOpen, lblCircuitOpen, breakerNote{use: breakerRefused, start: asked})
-	if errors.Is(err, breaker.ErrHeld) {
+	// A held breaker gives no wait, so an open one with a wait to hint
+	// needs no errors.Is: a twentieth of a refusal's instructions.
+	if retryAfter == 0 && errors.Is(err, breaker.ErrHeld) {
 		a.sink.answerText(req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, flush)
 		if f != nil {
 			a.srv.releaseFlight(f, protocol.CodeCircuitOpen, []byte(protocol.MsgHeldOpen))
