@@ -160,8 +160,8 @@ func (t Target) ResolvePolicy(ts TargetSettings) (resolver.Policy, error) {
 }
 
 // StatusTxID is the placeholder of a Target's StatusURL that becomes the
-// TXID.
-const StatusTxID = "{txid}"
+// TXID: the same as a ReverseURL's.
+const StatusTxID = targethttp.TxIDPlaceholder
 
 // CheckStatusURL reports whether raw is a usable status URL: http or https
 // with a host, holding StatusTxID once.

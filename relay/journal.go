@@ -22,8 +22,9 @@ type inDoubtJournal struct {
 
 // journalInDoubt records a call to rt that ended in doubt at end: counted,
 // kept among the recent ones, and appended to the journal, if any, which
-// returns once the line is fsynced: the caller waits for the disk. A journal that fails is logged and
-// counted; the caller answers the client all the same.
+// returns once the line is fsynced: the caller waits for the disk. A
+// journal that fails is logged and counted; the caller answers the client
+// all the same.
 func (s *Server) journalInDoubt(rt *target, conf *targetConf, txid, payload []byte, res targethttp.Result, end time.Time) {
 	rt.inDoubt.Add(1)
 	rt.metrics.countInDoubt()
@@ -36,18 +37,28 @@ func (s *Server) journalInDoubt(rt *target, conf *targetConf, txid, payload []by
 		Code:          res.Code,
 		Stage:         res.Stage.String(),
 		BytesSent:     res.BytesSent,
-		PayloadSHA256: sha256.Sum256(payload),
+		PayloadSHA256: payloadSum(payload),
 	}
-	s.inDoubt.recent.Add(e)
-	if s.inDoubt.journal == nil {
-		return
-	}
-	if err := s.inDoubt.journal.Append(&e); err != nil {
-		s.obs.metrics.countInDoubtLogError()
+	if err := s.appendJournal(&e); err != nil {
 		if ev := rt.failLog.Error(); ev != nil {
 			ev.Err(err).Bytes("txid", txid).Str("path", s.inDoubt.journal.Path()).Msg("in-doubt call not journalled")
 		}
 	}
+}
+
+// appendJournal keeps e among the recent lines and appends it to the
+// journal, if any, returning once it is fsynced; a failure is counted and
+// returned for the caller to log.
+func (s *Server) appendJournal(e *indoubt.Entry) error {
+	s.inDoubt.recent.Add(*e)
+	if s.inDoubt.journal == nil {
+		return nil
+	}
+	err := s.inDoubt.journal.Append(e)
+	if err != nil {
+		s.obs.metrics.countInDoubtLogError()
+	}
+	return err
 }
 
 // hubName is the hub's name in its records: Config.HubID, or the default
@@ -70,7 +81,7 @@ func (s *Server) InDoubt(since time.Time) []indoubt.Entry {
 // returns once the line is fsynced.
 func (s *Server) journalResolved(rt *target, conf *targetConf, req protocol.Request, code string) {
 	ref := &doubtRef{url: conf.url, sum: payloadSum(req.Payload)}
-	s.inDoubt.countResolved(rt, resolver.Applied, indoubt.ViaResend)
+	countResolved(rt, resolver.Applied, indoubt.ViaResend)
 	s.journalSettled(rt, rt.name, ref, string(req.TxID), indoubt.StageResolvedApplied, indoubt.ViaResend, code)
 }
 
@@ -90,12 +101,7 @@ func (s *Server) journalSettled(rt *target, target string, ref *doubtRef, txid, 
 		Via:           via,
 		PayloadSHA256: ref.sum,
 	}
-	s.inDoubt.recent.Add(e)
-	if s.inDoubt.journal == nil {
-		return
-	}
-	if err := s.inDoubt.journal.Append(&e); err != nil {
-		s.obs.metrics.countInDoubtLogError()
+	if err := s.appendJournal(&e); err != nil {
 		log := s.obs.log
 		if rt != nil {
 			log = rt.log
@@ -105,7 +111,7 @@ func (s *Server) journalSettled(rt *target, target string, ref *doubtRef, txid, 
 }
 
 // countResolved counts a settlement of one of rt's transactions in doubt.
-func (j *inDoubtJournal) countResolved(rt *target, o resolver.Outcome, via string) {
+func countResolved(rt *target, o resolver.Outcome, via string) {
 	if rt != nil {
 		rt.metrics.countResolved(o, via)
 	}

@@ -193,11 +193,15 @@ func (s *Server) newConf(p targetPlan, rt *target, old *targetConf) (*targetConf
 	if p.settings.ProbePayload != "" {
 		rc.probePayload = []byte(p.settings.ProbePayload)
 	}
-	if p.statusURL != "" {
-		rc.lookup = targethttp.NewStatusClient(targethttp.StatusConfig{Client: sideClient(p.tls)})
-	}
-	if p.reverseURL != "" {
-		rc.reverse = targethttp.NewReverseClient(targethttp.ReverseConfig{Client: sideClient(p.tls), Timeout: p.settings.TargetTimeout})
+	if p.statusURL != "" || p.reverseURL != "" {
+		// Look-ups and reversals share one pool of connections.
+		side := sideClient(p.tls)
+		if p.statusURL != "" {
+			rc.lookup = targethttp.NewStatusClient(targethttp.StatusConfig{Client: side})
+		}
+		if p.reverseURL != "" {
+			rc.reverse = targethttp.NewReverseClient(targethttp.ReverseConfig{Client: side, Timeout: p.settings.TargetTimeout})
+		}
 	}
 	if old != nil && old.url == p.url && old.settings.TargetTimeout == p.settings.TargetTimeout &&
 		old.settings.TargetIdleTimeout == p.settings.TargetIdleTimeout && old.settings.MaxInflight == p.settings.MaxInflight &&

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/relayhub/relayhub/breaker"
@@ -42,10 +41,6 @@ type resolveState struct {
 	// ctx bounds the attempts; cancelled when the Server begins to stop.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// lateMsgs holds the message of a late answer until the resolver
-	// settles its entry, by target|txid, for the shield's answer.
-	mu       sync.Mutex
-	lateMsgs map[string]string // guarded by mu
 }
 
 // doubtRef is what the hub keeps of an entry besides the resolver's
@@ -61,22 +56,6 @@ type doubtRef struct {
 	scope  dedup.Scope
 	hash   dedup.Hash
 	window time.Duration
-
-	mu     sync.Mutex
-	answer string // guarded by mu: the target's message of a look-up that found it applied
-}
-
-// setAnswer and takeAnswer pass a look-up's message to Settled.
-func (d *doubtRef) setAnswer(m string) {
-	d.mu.Lock()
-	d.answer = m
-	d.mu.Unlock()
-}
-
-func (d *doubtRef) takeAnswer() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.answer
 }
 
 // initResolve makes the Server's resolver; New calls it before the
@@ -86,7 +65,6 @@ func (s *Server) initResolve() {
 	rs.r = resolver.New(resolver.Config{Settler: settler{s}, Rand: s.rand})
 	rs.wake = make(chan struct{}, 1)
 	rs.ctx, rs.cancel = context.WithCancel(context.Background())
-	rs.lateMsgs = make(map[string]string)
 }
 
 // pokeResolver wakes the driver.
@@ -180,12 +158,9 @@ func (s *Server) attempt(a resolver.Attempt) {
 			if !protocol.ValidTargetCode(code) {
 				code = protocol.CodeTargetFailed
 			}
-			if ref, ok := a.Ref.(*doubtRef); ok {
-				ref.setAnswer(ans.Message)
-			}
-			res = resolver.LookupResult(true, code)
+			res = resolver.LookupResult(true, code, ans.Message)
 		case targethttp.NotApplied:
-			res = resolver.LookupResult(false, "")
+			res = resolver.LookupResult(false, "", "")
 		default:
 			rt.log.Debug().Str("txid", a.TxID).Int("attempt", a.N).Str("reason", reason).Msg("in-doubt look-up settled nothing")
 		}
@@ -224,31 +199,7 @@ func (s *Server) lateAnswer(rt *target, la targethttp.LateAnswer) {
 		rt.log.Debug().Str("txid", la.TxID).Str("code", la.Code).Msg("late answer ignored: not a target answer")
 		return
 	}
-	key := rt.name + "|" + la.TxID
-	rs := &s.resolve
-	rs.mu.Lock()
-	if len(rs.lateMsgs) < maxLateMsgs {
-		rs.lateMsgs[key] = string(la.Msg)
-	}
-	rs.mu.Unlock()
-	// Settled takes the message; an answer held for an Add to come (its
-	// call still on its way to the journal) leaves it here for then.
-	rs.r.LateAnswer(rt.name, la.TxID, la.Code, s.now())
-}
-
-// maxLateMsgs bounds the late answers' messages kept for their
-// settlements; past it, a settled answer is remembered without its
-// message.
-const maxLateMsgs = 4 * resolver.MaxHeldLateAnswers
-
-// lateMsg takes the message of the late answer being settled.
-func (s *Server) lateMsg(target, txid string) string {
-	key := target + "|" + txid
-	s.resolve.mu.Lock()
-	defer s.resolve.mu.Unlock()
-	m := s.resolve.lateMsgs[key]
-	delete(s.resolve.lateMsgs, key)
-	return m
+	s.resolve.r.LateAnswer(rt.name, la.TxID, la.Code, string(la.Msg), s.now())
 }
 
 // settler is the resolver's Settler: the Server journals each settlement,
@@ -263,13 +214,7 @@ func (st settler) Settled(set resolver.Settlement) {
 		ref = &doubtRef{}
 	}
 	rt := s.table.lookup([]byte(set.Target))
-	msg := ""
-	switch set.Via {
-	case resolver.ViaLookup:
-		msg = ref.takeAnswer()
-	case resolver.ViaLateAnswer:
-		msg = s.lateMsg(set.Target, set.TxID)
-	}
+	msg := set.Msg
 	if rt != nil && ref.shield != "" && ref.shield != rt.name {
 		// A fallback made the call: its answer says so, as a resend's does.
 		msg = rt.viaPrefix + msg
@@ -281,7 +226,7 @@ func (st settler) Settled(set resolver.Settlement) {
 	// The shield and the count first: once the line is on disk, a resend
 	// finds the outcome and the metric has it.
 	s.shieldLearns(ref, set.TxID, set.Outcome, set.Code, msg)
-	s.inDoubt.countResolved(rt, set.Outcome, set.Via)
+	countResolved(rt, set.Outcome, set.Via)
 	s.journalSettled(rt, set.Target, ref, set.TxID, outcomeStage[set.Outcome], set.Via, code)
 	if rt != nil {
 		rt.log.Info().Str("txid", set.TxID).Str("outcome", string(set.Outcome)).Str("via", set.Via).Str("code", set.Code).
@@ -364,15 +309,8 @@ func (s *Server) SettleInDoubt(target, txid string, applied bool, code string) e
 	if applied && !protocol.ValidTargetCode(code) {
 		return ErrBadSettleCode
 	}
-	var entry resolver.Entry
-	found := false
-	for _, e := range s.resolve.r.Open() {
-		if e.Target == rt.name && e.TxID == txid {
-			entry, found = e.Entry, true
-			break
-		}
-	}
-	if !found || !s.resolve.r.Forget(rt.name, txid) {
+	entry, ok := s.resolve.r.Take(rt.name, txid)
+	if !ok {
 		return ErrNotInDoubt
 	}
 	set := resolver.Settlement{Entry: entry, Outcome: resolver.NotApplied, Via: indoubt.ViaOperator, At: s.now()}

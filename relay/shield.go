@@ -223,7 +223,7 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 	case targethttp.NotApplied:
 		rt.countShielded(shieldResolvedNotApplied)
 		if s.resolve.r.Forget(called.name, string(req.TxID)) {
-			s.inDoubt.countResolved(called, resolver.NotApplied, indoubt.ViaResend)
+			countResolved(called, resolver.NotApplied, indoubt.ViaResend)
 			s.journalSettled(called, called.name, &doubtRef{url: cconf.url, sum: payloadSum(req.Payload)}, string(req.TxID),
 				indoubt.StageResolvedNotApplied, indoubt.ViaResend, "")
 		}

@@ -69,11 +69,8 @@ func (s *Server) takeUp(e reconcile.Entry) bool {
 	}
 	expire := conf.settings.ResolveTarget(conf.resolve).Expire
 	if conf.resolve != resolver.PolicyManual && time.Since(e.Time) >= expire {
-		via := indoubt.ViaLookup
-		if conf.resolve == resolver.PolicyReverse {
-			via = indoubt.ViaReversal
-		}
-		s.inDoubt.countResolved(rt, resolver.Expired, via)
+		via := conf.resolve.Via()
+		countResolved(rt, resolver.Expired, via)
 		s.journalSettled(rt, rt.name, ref, e.TxID, indoubt.StageUnresolvedExpired, via, e.Code)
 		return false
 	}

@@ -23,7 +23,7 @@ func Example() {
 	// The caller's loop: wake at Next, make the attempts Due, hand each
 	// result back. Here the target answers "not known" once, then
 	// "applied".
-	answers := []resolver.Result{resolver.Retry, resolver.LookupResult(true, "0000")}
+	answers := []resolver.Result{resolver.Retry, resolver.LookupResult(true, "0000", "")}
 	for _, res := range answers {
 		next, _ := r.Next()
 		fmt.Println("attempt at", next.Sub(start))

@@ -157,8 +157,10 @@ type Settlement struct {
 	Entry
 	Outcome Outcome
 	// Code is the target's code: what it recorded, for Applied; its
-	// answer to the reversal, for Reversed.
+	// answer to the reversal, for Reversed. Msg is the message it recorded
+	// with Code, for Applied learnt by a look-up or a late answer.
 	Code string
+	Msg  string
 	// Via is how the outcome was learnt: ViaLookup, ViaReversal or
 	// ViaLateAnswer. An expiry has the policy's (lookup or reversal).
 	Via string
@@ -173,13 +175,14 @@ type Settlement struct {
 type Result struct {
 	outcome Outcome // empty: try again later
 	code    string
+	msg     string
 }
 
 // LookupResult is the result of a look-up: applied with the target's
-// code, or explicitly not applied. Anything else is Retry.
-func LookupResult(applied bool, code string) Result {
+// code and message, or explicitly not applied. Anything else is Retry.
+func LookupResult(applied bool, code, msg string) Result {
 	if applied {
-		return Result{outcome: Applied, code: code}
+		return Result{outcome: Applied, code: code, msg: msg}
 	}
 	return Result{outcome: NotApplied}
 }
@@ -243,8 +246,8 @@ const (
 
 // heldAnswer is a late answer that came before its entry was added.
 type heldAnswer struct {
-	code string
-	at   time.Time
+	code, msg string
+	at        time.Time
 }
 
 // target is a target's settings and open entries.
@@ -331,7 +334,7 @@ func (r *Resolver) Add(e Entry) bool {
 	if held, ok := tg.early[e.TxID]; ok {
 		delete(tg.early, e.TxID)
 		r.mu.Unlock()
-		r.settler.Settled(Settlement{Entry: e, Outcome: Applied, Code: held.code, Via: ViaLateAnswer, At: held.at})
+		r.settler.Settled(Settlement{Entry: e, Outcome: Applied, Code: held.code, Msg: held.msg, Via: ViaLateAnswer, At: held.at})
 		return true
 	}
 	defer r.mu.Unlock()
@@ -353,9 +356,19 @@ func (r *Resolver) Add(e Entry) bool {
 // when a resend settled it; an attempt in flight for it is then ignored.
 // It reports whether there was one.
 func (r *Resolver) Forget(target, txid string) bool {
+	_, ok := r.Take(target, txid)
+	return ok
+}
+
+// Take is Forget returning the entry dropped, for a caller that settles
+// it itself, as an operator does.
+func (r *Resolver) Take(target, txid string) (e Entry, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.removeLocked(target, txid) != nil
+	if it := r.removeLocked(target, txid); it != nil {
+		return it.Entry, true
+	}
+	return Entry{}, false
 }
 
 // removeLocked drops the entry and returns it; nil when it is not open.
@@ -379,25 +392,25 @@ func (r *Resolver) removeLocked(target, txid string) *item {
 }
 
 // LateAnswer settles the open entry of txid at target as applied with
-// code, via late_answer: the target's answer to the call arrived in full
+// code and msg, via late_answer: the target's answer to the call arrived in full
 // after the target timeout. It reports whether there was an open entry.
 // When there is none yet (the answer came before the hub had journalled
 // the call and called Add), the answer is held for Add, for LateAnswerHold
 // at most and up to MaxHeldLateAnswers per target.
-func (r *Resolver) LateAnswer(target, txid, code string, now time.Time) bool {
+func (r *Resolver) LateAnswer(target, txid, code, msg string, now time.Time) bool {
 	r.mu.Lock()
 	it := r.removeLocked(target, txid)
 	var attempts int
 	if it != nil {
 		attempts = it.attempts
 	} else if tg := r.targetLocked(target); len(tg.early) < MaxHeldLateAnswers {
-		tg.early[txid] = heldAnswer{code: code, at: now}
+		tg.early[txid] = heldAnswer{code: code, msg: msg, at: now}
 	}
 	r.mu.Unlock()
 	if it == nil {
 		return false
 	}
-	r.settler.Settled(Settlement{Entry: it.Entry, Outcome: Applied, Code: code, Via: ViaLateAnswer, Attempts: attempts, At: now})
+	r.settler.Settled(Settlement{Entry: it.Entry, Outcome: Applied, Code: code, Msg: msg, Via: ViaLateAnswer, Attempts: attempts, At: now})
 	return true
 }
 
@@ -437,7 +450,7 @@ func (tg *target) dueLocked(now time.Time, rnd func() float64, due []Attempt, ex
 	for _, it := range tg.items {
 		if !it.inFlight && !now.Before(it.Since.Add(c.Expire)) {
 			delete(tg.index, it.TxID)
-			expired = append(expired, Settlement{Entry: it.Entry, Outcome: Expired, Via: via(c.Policy), Attempts: it.attempts, At: now})
+			expired = append(expired, Settlement{Entry: it.Entry, Outcome: Expired, Via: c.Policy.Via(), Attempts: it.attempts, At: now})
 			continue
 		}
 		kept = append(kept, it)
@@ -484,8 +497,9 @@ func onTick(t time.Time) time.Time {
 	return t
 }
 
-// via is how an entry of policy p learns its outcome.
-func via(p Policy) string {
+// Via is how an entry of policy p learns its outcome by an attempt, or
+// gives up: ViaLookup, or ViaReversal for PolicyReverse.
+func (p Policy) Via() string {
 	if p == PolicyReverse {
 		return ViaReversal
 	}
@@ -530,7 +544,7 @@ func (r *Resolver) Done(a Attempt, res Result, now time.Time) {
 	r.removeLocked(a.Target, a.TxID)
 	attempts := it.attempts
 	r.mu.Unlock()
-	r.settler.Settled(Settlement{Entry: it.Entry, Outcome: res.outcome, Code: res.code, Via: via(a.Policy), Attempts: attempts, At: now})
+	r.settler.Settled(Settlement{Entry: it.Entry, Outcome: res.outcome, Code: res.code, Msg: res.msg, Via: a.Policy.Via(), Attempts: attempts, At: now})
 }
 
 // Next returns when the earliest attempt or expiry is due, for the caller

@@ -142,8 +142,8 @@ func TestLookupOutcomes(t *testing.T) {
 		outcome resolver.Outcome
 		code    string
 	}{
-		{"applied, with the target's code", resolver.LookupResult(true, "B201"), resolver.Applied, "B201"},
-		{"explicitly not applied", resolver.LookupResult(false, ""), resolver.NotApplied, ""},
+		{"applied, with the target's code", resolver.LookupResult(true, "B201", ""), resolver.Applied, "B201"},
+		{"explicitly not applied", resolver.LookupResult(false, "", ""), resolver.NotApplied, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -302,7 +302,7 @@ func TestAnAttemptTakesABulkheadSlot(t *testing.T) {
 	assert.True(t, skipped.Next.After(now))
 
 	// When the attempt is done, its slot is back for the skipped one
-	r.Done(due[0], resolver.LookupResult(true, "0000"), now)
+	r.Done(due[0], resolver.LookupResult(true, "0000", ""), now)
 	assert.Equal(t, int64(1), g.slots.Load())
 	due = r.Due(skipped.Next)
 	require.Len(t, due, 1)
@@ -341,7 +341,7 @@ func TestSettledElsewhereWhileInFlight(t *testing.T) {
 		want   int
 	}{
 		{"a resend settled it", func(r *resolver.Resolver) bool { return r.Forget("CORE", "W1") }, 0},
-		{"its late answer came", func(r *resolver.Resolver) bool { return r.LateAnswer("CORE", "W1", "0000", t0.Add(6*time.Second)) }, 1},
+		{"its late answer came", func(r *resolver.Resolver) bool { return r.LateAnswer("CORE", "W1", "0000", "", t0.Add(6*time.Second)) }, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGate(1)
@@ -354,7 +354,7 @@ func TestSettledElsewhereWhileInFlight(t *testing.T) {
 
 			// Then the attempt's result settles nothing more, and its slot is
 			// back
-			r.Done(due[0], resolver.LookupResult(false, ""), t0.Add(7*time.Second))
+			r.Done(due[0], resolver.LookupResult(false, "", ""), t0.Add(7*time.Second))
 			assert.Len(t, s.all(), tt.want)
 			if tt.want == 1 {
 				assert.Equal(t, resolver.Settlement{Entry: due[0].Entry, Outcome: resolver.Applied, Code: "0000",
@@ -399,7 +399,7 @@ func TestResolverInParallel(t *testing.T) {
 						forgotten.Add(1)
 					}
 				case 5:
-					r.LateAnswer(target, txid, "0000", t0)
+					r.LateAnswer(target, txid, "0000", "", t0)
 				}
 			}
 		})
@@ -412,7 +412,7 @@ func TestResolverInParallel(t *testing.T) {
 				for i, a := range r.Due(now) {
 					res := resolver.Retry
 					if (i+n+d)%3 == 0 {
-						res = resolver.LookupResult(true, "0000")
+						res = resolver.LookupResult(true, "0000", "")
 						if a.Policy == resolver.PolicyReverse {
 							res = resolver.ReversalResult("0000")
 						}
@@ -461,7 +461,7 @@ func TestALateAnswerBeforeAddIsHeldForIt(t *testing.T) {
 	r, s := newResolver(t, resolver.PolicyLookup, nil)
 
 	// Given W1's late answer before W1 is added
-	assert.False(t, r.LateAnswer("CORE", "W1", "0000", t0.Add(time.Millisecond)))
+	assert.False(t, r.LateAnswer("CORE", "W1", "0000", "", t0.Add(time.Millisecond)))
 	assert.Empty(t, s.all())
 
 	// When W1 is added, it is settled with that answer, not scheduled
@@ -472,7 +472,7 @@ func TestALateAnswerBeforeAddIsHeldForIt(t *testing.T) {
 	assert.Zero(t, r.Stats("CORE").Open)
 
 	// And a held answer older than LateAnswerHold is dropped
-	assert.False(t, r.LateAnswer("CORE", "W2", "0000", t0))
+	assert.False(t, r.LateAnswer("CORE", "W2", "0000", "", t0))
 	r.Due(t0.Add(resolver.LateAnswerHold))
 	add(t, r, "W2", t0)
 	assert.Len(t, s.all(), 1, "W2 is open, not settled by a stale answer")

@@ -2,14 +2,12 @@ package targethttp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // TxIDPlaceholder is what a reverse_url template holds, exactly once,
@@ -40,32 +38,18 @@ func ReverseURL(tmpl, txid string) string {
 	return strings.Replace(tmpl, TxIDPlaceholder, url.PathEscape(txid), 1)
 }
 
-// ReverseConfig configures a ReverseClient. The zero value is usable.
-type ReverseConfig struct {
-	// Client makes the reversals. Nil means a client with its own
-	// transport and no TLS settings beyond the system's roots.
-	Client *http.Client
-	// Timeout bounds each reversal. Zero means DefaultStatusTimeout.
-	Timeout time.Duration
-}
+// ReverseConfig configures a ReverseClient as a StatusConfig does a
+// StatusClient: Client makes the reversals, Timeout bounds each. The zero
+// value is usable.
+type ReverseConfig = StatusConfig
 
 // ReverseClient asks a target to reverse a transaction (docs/PROTOCOL.md,
-// "Transactions in doubt"). It is safe for concurrent use.
-type ReverseClient struct {
-	client  *http.Client
-	timeout time.Duration
-}
+// "In-doubt journal"). It is safe for concurrent use.
+type ReverseClient struct{ sideHTTP }
 
 // NewReverseClient returns a ReverseClient configured by cfg.
 func NewReverseClient(cfg ReverseConfig) *ReverseClient {
-	c := &ReverseClient{client: cfg.Client, timeout: cfg.Timeout}
-	if c.client == nil {
-		c.client = &http.Client{Transport: &http.Transport{}}
-	}
-	if c.timeout <= 0 {
-		c.timeout = DefaultStatusTimeout
-	}
-	return c
+	return &ReverseClient{newSideHTTP(cfg)}
 }
 
 // Reverse posts the reversal of txid to tmpl, a reverse_url template that
@@ -87,12 +71,8 @@ func (c *ReverseClient) Reverse(ctx context.Context, tmpl, txid string, attempt 
 	req.Header.Set("X-Tx-Id", txid)
 	req.Header.Set("X-Reversal", "true")
 	req.Header.Set("X-Attempt", strconv.Itoa(attempt))
-	resp, err := c.client.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
-		// *url.Error repeats the method and URL this message already has.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
 		return "", nil, fmt.Errorf("POST %s: %w", u, err)
 	}
 	defer resp.Body.Close()

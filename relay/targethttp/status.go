@@ -50,21 +50,40 @@ type StatusConfig struct {
 // StatusClient asks a target whether it applied a transaction, by GET of
 // the target's look-up URL (docs/PROTOCOL.md, "Resending a transaction").
 // It is safe for concurrent use.
-type StatusClient struct {
+type StatusClient struct{ sideHTTP }
+
+// NewStatusClient returns a StatusClient configured by cfg.
+func NewStatusClient(cfg StatusConfig) *StatusClient {
+	return &StatusClient{newSideHTTP(cfg)}
+}
+
+// sideHTTP is what a look-up or a reversal is made with, beside the
+// target's calls: an HTTP client and the timeout of one request.
+type sideHTTP struct {
 	client  *http.Client
 	timeout time.Duration
 }
 
-// NewStatusClient returns a StatusClient configured by cfg.
-func NewStatusClient(cfg StatusConfig) *StatusClient {
-	c := &StatusClient{client: cfg.Client, timeout: cfg.Timeout}
-	if c.client == nil {
-		c.client = &http.Client{Transport: &http.Transport{}}
+// newSideHTTP returns cfg's client and timeout, or their defaults.
+func newSideHTTP(cfg StatusConfig) sideHTTP {
+	h := sideHTTP{client: cfg.Client, timeout: cfg.Timeout}
+	if h.client == nil {
+		h.client = &http.Client{Transport: &http.Transport{}}
 	}
-	if c.timeout <= 0 {
-		c.timeout = DefaultStatusTimeout
+	if h.timeout <= 0 {
+		h.timeout = DefaultStatusTimeout
 	}
-	return c
+	return h
+}
+
+// do sends req; its error leaves out what *url.Error repeats of the
+// method and URL, which the caller's message already has.
+func (h sideHTTP) do(req *http.Request) (*http.Response, error) {
+	resp, err := h.client.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err
+	}
+	return resp, err
 }
 
 // statusAnswer is the body of GET /tx/{txid}. Applied is a pointer so an
@@ -89,12 +108,8 @@ func (c *StatusClient) Lookup(ctx context.Context, u, txid string) (Outcome, *An
 	if err != nil {
 		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
 	}
-	resp, err := c.client.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
-		// *url.Error repeats the method and URL this message already has.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
 		return Unknown, nil, fmt.Sprintf("GET %s: %v", u, err)
 	}
 	defer resp.Body.Close()
