@@ -195,8 +195,10 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 		msg := protocol.MsgBulkheadFull
 		if ad.primary != nil {
 			msg = t.viaBusy
+			a.sink.answerText(req.TxID, protocol.CodeBulkheadFull, msg, flush)
+		} else {
+			a.sink.answerTail(req.TxID, bulkheadFullTail, flush)
 		}
-		a.sink.answerText(req.TxID, protocol.CodeBulkheadFull, msg, flush)
 		if ad.flight != nil {
 			s.releaseFlight(ad.flight, protocol.CodeBulkheadFull, []byte(msg))
 		}
@@ -211,6 +213,9 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 	s.startCall(t, cl)
 	return true
 }
+
+// bulkheadFullTail is the E905 answer after the TXID, made once.
+var bulkheadFullTail = protocol.NewTail(protocol.CodeBulkheadFull, protocol.MsgBulkheadFull)
 
 // answerPanic answers req E907 after a panic before its call started,
 // handing back what ad holds: the ticket, the slot, and the flight, whose
