@@ -1,7 +1,5 @@
 package protocol
 
-import "strconv"
-
 // Refusals are answered far more often than anything else under a sick
 // target, and always alike: the request's TXID, then a fixed code and
 // message. A TXID that ParseRequest accepted has no byte to clean, and a
@@ -40,6 +38,6 @@ const retryAnswerHead = string(responseSeparator) + CodeCircuitOpen + string(res
 func AppendRetryAnswer(dst, txid []byte, secs int64) []byte {
 	dst = append(dst, txid...)
 	dst = append(dst, retryAnswerHead...)
-	dst = strconv.AppendInt(dst, secs, 10)
+	dst = appendSeconds(dst, secs)
 	return append(dst, 's', responseTerminator)
 }
