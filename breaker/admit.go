@@ -34,7 +34,12 @@ func (b *Breaker) Allow() (t Ticket, retryAfter time.Duration, err error) {
 	if stateOf(w) == Closed {
 		return Ticket{generation: generationOf(w)}, 0, nil
 	}
-	now := b.clock.Now()
+	return b.allowOpen(w, b.clock.Now())
+}
+
+// allowOpen is Allow at now for a breaker that was not closed in w: an
+// open one refuses without the lock while its open period has not passed.
+func (b *Breaker) allowOpen(w uint64, now time.Time) (Ticket, time.Duration, error) {
 	if stateOf(w) == Open {
 		switch after := b.probeAfter.Load(); after {
 		case heldOpen:

@@ -41,12 +41,16 @@ const StampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // A line whose request reached a breaker also says what that breaker did
 // with it ("breaker": admitted, refused or handed_back; "probe" when it was
 // the half-open probe; "synthetic" when that probe was the hub's own, sent
-// with its payload and TXID, not a client's) and when, on the breaker's clock: "start" is read
-// just before the hub asked the breaker, "end" just before a call's result
-// went to it. Read just before rather than after, each reading is at most
-// a few instructions earlier than the breaker's own, so a replay of the log
-// through the breaker package (relay/replay) sees every decision at the
-// time the breaker saw it, to well within the breaker log's millisecond.
+// with its payload and TXID, not a client's) and when, on the breaker's clock: "start" is the
+// reading the hub asked the breaker with (breaker.AllowAt; on a connection's
+// read loop, one reading for a batch of lines, batchclock.go), "end" read
+// just before a call's result went to it. A refusal of an open breaker is
+// decided by start itself; a decision that moves the breaker, by the
+// breaker's own reading, taken at most a batch's work later, and "end" at
+// most a few instructions earlier than the breaker's own. So a replay of
+// the log through the breaker package (relay/replay) sees every decision
+// at the time the breaker saw it, to well within the breaker log's
+// millisecond.
 //
 // Answering never waits for it: record only puts the line on a bounded
 // queue, and a line that finds the queue full is dropped and counted
@@ -111,7 +115,7 @@ type breakerNote struct {
 	probe bool // the breaker admitted the request as its half-open probe
 	// synthetic marks the hub's own probe, not a client's request.
 	synthetic bool
-	start     time.Time // the breakers' clock just before the breaker was asked
+	start     time.Time // the breakers' clock the breaker was asked with
 	end       time.Time // the breakers' clock just before the call's result went to the breaker; zero when none did
 }
 

@@ -29,8 +29,10 @@ type admitter struct {
 	peer   *connPeer      // what a PROXY header or a client certificate told; nil when neither did
 
 	// Owned by the read loop.
-	refusals uint8 // lines refused in a row, up to laneAfter (see refusalLane)
-	inTurn   bool  // the connection holds a turn in the refusal lane
+	refusals  uint8     // lines refused in a row, up to laneAfter (see refusalLane)
+	inTurn    bool      // the connection holds a turn in the refusal lane
+	batchRead bool      // batchAt holds the reading for the batch of lines being served (breakerNow)
+	batchAt   time.Time // the breakers' clock for the batch of lines being served
 
 	// calls counts the holds handed off to other goroutines (callHold):
 	// the connection waits for them before it closes.
@@ -166,17 +168,18 @@ type admission struct {
 func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req protocol.Request, flush bool) bool {
 	s := a.srv
 	ad.named = t
-	// Read for the access log just before the breaker decides (see
-	// accessLog): a replay of the log puts the decision here.
-	ad.asked = s.obs.access.now()
-	ticket, retryAfter, err := t.breaker.Allow()
+	// The breakers decide by this reading and the access log records it
+	// (see accessLog), so a replay of the log puts each decision at the
+	// time the breaker saw it.
+	ad.asked = a.breakerNow(flush)
+	ticket, retryAfter, err := t.breaker.AllowAt(ad.asked)
 	if err != nil {
 		fb := conf.fallback
 		if fb == nil {
 			a.refuseOpen(t, req, retryAfter, err, ad.asked, ad.flight, flush)
 			return false
 		}
-		if ticket, _, err = fb.breaker.Allow(); err != nil {
+		if ticket, _, err = fb.breaker.AllowAt(ad.asked); err != nil {
 			a.refuseOpen(t, req, retryAfter, err, ad.asked, ad.flight, flush)
 			return false
 		}
@@ -195,8 +198,10 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 		msg := protocol.MsgBulkheadFull
 		if ad.primary != nil {
 			msg = t.viaBusy
+			a.sink.answerText(req.TxID, protocol.CodeBulkheadFull, msg, flush)
+		} else {
+			a.sink.answerTail(req.TxID, bulkheadFullTail, flush)
 		}
-		a.sink.answerText(req.TxID, protocol.CodeBulkheadFull, msg, flush)
 		if ad.flight != nil {
 			s.releaseFlight(ad.flight, protocol.CodeBulkheadFull, []byte(msg))
 		}
@@ -211,6 +216,9 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 	s.startCall(t, cl)
 	return true
 }
+
+// bulkheadFullTail is the E905 answer after the TXID, made once.
+var bulkheadFullTail = protocol.NewTail(protocol.CodeBulkheadFull, protocol.MsgBulkheadFull)
 
 // answerPanic answers req E907 after a panic before its call started,
 // handing back what ad holds: the ticket, the slot, and the flight, whose

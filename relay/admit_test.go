@@ -34,6 +34,13 @@ func (f *fakeSink) answerRetry(txid []byte, seconds int64, flush bool) {
 	f.answer(txid, protocol.CodeCircuitOpen, protocol.AppendRetryHint(nil, seconds), flush)
 }
 
+func (f *fakeSink) answerTail(txid []byte, tail protocol.Tail, flush bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lines = append(f.lines, string(tail.AppendAnswer(nil, txid)))
+	f.flushed = append(f.flushed, flush)
+}
+
 func (f *fakeSink) got() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

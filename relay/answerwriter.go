@@ -13,15 +13,19 @@ import (
 // loop's flush. It is safe for concurrent use: the read loop and every
 // call of a connection answer through it. A message comes in a string or
 // in bytes, so that neither is converted (and copied) on the way; an E904
-// comes as its retry hint, which the sink formats in a buffer of its own
-// stack (a message built by the caller would leave the caller's stack
-// through the interface, an allocation per refusal).
+// comes as its retry hint, which the sink writes into its buffer itself (a
+// message built by the caller would leave the caller's stack through the
+// interface, an allocation per refusal); a refusal with a fixed message
+// comes as a tail made once (protocol.Tail).
 type answerSink interface {
 	answer(txid []byte, code string, msg []byte, flush bool)
 	answerText(txid []byte, code, msg string, flush bool)
 	// answerRetry answers E904 "circuit open; retry after Ns", N being
-	// seconds.
+	// seconds. txid must be one protocol.ParseRequest accepted.
 	answerRetry(txid []byte, seconds int64, flush bool)
+	// answerTail answers with a tail made once (protocol.NewTail). txid
+	// must be one protocol.ParseRequest accepted.
+	answerTail(txid []byte, tail protocol.Tail, flush bool)
 }
 
 // answerWriter is a connection's write side: its answers not yet written,
@@ -49,10 +53,25 @@ func (w *answerWriter) answerText(txid []byte, code, msg string, flush bool) {
 	appendAnswer(w, txid, code, msg, flush)
 }
 
-// answerRetry formats the E904 message on the stack and buffers it.
+// answerRetry buffers an E904 with its retry hint, copied rather than
+// formatted (protocol.AppendRetryAnswer).
 func (w *answerWriter) answerRetry(txid []byte, seconds int64, flush bool) {
-	var hint [len("circuit open; retry after 9223372036854775807s")]byte
-	appendAnswer(w, txid, protocol.CodeCircuitOpen, protocol.AppendRetryHint(hint[:0], seconds), flush)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if buf := w.roomLocked(); buf != nil {
+		*buf = protocol.AppendRetryAnswer(*buf, txid, seconds)
+		w.doneLocked(flush)
+	}
+}
+
+// answerTail buffers txid followed by tail.
+func (w *answerWriter) answerTail(txid []byte, tail protocol.Tail, flush bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if buf := w.roomLocked(); buf != nil {
+		*buf = tail.AppendAnswer(*buf, txid)
+		w.doneLocked(flush)
+	}
 }
 
 // appendAnswer is answer and answerText, written once for both kinds of
@@ -60,18 +79,32 @@ func (w *answerWriter) answerRetry(txid []byte, seconds int64, flush bool) {
 func appendAnswer[M ~string | ~[]byte](w *answerWriter, txid []byte, code string, msg M, flush bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if buf := w.roomLocked(); buf != nil {
+		*buf = protocol.AppendResponse(*buf, txid, code, msg)
+		w.doneLocked(flush)
+	}
+}
+
+// roomLocked returns the buffer with room for one more answer, writing
+// out what it holds when it is nearly full, or nil when answers can no
+// longer be written.
+func (w *answerWriter) roomLocked() *[]byte {
 	if w.err != nil {
-		return
+		return nil
 	}
 	if w.buf != nil && len(*w.buf) > cap(*w.buf)-maxAnswerLen {
 		if !w.writeLocked(time.Now()) {
-			return
+			return nil
 		}
 	}
 	if w.buf == nil {
 		w.buf = writeBufs.Get().(*[]byte)
 	}
-	*w.buf = protocol.AppendResponse(*w.buf, txid, code, msg)
+	return w.buf
+}
+
+// doneLocked writes the answer just buffered at once when flush says so.
+func (w *answerWriter) doneLocked(flush bool) {
 	if flush {
 		w.writeLocked(time.Now())
 	}

@@ -196,6 +196,7 @@ func (c *conn) serveInput() readEnd {
 			now := time.Now()
 			c.out.flush(now)
 			c.adm.endTurn()
+			c.adm.endBatch()
 			c.armReadDeadline(now)
 			batch = true
 		}
