@@ -20,9 +20,11 @@ import "time"
 
 // breakerNow returns the breakers' clock for a request that reaches a
 // breaker: the batch's reading on the read loop, a fresh one off it
-// (offLoop), where there is no batch. It is small enough to be inlined.
+// (offLoop), where there is no batch: there the batch's fields belong to
+// the read loop, so offLoop is tested before they are read. It is small
+// enough to be inlined.
 func (a *admitter) breakerNow(offLoop bool) time.Time {
-	if a.batchRead && !offLoop {
+	if !offLoop && a.batchRead {
 		return a.batchAt
 	}
 	return a.readBreakerClock(offLoop)
