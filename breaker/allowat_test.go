@@ -1,8 +1,6 @@
 package breaker_test
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,46 +85,6 @@ func TestAllowAt(t *testing.T) {
 		assert.ErrorIs(t, err, breaker.ErrHeld)
 		assert.Zero(t, wait)
 	})
-}
-
-func TestSingleProbeUnderRaceWithReadings(t *testing.T) {
-	// Given an open breaker whose reset timeout has passed
-	b, clk, _ := newBreaker(t, 1, time.Second)
-	trip(t, b, 1)
-	clk.Advance(time.Second)
-
-	// When 100 goroutines ask in the same instant, half with Allow and
-	// half with AllowAt and the clock's reading
-	var admitted, probes atomic.Int32
-	var ready, wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i := range 100 {
-		ready.Add(1)
-		wg.Go(func() {
-			ready.Done()
-			<-gate
-			var tk breaker.Ticket
-			var err error
-			if i%2 == 0 {
-				tk, _, err = b.Allow()
-			} else {
-				tk, _, err = b.AllowAt(clk.Now())
-			}
-			if err == nil {
-				admitted.Add(1)
-				if tk.Probe() {
-					probes.Add(1)
-				}
-			}
-		})
-	}
-	ready.Wait()
-	close(gate)
-	wg.Wait()
-
-	// Then exactly one is admitted, as the probe
-	assert.EqualValues(t, 1, admitted.Load())
-	assert.EqualValues(t, 1, probes.Load())
 }
 
 func TestOpenRefusalAtDoesNotAllocate(t *testing.T) {

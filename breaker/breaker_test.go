@@ -309,16 +309,21 @@ func TestSingleProbeUnderRace(t *testing.T) {
 	trip(t, b, 1)
 	clk.Advance(time.Second)
 
-	// When 100 goroutines ask in the same instant
+	// When 100 goroutines ask in the same instant, half with Allow and
+	// half with AllowAt and the clock's reading
 	var admitted, probes atomic.Int32
 	var ready, wg sync.WaitGroup
 	gate := make(chan struct{})
-	for range 100 {
+	for i := range 100 {
 		ready.Add(1)
 		wg.Go(func() {
 			ready.Done()
 			<-gate
-			tk, _, err := b.Allow()
+			allow := b.Allow
+			if i%2 == 1 {
+				allow = func() (breaker.Ticket, time.Duration, error) { return b.AllowAt(clk.Now()) }
+			}
+			tk, _, err := allow()
 			if err == nil {
 				admitted.Add(1)
 				if tk.Probe() {
