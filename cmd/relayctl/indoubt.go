@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/internal/cmdline"
+	"github.com/relayhub/relayhub/relay/indoubt"
 )
 
 // inDoubtCmd is `relayctl in-doubt`: its flags, filled by kong. Not for
@@ -175,7 +176,7 @@ func writeOpen(w io.Writer, open []openEntry, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SINCE\tAGE\tTXID\tTARGET\tRESOLVE\tATTEMPTS\tNEXT")
 	for _, e := range open {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Since.UTC().Format("2006-01-02T15:04:05.000Z"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Since.UTC().Format(indoubt.TimeFormat),
 			now.Sub(e.Since).Round(time.Second), e.TxID, e.Target, e.Policy, e.Attempts, nextText(e, now))
 	}
 	if err := tw.Flush(); err != nil {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/relayhub/relayhub/internal/cmdline"
+	"github.com/relayhub/relayhub/internal/loadgen"
 	"github.com/relayhub/relayhub/internal/lockedfile"
 	"github.com/relayhub/relayhub/relay/indoubt"
-	"github.com/relayhub/relayhub/relay/protocol"
 	"github.com/relayhub/relayhub/relay/reconcile"
 )
 
@@ -40,11 +40,10 @@ type inDoubtResolveCmd struct {
 
 // Validate checks what the tags cannot.
 func (c *inDoubtResolveCmd) Validate() error {
-	a := c.Applied
-	if a == "" || a == protocol.CodeOK || (a[0] == 'B' && protocol.ValidTargetCode(a)) {
+	if c.Applied == "" || loadgen.CodeSucceeded([]byte(c.Applied)) {
 		return c.validate()
 	}
-	return fmt.Errorf("--applied %q: want the code the target recorded, 0000 or Bnnn", a)
+	return fmt.Errorf("--applied %q: want the code the target recorded, 0000 or Bnnn", c.Applied)
 }
 
 // Run settles the transaction, resolved_applied with the code or

@@ -56,8 +56,9 @@ type loadConn struct {
 	// Phases only.
 	due         []int64
 	answerCodes []string
-	inOrderSeq  uint64 // with an in-order protocol, the last sequence number answered
-	answerBody  []byte // body of an HTTP answer
+	codeNames   map[string]string // the codes of answerCodes, each made once
+	inOrderSeq  uint64            // with an in-order protocol, the last sequence number answered
+	answerBody  []byte            // body of an HTTP answer
 }
 
 // fail marks the connection failed: the first error is counted, both

@@ -179,7 +179,7 @@ func (c *loadConn) complete(seq uint64, code []byte) bool {
 	c.latencyOK = append(c.latencyOK, CodeSucceeded(code))
 	if r.tl != nil {
 		c.due = append(c.due, at)
-		c.answerCodes = append(c.answerCodes, string(code))
+		c.answerCodes = append(c.answerCodes, c.codeName(code))
 	}
 	if len(c.latencies) == latencyBatch {
 		c.flushLatencies()
@@ -194,6 +194,20 @@ func (c *loadConn) complete(seq uint64, code []byte) bool {
 	c.answered++
 	r.answered.Add(1)
 	return done
+}
+
+// codeName returns code as a string, made once per distinct code, so an
+// answer costs no allocation.
+func (c *loadConn) codeName(code []byte) string {
+	if s, ok := c.codeNames[string(code)]; ok {
+		return s
+	}
+	if c.codeNames == nil {
+		c.codeNames = make(map[string]string)
+	}
+	s := string(code)
+	c.codeNames[s] = s
+	return s
 }
 
 func (c *loadConn) flushLatencies() {

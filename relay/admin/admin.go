@@ -31,6 +31,7 @@ import (
 
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/indoubt"
+	"github.com/relayhub/relayhub/relay/resolver"
 )
 
 // Hub is what the admin endpoints need of the hub. *relay.Server implements
@@ -86,6 +87,10 @@ type InDoubtHub interface {
 	// InDoubt returns the recent calls in doubt that ended at or after
 	// since, oldest first.
 	InDoubt(since time.Time) []indoubt.Entry
+	// OpenInDoubt lists the open transactions in doubt.
+	OpenInDoubt() []resolver.EntryState
+	// SettleInDoubt settles one as applied with code, or not applied.
+	SettleInDoubt(target, txid string, applied bool, code string) error
 }
 
 var _ InDoubtHub = (*relay.Server)(nil)
@@ -208,9 +213,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if ih, ok := cfg.Hub.(InDoubtHub); ok {
 		a.mux.HandleFunc("GET /in-doubt", func(w http.ResponseWriter, r *http.Request) { serveInDoubt(ih, w, r) })
-	}
-	if rh, ok := cfg.Hub.(ResolverHub); ok {
-		a.mux.HandleFunc("POST /in-doubt/{txid}/resolve", func(w http.ResponseWriter, r *http.Request) { a.serveSettle(rh, w, r) })
+		a.mux.HandleFunc("POST /in-doubt/{txid}/resolve", func(w http.ResponseWriter, r *http.Request) { a.serveSettle(ih, w, r) })
 	}
 	if cfg.Gatherer != nil {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
@@ -336,17 +339,9 @@ func (a *Handler) serveBreaker(w http.ResponseWriter, r *http.Request) {
 // decodeAction reads the body of POST /breakers/{target}: one JSON object
 // with a string "action" and nothing else.
 func decodeAction(body io.Reader) (relay.BreakerAction, error) {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
 	var req actionRequest
-	if err := dec.Decode(&req); err != nil {
-		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-			return "", fmt.Errorf("body over %d bytes", maxActionBody)
-		}
-		return "", fmt.Errorf(`body: want a JSON object {"action":"open|close|disable|enable"}: %v`, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return "", errors.New("body: want one JSON object and nothing after it")
+	if err := decodeBody(body, &req, `want a JSON object {"action":"open|close|disable|enable"}`); err != nil {
+		return "", err
 	}
 	if req.Action == nil {
 		return "", errors.New(`body: no "action": want open, close, disable or enable`)
@@ -356,6 +351,24 @@ func decodeAction(body io.Reader) (relay.BreakerAction, error) {
 		return "", fmt.Errorf("unknown action %q: want open, close, disable or enable", *req.Action)
 	}
 	return action, nil
+}
+
+// decodeBody reads body, of at most maxActionBody bytes, into v: one JSON
+// object with none but v's fields and nothing after it. want says what the
+// object must be, in the error.
+func decodeBody(body io.Reader, v any, want string) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			return fmt.Errorf("body over %d bytes", maxActionBody)
+		}
+		return fmt.Errorf("body: %s: %v", want, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("body: want one JSON object and nothing after it")
+	}
+	return nil
 }
 
 // adminIndex is the body of GET / for a client that does not take HTML,
@@ -454,11 +467,11 @@ func (a *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 // serveInDoubt is GET /in-doubt: {"in_doubt":[...]}, the recent calls in
 // doubt of hub, oldest first, each in the in-doubt journal's form; with
 // ?since=RFC3339 only those that ended at or after it. A since that does
-// not parse is answered 400. With ?open (a ResolverHub), the transactions
+// not parse is answered 400. With ?open, the transactions
 // in doubt still open instead (serveOpenInDoubt).
 func serveInDoubt(hub InDoubtHub, w http.ResponseWriter, r *http.Request) {
-	if rh, ok := hub.(ResolverHub); ok && r.URL.Query().Has("open") {
-		serveOpenInDoubt(rh, w)
+	if r.URL.Query().Has("open") {
+		serveOpenInDoubt(hub, w)
 		return
 	}
 	var since time.Time

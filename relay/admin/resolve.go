@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,20 +10,6 @@ import (
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/resolver"
 )
-
-// ResolverHub is an InDoubtHub that settles its transactions in doubt
-// itself (*relay.Server does): GET /in-doubt?open=1 lists those still
-// open, and POST /in-doubt/{txid}/resolve settles one as an operator. An
-// implementation must be safe for concurrent use.
-type ResolverHub interface {
-	InDoubtHub
-	// OpenInDoubt lists the open transactions in doubt.
-	OpenInDoubt() []resolver.EntryState
-	// SettleInDoubt settles one as applied with code, or not applied.
-	SettleInDoubt(target, txid string, applied bool, code string) error
-}
-
-var _ ResolverHub = (*relay.Server)(nil)
 
 // OpenEntry is a transaction in doubt still open, as GET /in-doubt?open=1
 // lists it. A plain value.
@@ -44,7 +29,7 @@ type OpenEntry struct {
 
 // serveOpenInDoubt is GET /in-doubt?open=1: {"open":[...]}, each target's
 // oldest first.
-func serveOpenInDoubt(hub ResolverHub, w http.ResponseWriter) {
+func serveOpenInDoubt(hub InDoubtHub, w http.ResponseWriter) {
 	open := hub.OpenInDoubt()
 	out := make([]OpenEntry, len(open))
 	for i, e := range open {
@@ -76,7 +61,7 @@ type settleAnswer struct {
 // open transaction in doubt, journalled via operator. 200 with what was
 // settled; 400 for a bad body or code, 404 when no such transaction is
 // open.
-func (a *Handler) serveSettle(hub ResolverHub, w http.ResponseWriter, r *http.Request) {
+func (a *Handler) serveSettle(hub InDoubtHub, w http.ResponseWriter, r *http.Request) {
 	txid := r.PathValue("txid")
 	req, err := decodeSettle(http.MaxBytesReader(w, r.Body, maxActionBody))
 	if err != nil {
@@ -108,17 +93,9 @@ const settleUsage = `want {"target":"NAME","applied":true,"code":"0000"} or {"ta
 // decodeSettle reads the body of POST /in-doubt/{txid}/resolve: one JSON
 // object naming the target and either applied with a code or not_applied.
 func decodeSettle(body io.Reader) (settleRequest, error) {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
 	var req settleRequest
-	if err := dec.Decode(&req); err != nil {
-		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-			return req, fmt.Errorf("body over %d bytes", maxActionBody)
-		}
-		return req, fmt.Errorf("body: %s: %v", settleUsage, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, errors.New("body: want one JSON object and nothing after it")
+	if err := decodeBody(body, &req, settleUsage); err != nil {
+		return req, err
 	}
 	switch {
 	case req.Target == "":

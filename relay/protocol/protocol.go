@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -120,7 +119,7 @@ const (
 // N being secs.
 func AppendRetryHint(dst []byte, secs int64) []byte {
 	dst = append(dst, msgCircuitOpenHead...)
-	dst = strconv.AppendInt(dst, secs, 10)
+	dst = appendSeconds(dst, secs)
 	return append(dst, 's')
 }
 

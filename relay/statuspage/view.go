@@ -11,6 +11,7 @@ import (
 	"github.com/relayhub/relayhub/relay"
 	"github.com/relayhub/relayhub/relay/admin"
 	"github.com/relayhub/relayhub/relay/dedup"
+	"github.com/relayhub/relayhub/relay/resolver"
 )
 
 // pageView is everything the page template draws, computed at one
@@ -152,7 +153,7 @@ func openText(s relay.TargetSnapshot, now time.Time) openView {
 	}
 	v := openView{Count: s.InDoubtOpen, Oldest: agoText(now.Sub(s.InDoubtOldest))}
 	switch {
-	case s.Resolve == "" || s.Resolve == "manual":
+	case s.Resolve == "" || s.Resolve == string(resolver.PolicyManual):
 		v.Next = "waits for an operator"
 	case s.NextResolve.IsZero():
 		v.Next = s.Resolve + " under way"
