@@ -44,10 +44,9 @@ const StampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // with its payload and TXID, not a client's) and when, on the breaker's clock: "start" is the
 // reading the hub asked the breaker with (breaker.AllowAt; on a connection's
 // read loop, one reading for a batch of lines, batchclock.go), "end" read
-// just before a call's result went to it. A refusal of an open breaker is
-// decided by start itself; a decision that moves the breaker, by the
-// breaker's own reading, taken at most a batch's work later, and "end" at
-// most a few instructions earlier than the breaker's own. So a replay of
+// just before a call's result went to it. Every decision AllowAt makes,
+// a refusal or a probe, is at start itself, and "end" is at most a few
+// instructions earlier than the breaker's own reading. So a replay of
 // the log through the breaker package (relay/replay) sees every decision
 // at the time the breaker saw it, to well within the breaker log's
 // millisecond.

@@ -70,8 +70,7 @@ func (a *admitter) logAddrs(ev *zerolog.Event) *zerolog.Event {
 // when it could be read: E900 with msg, or E906 once shutting down. No
 // target can be credited with it.
 func (a *admitter) refuse(txid []byte, code, msg string) {
-	a.srv.obs.metrics.countUnrouted(code)
-	a.srv.obs.access.record(accessNote{txid: txid, code: code, client: a.client})
+	a.recordHubAnswer(nil, nil, protocol.Request{TxID: txid}, code, 0, breakerNote{})
 	a.sink.answerText(txid, code, msg, false)
 }
 
@@ -220,6 +219,10 @@ func (a *admitter) admitCall(ad *admission, t *target, conf *targetConf, req pro
 // bulkheadFullTail is the E905 answer after the TXID, made once.
 var bulkheadFullTail = protocol.NewTail(protocol.CodeBulkheadFull, protocol.MsgBulkheadFull)
 
+// heldOpenTail is the E904 answer of a breaker held open, after the TXID,
+// made once.
+var heldOpenTail = protocol.NewTail(protocol.CodeCircuitOpen, protocol.MsgHeldOpen)
+
 // answerPanic answers req E907 after a panic before its call started,
 // handing back what ad holds: the ticket, the slot, and the flight, whose
 // copies get the same answer. A flight in doubt stays so; any other is
@@ -260,7 +263,7 @@ func (a *admitter) refuseOpen(t *target, req protocol.Request, retryAfter time.D
 	// A held breaker gives no wait, so an open one with a wait to hint
 	// needs no errors.Is: a twentieth of a refusal's instructions.
 	if retryAfter == 0 && errors.Is(err, breaker.ErrHeld) {
-		a.sink.answerText(req.TxID, protocol.CodeCircuitOpen, protocol.MsgHeldOpen, flush)
+		a.sink.answerTail(req.TxID, heldOpenTail, flush)
 		if f != nil {
 			a.srv.releaseFlight(f, protocol.CodeCircuitOpen, []byte(protocol.MsgHeldOpen))
 		}
@@ -276,7 +279,7 @@ func (a *admitter) refuseOpen(t *target, req protocol.Request, retryAfter time.D
 // recordHubAnswer counts an answer the hub made without a target call, in
 // the metrics and the access log: credited to t when the request's target
 // is configured, else (t nil) to no target, where code must be one the hub
-// answers before routing (E903, E906, E907) and l is unused. primary, when
+// answers before routing (E900, E903, E906, E907) and l is unused. primary, when
 // not nil, is the target the client named, whose fallback t took the
 // request; b is what t's breaker did with it.
 func (a *admitter) recordHubAnswer(t, primary *target, req protocol.Request, code string, l codeLabel, b breakerNote) {

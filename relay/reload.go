@@ -158,12 +158,13 @@ func (s *Server) plan(targets []Target) ([]targetPlan, error) {
 // bulkhead at its limit; its metrics and its targetConf are the caller's to set before
 // the target is published.
 func (s *Server) newTarget(p targetPlan) *target {
+	via := "via " + p.name + ": "
 	rt := &target{
 		name:      p.name,
 		nameBytes: []byte(p.name),
 		bulkhead:  bulkhead.New(bulkhead.Settings{MaxInflight: p.settings.MaxInflight}),
-		viaPrefix: "via " + p.name + ": ",
-		viaBusy:   "via " + p.name + ": " + protocol.MsgBulkheadFull,
+		viaPrefix: via,
+		viaBusy:   via + protocol.MsgBulkheadFull,
 		work:      make(chan *call),
 		prober:    prober{wake: make(chan struct{}, 1)},
 		log:       s.obs.log.With().Str("target", p.name).Logger(),

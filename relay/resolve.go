@@ -146,32 +146,43 @@ func (s *Server) attempt(a resolver.Attempt) {
 		return
 	}
 	conf := rt.conf.Load()
-	ctx, cancel := context.WithTimeout(s.resolve.ctx, conf.settings.TargetTimeout)
-	defer cancel()
 	switch {
 	case a.Policy == resolver.PolicyLookup && conf.lookup != nil:
-		u := strings.Replace(conf.statusURL, StatusTxID, a.TxID, 1)
-		outcome, ans, reason := conf.lookup.Lookup(ctx, u, a.TxID)
+		outcome, code, msg, reason := conf.lookUp(s.resolve.ctx, a.TxID)
 		switch outcome {
 		case targethttp.Applied:
-			code := ans.Code
-			if !protocol.ValidTargetCode(code) {
-				code = protocol.CodeTargetFailed
-			}
-			res = resolver.LookupResult(true, code, ans.Message)
+			res = resolver.LookupResult(true, code, msg)
 		case targethttp.NotApplied:
 			res = resolver.LookupResult(false, "", "")
 		default:
 			rt.log.Debug().Str("txid", a.TxID).Int("attempt", a.N).Str("reason", reason).Msg("in-doubt look-up settled nothing")
 		}
 	case a.Policy == resolver.PolicyReverse && conf.reverse != nil:
-		code, _, err := conf.reverse.Reverse(ctx, conf.reverseURL, a.TxID, a.N)
+		// The ReverseClient bounds it with the target timeout.
+		code, _, err := conf.reverse.Reverse(s.resolve.ctx, conf.reverseURL, a.TxID, a.N)
 		if err != nil {
 			rt.log.Debug().Err(err).Str("txid", a.TxID).Int("attempt", a.N).Msg("reversal settled nothing")
 			return
 		}
 		res = resolver.ReversalResult(code)
 	}
+}
+
+// lookUp asks the target at its status URL whether it applied txid,
+// within the target timeout: for Applied, code is the code it recorded
+// (E500 when that is not one a target sends) and msg its message; for
+// Unknown, reason says why.
+func (c *targetConf) lookUp(parent context.Context, txid string) (o targethttp.Outcome, code, msg, reason string) {
+	ctx, cancel := context.WithTimeout(parent, c.settings.TargetTimeout)
+	defer cancel()
+	o, ans, reason := c.lookup.Lookup(ctx, strings.Replace(c.statusURL, StatusTxID, txid, 1), txid)
+	if o == targethttp.Applied {
+		code, msg = ans.Code, ans.Message
+		if !protocol.ValidTargetCode(code) {
+			code = protocol.CodeTargetFailed
+		}
+	}
+	return o, code, msg, reason
 }
 
 // addInDoubt hands a call to rt that ended in doubt to the resolver, its

@@ -399,10 +399,7 @@ func closeAfterLinger(nc net.Conn, linger time.Duration) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	// The listeners close before lines are answered E906, so a client that
 	// has been told "shutting down" can no longer connect.
-	lnErr := s.serving.closeListeners()
-	s.serving.inShutdown.Store(true)
-	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
-	s.resolve.cancel()
+	lnErr := s.beginStop()
 
 	err := poll(ctx, func() bool { return s.serving.activeCalls.Load() == 0 })
 	if err == nil {
@@ -418,11 +415,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cancel()
 		s.closeConns()
 	}
-	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
-	s.serving.clientWork.Wait()
-	s.stopLateReads()
-	s.stopAccessLog()
-	s.closeIdleHTTP()
+	s.endStop()
 	if err != nil {
 		return err
 	}
@@ -434,18 +427,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // It returns once every goroutine of the Server has ended and the access
 // log, if any, is written out and flushed.
 func (s *Server) Close() error {
+	err := s.beginStop()
+	s.abortCalls()
+	s.closeConns()
+	s.endStop()
+	return err
+}
+
+// beginStop closes the listeners and turns new work away: lines read from
+// now on are answered E906, probers and waits in the refusal lane end, and
+// the resolver stops. Shutdown and Close begin with it.
+func (s *Server) beginStop() error {
 	err := s.serving.closeListeners()
 	s.serving.inShutdown.Store(true)
 	s.serving.stoppingOnce.Do(func() { close(s.serving.stopping) })
 	s.resolve.cancel()
-	s.abortCalls()
-	s.closeConns()
+	return err
+}
+
+// endStop ends the Server once its connections are closing: idle call
+// workers end, every goroutine serving clients is waited for, then the
+// late reads, the access log and the idle target connections. Shutdown and
+// Close end with it.
+func (s *Server) endStop() {
 	s.serving.stopWorkersOnce.Do(func() { close(s.serving.stopWorkers) })
 	s.serving.clientWork.Wait()
 	s.stopLateReads()
 	s.stopAccessLog()
 	s.closeIdleHTTP()
-	return err
 }
 
 // hubFaultLogPeriod is how often at most the hub logs a call it did not

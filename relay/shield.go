@@ -197,18 +197,11 @@ func (a *admitter) resolve(rt, called *target, f *dedup.Flight, req protocol.Req
 		}
 		ad.hold.release()
 	}()
-	u := strings.Replace(cconf.statusURL, StatusTxID, string(req.TxID), 1)
-	ctx, cancel := context.WithTimeout(context.Background(), cconf.settings.TargetTimeout)
-	outcome, ans, reason := cconf.lookup.Lookup(ctx, u, string(req.TxID))
-	cancel()
+	outcome, code, ansMsg, reason := cconf.lookUp(context.Background(), string(req.TxID))
 	switch outcome {
 	case targethttp.Applied:
 		rt.countShielded(shieldResolvedApplied)
-		code := ans.Code
-		if !protocol.ValidTargetCode(code) {
-			code = protocol.CodeTargetFailed
-		}
-		msg := []byte(ans.Message)
+		msg := []byte(ansMsg)
 		if called != rt {
 			msg = append([]byte(called.viaPrefix), msg...)
 		}

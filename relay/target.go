@@ -275,9 +275,7 @@ func (cl *call) panicked(p any, note breakerNote, answered bool) {
 		answerAll(s.shield.mem.Settle(f, dedup.InDoubt, protocol.CodeInternal, msg, cl.named().conf.Load().settings.shieldWindow()), protocol.CodeInternal, msg)
 	}
 	if !answered {
-		rt.metrics.count(lblInternal)
-		s.obs.access.record(accessNote{txid: txid, target: rt.nameBytes, fallbackFor: cl.primary.nameOrEmpty(), code: protocol.CodeInternal, size: len(cl.line) - cl.txidN, breaker: note,
-			client: a.client})
+		a.recordHubAnswer(rt, cl.primary, protocol.Request{TxID: txid, Payload: cl.line[cl.txidN:]}, protocol.CodeInternal, lblInternal, note)
 		a.sink.answerText(txid, protocol.CodeInternal, protocol.MsgInternal, true)
 	}
 }

@@ -366,7 +366,7 @@ var DefaultFailureCodes = [...]string{CodeTargetFailed, CodeTimeout, CodeUnreach
 // file's failure_codes) and returns it in canonical form (upper case, spaces
 // trimmed). A failure code must be one a target call can end with: E400,
 // E500, E901, E902, or a code a target defines itself, Ennn below E900. The
-// E9xx range belongs to the hub: E900 and E903 to E909 are answers it gives
+// E9xx range belongs to the hub: E900 and E903 to E910 are answers it gives
 // without calling a target, and the rest are reserved for it, so naming any
 // of them is refused as a mistake rather than silently never matching.
 // 0000 and Bnnn mean the target is healthy and are refused too.

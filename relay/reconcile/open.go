@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,16 +50,7 @@ func ReadOpen(r io.Reader, now time.Time, expire time.Duration) (open, expired [
 			last[k] = e
 		}
 	}, func(b BadLine) { bad = append(bad, b) })
-	for _, e := range last {
-		if expire > 0 && !e.Time.After(now.Add(-expire)) {
-			expired = append(expired, e)
-		} else {
-			open = append(open, e)
-		}
-	}
-	byLine := func(a, b Entry) int { return cmp.Compare(a.Line, b.Line) }
-	slices.SortFunc(open, byLine)
-	slices.SortFunc(expired, byLine)
+	open, expired = Open(slices.SortedFunc(maps.Values(last), func(a, b Entry) int { return cmp.Compare(a.Line, b.Line) }), now, expire)
 	return open, expired, bad, err
 }
 

@@ -31,9 +31,11 @@ package resolver
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/relayhub/relayhub/relay/indoubt"
 	"github.com/relayhub/relayhub/relay/protocol"
 )
 
@@ -70,11 +72,12 @@ const (
 	Expired    Outcome = "expired"
 )
 
-// Ways an outcome was learnt, as the journal's via field names them.
+// Ways an outcome was learnt: the journal's via values, which the
+// resolved metric is keyed by too.
 const (
-	ViaLookup     = "lookup"
-	ViaReversal   = "reversal"
-	ViaLateAnswer = "late_answer"
+	ViaLookup     = indoubt.ViaLookup
+	ViaReversal   = indoubt.ViaReversal
+	ViaLateAnswer = indoubt.ViaLateAnswer
 )
 
 // Gate is a target's admission as a resolution attempt sees it. The
@@ -192,7 +195,7 @@ func LookupResult(applied bool, code, msg string) Result {
 // reversed; any other code (Ennn, or the hub's own for a failed call) is
 // Retry.
 func ReversalResult(code string) Result {
-	if code == protocol.CodeOK || (len(code) == 4 && code[0] == 'B' && protocol.ValidTargetCode(code)) {
+	if protocol.ValidTargetCode(code) && code[0] != 'E' {
 		return Result{outcome: Reversed, code: code}
 	}
 	return Retry
@@ -382,11 +385,8 @@ func (r *Resolver) removeLocked(target, txid string) *item {
 		return nil
 	}
 	delete(tg.index, txid)
-	for i, o := range tg.items {
-		if o == it {
-			tg.items = append(tg.items[:i], tg.items[i+1:]...)
-			break
-		}
+	if i := slices.Index(tg.items, it); i >= 0 {
+		tg.items = slices.Delete(tg.items, i, i+1)
 	}
 	return it
 }
@@ -558,16 +558,28 @@ func (r *Resolver) Next() (next time.Time, ok bool) {
 		if tg.conf.Policy == PolicyManual {
 			continue
 		}
-		for i, it := range tg.items {
+		for _, it := range tg.items {
 			if t := it.Since.Add(tg.conf.Expire); !it.inFlight && (!ok || t.Before(next)) {
 				next, ok = t, true
 			}
-			if it.inFlight || (tg.conf.Policy == PolicyReverse && i > 0) {
-				continue
-			}
-			if t := tg.resumeAt(it.next); !ok || t.Before(next) {
-				next, ok = t, true
-			}
+		}
+		if t, due := tg.nextAttemptLocked(); due && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+	}
+	return next, ok
+}
+
+// nextAttemptLocked returns when tg's earliest attempt is due; ok is false
+// when none is scheduled (every entry in flight, or none open). Of a
+// reverse target only the oldest entry is tried.
+func (tg *target) nextAttemptLocked() (next time.Time, ok bool) {
+	for i, it := range tg.items {
+		if tg.conf.Policy == PolicyReverse && i > 0 {
+			break
+		}
+		if t := tg.resumeAt(it.next); !it.inFlight && (!ok || t.Before(next)) {
+			next, ok = t, true
 		}
 	}
 	return next, ok
@@ -600,16 +612,8 @@ func (r *Resolver) Stats(name string) TargetStats {
 		return TargetStats{}
 	}
 	st := TargetStats{Open: len(tg.items), Oldest: tg.items[0].Since}
-	if tg.conf.Policy == PolicyManual {
-		return st
-	}
-	for i, it := range tg.items {
-		if tg.conf.Policy == PolicyReverse && i > 0 {
-			break
-		}
-		if t := tg.resumeAt(it.next); !it.inFlight && (st.Next.IsZero() || t.Before(st.Next)) {
-			st.Next = t
-		}
+	if tg.conf.Policy != PolicyManual {
+		st.Next, _ = tg.nextAttemptLocked()
 	}
 	return st
 }

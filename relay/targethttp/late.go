@@ -13,19 +13,10 @@ import (
 // read on already, nor once Conns.Abort has begun. Nothing of the answer
 // was read, so the reading starts clean at its first byte.
 func (t *Client) readLate(c *targetConn, txid []byte, deadline time.Time) bool {
-	if t.onLate == nil {
+	if t.onLate == nil || !t.conns.startLate() {
 		return false
 	}
-	if t.lateReaders.Add(1) > t.lateMax {
-		t.lateReaders.Add(-1)
-		return false
-	}
-	if !t.conns.startLate() {
-		t.lateReaders.Add(-1)
-		return false
-	}
-	until := deadline.Add(t.lateGrace)
-	if err := c.SetDeadline(until); err != nil {
+	if t.lateReaders.Add(1) > t.lateMax || c.SetDeadline(deadline.Add(t.lateGrace)) != nil {
 		t.lateReaders.Add(-1)
 		t.conns.late.Done()
 		return false
